@@ -1,0 +1,28 @@
+# Two commands from a fresh clone: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-all bench clean
+
+# torch==2.13.0 is named in the same pip call, so pip takes the local CPU wheel, never a CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check "torch==2.13.0" -e ".[test]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m dpaudit_mix.demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-all: $(STAMP)
+	$(PY) -m pytest -q -m ""
+
+bench: $(STAMP)
+	$(PY) bench/learner.py
+
+clean:
+	rm -rf $(VENV) reports/demo

@@ -1,0 +1,165 @@
+"""The `dpaudit-mix` command line (DESIGN §10). Exit 0 success, 2 bad input, 3 audit violation."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import accounting, problem as problem_io
+from .atomic import write_json
+from .data import registry
+from .errors import InputError, require
+from .learner import LearnerConfig, fit, fit_losses
+from .mixmin import mixmin
+
+EXIT_BAD_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr and exit 2 like every other bad input."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise InputError(message)
+
+
+def _emit(result: dict[str, Any], out: str | None) -> None:
+    if out:
+        write_json(out, result)
+    print(json.dumps(result, indent=2))
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def cos_similarity(a: np.ndarray, b: np.ndarray) -> float:
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def cmd_mix(args: argparse.Namespace) -> None:
+    prob = problem_io.load(args.problem)
+    if args.nonprivate:
+        result = mixmin(prob.logp)
+        _emit({"sources": list(prob.sources), "weights": result.weights.tolist(), "loss": result.loss,
+               "epsilon": None, "delta": None, "noise_multiplier": 0.0, "duality_gap": result.gap}, args.out)
+        return
+    require(args.epsilon is not None and args.delta is not None,
+            "give --nonprivate, or both --epsilon and --delta")
+    require(args.epsilon > 0, f"epsilon must be > 0, got {args.epsilon}")
+    accounting.check_delta(args.delta)
+    config = LearnerConfig(steps=args.steps, clip=args.clip, sample_rate=args.sample_rate,
+                           user_level=args.user_level, secure=args.secure)
+    sigma = accounting.calibrate(args.epsilon, args.delta, args.sample_rate, args.steps, args.accountant)
+    config = LearnerConfig(**{**config.__dict__, "noise_multiplier": sigma})
+    weights = fit(prob, config, args.runs, seed=args.seed).weights
+    losses = fit_losses(prob, weights)
+    spent = accounting.epsilons([accounting.GaussianPhase(sigma, args.sample_rate, args.steps)], args.delta)
+    single = args.runs == 1
+    _emit({
+        "sources": list(prob.sources),
+        "weights": weights[0].tolist() if single else weights.tolist(),
+        "loss": float(losses[0]) if single else losses.tolist(),
+        "epsilon": args.epsilon,
+        "delta": args.delta,
+        "noise_multiplier": sigma,
+        "accountant": args.accountant,
+        "epsilon_by_accountant": spent,
+        "secure": args.secure,
+    }, args.out)
+
+
+def _phase(args: argparse.Namespace) -> accounting.GaussianPhase:
+    return accounting.GaussianPhase(args.noise_multiplier, args.sample_rate, args.steps)
+
+
+def cmd_account(args: argparse.Namespace) -> None:
+    _emit({"epsilon": accounting.epsilons([_phase(args)], args.delta)}, None)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> None:
+    sigma = accounting.calibrate(args.epsilon, args.delta, args.sample_rate, args.steps, args.accountant)
+    _emit({"noise_multiplier": sigma, "accountant": args.accountant}, None)
+
+
+def cmd_problem(args: argparse.Namespace) -> None:
+    prob = registry.build(args.name, args.task, args.seed)
+    problem_io.save(prob, args.out)
+    star = mixmin(prob.logp).weights
+    _emit({"problem": args.name, "task": prob.task, "n": prob.n, "k": prob.k, "out": args.out,
+           "sources": list(prob.sources), "lambda_star": star.tolist(),
+           "cos_lambda_star_uniform": cos_similarity(star, np.ones(prob.k))}, None)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="dpaudit-mix", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--json", action="store_true", help="JSON on stdout (always on; accepted for scripts)")
+
+    mix = sub.add_parser("mix", help="fit mixture weights (MixMin or DP-MixMin)")
+    mix.add_argument("--problem", required=True)
+    mode = mix.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--nonprivate", action="store_true")
+    mode.add_argument("--epsilon", type=float)
+    mix.add_argument("--delta", type=float)
+    mix.add_argument("--runs", type=_positive_int, default=1)
+    mix.add_argument("--seed", type=int, default=0)
+    mix.add_argument("--steps", type=int, default=LearnerConfig.steps)
+    mix.add_argument("--clip", type=float, default=LearnerConfig.clip)
+    mix.add_argument("--sample-rate", type=float, default=1.0)
+    mix.add_argument("--user-level", action="store_true")
+    mix.add_argument("--secure", action="store_true", help="noise from the OS CSPRNG (for releases)")
+    mix.add_argument("--accountant", choices=accounting.ACCOUNTANTS, default=accounting.DEFAULT_ACCOUNTANT)
+    mix.add_argument("--out")
+    mix.set_defaults(func=cmd_mix)
+
+    account = sub.add_parser("account", help="epsilon of DP-SGD under every accountant")
+    account.add_argument("--noise-multiplier", type=float, required=True)
+    account.add_argument("--sample-rate", type=float, required=True)
+    account.add_argument("--steps", type=int, required=True)
+    account.add_argument("--delta", type=float, required=True)
+    account.set_defaults(func=cmd_account)
+
+    calibrate = sub.add_parser("calibrate", help="noise multiplier for a target (epsilon, delta)")
+    calibrate.add_argument("--epsilon", type=float, required=True)
+    calibrate.add_argument("--delta", type=float, required=True)
+    calibrate.add_argument("--sample-rate", type=float, required=True)
+    calibrate.add_argument("--steps", type=int, required=True)
+    calibrate.add_argument("--accountant", choices=accounting.ACCOUNTANTS, default=accounting.DEFAULT_ACCOUNTANT)
+    calibrate.set_defaults(func=cmd_calibrate)
+
+    prob = sub.add_parser("problem", help="build a problem file from the embedded data")
+    prob.add_argument("name", help=f"one of: {', '.join(registry.PROBLEMS)}")
+    prob.add_argument("--task", default=registry.DEFAULT_TASK)
+    prob.add_argument("--seed", type=int, default=0)
+    prob.add_argument("--out", required=True)
+    prob.set_defaults(func=cmd_problem)
+
+    for p in (mix, account, calibrate, prob):
+        common(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.func(args) or 0)
+    except InputError as exc:
+        print(f"dpaudit-mix: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

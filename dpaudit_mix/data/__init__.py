@@ -1,0 +1,1 @@
+"""Embedded offline data (DESIGN §9): images, public sources, proxies, problem builders."""

@@ -1,0 +1,259 @@
+"""The DP-MixMin learner (DESIGN §4): R independent DP exponentiated-gradient fits at once.
+
+Per-example loss ℓ_j(λ) = −log(λ·p_j) has gradient −p_j/(λ·p_j). EG ignores a constant added to
+every coordinate, so we clip the centred gradient −p̃_j/(λ·p_j), p̃_j = p_j − mean(p_j): a fixed
+per-example map, hence the same sensitivity, with a smaller norm. With Λ (k, R) the weights of R
+runs and F = PΛ, the clipped weight of example j in run r is w_jr = min(1/f_jr, C/‖p̃_j‖), and
+the clipped gradient sum of all runs is −P̃ᵀW: two GEMMs and two elementwise passes per step.
+
+Runs are computed in blocks of :data:`BLOCK` consecutive run ids, always the same block for the
+same run, so float results do not depend on how callers chunk the runs.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import logsumexp
+from threadpoolctl import threadpool_limits
+
+from .errors import require
+from .mixmin import mixture_loss, scaled_likelihoods
+from .noise import RandomSource, SecureSource, run_stream
+from .problem import Problem
+
+#: runs per computational block; chunks of an audit are whole numbers of blocks.
+BLOCK = 64
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    """Hyper-parameters of DP-MixMin; ``noise_multiplier`` σ comes from the accountant."""
+
+    steps: int = 100
+    clip: float = 3.0
+    noise_multiplier: float = 0.0
+    sample_rate: float = 1.0
+    learning_rate: float = 1.0
+    user_level: bool = False
+    secure: bool = False
+
+    def __post_init__(self) -> None:
+        require(self.steps >= 1, f"steps T must be >= 1, got {self.steps}")
+        require(self.clip > 0, f"clipping norm C must be > 0, got {self.clip}")
+        require(self.noise_multiplier >= 0, f"noise multiplier must be >= 0, got {self.noise_multiplier}")
+        require(0 < self.sample_rate <= 1, f"sample rate q must be in (0, 1], got {self.sample_rate}")
+        require(self.learning_rate > 0, f"learning rate must be > 0, got {self.learning_rate}")
+
+    @property
+    def poisson(self) -> bool:
+        return self.sample_rate < 1.0
+
+
+@dataclass(frozen=True)
+class Canary:
+    """An extra contribution present only in runs that include the canary (DESIGN §6).
+
+    Exactly one of ``logp`` (a natural canary: a real example's proxy log-likelihoods, clipped
+    like any example) and ``gradient`` (a fixed max-clip gradient, injected as is) is set.
+    """
+
+    logp: np.ndarray | None = None
+    gradient: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        require((self.logp is None) != (self.gradient is None),
+                "a canary is either natural (logp) or max-clip (gradient), not both or neither")
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """λ of every run, (R, k); with a canary, the white-box score of every run, (R,)."""
+
+    weights: np.ndarray
+    whitebox_scores: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """Per-problem constants shared by all runs (computed once, read-only)."""
+
+    p: np.ndarray  # (n, k) float32, rows scaled by their max
+    p_centred: np.ndarray  # (n, k) float32
+    norm_centred: np.ndarray  # (n,) ‖p̃_j‖
+    user_starts: np.ndarray | None  # row offsets of each user's block (rows sorted by user)
+    units: int  # sampling units: examples, or users
+
+
+def _prepare(problem: Problem, user_level: bool) -> _Prepared:
+    logp = problem.logp
+    user_starts = None
+    units = problem.n
+    if user_level:
+        require(problem.users is not None, "user-level DP needs a problem file with 'users'")
+        order = np.argsort(problem.users, kind="stable")
+        logp = logp[order]
+        sorted_users = problem.users[order]
+        user_starts = np.flatnonzero(np.r_[True, sorted_users[1:] != sorted_users[:-1]])
+        units = len(user_starts)
+    p, _ = scaled_likelihoods(logp)
+    centred = p - p.mean(axis=1, keepdims=True)
+    return _Prepared(
+        p=np.ascontiguousarray(p, dtype=np.float32),
+        p_centred=np.ascontiguousarray(centred, dtype=np.float32),
+        norm_centred=np.linalg.norm(centred, axis=1).astype(np.float32),
+        user_starts=user_starts,
+        units=units,
+    )
+
+
+def _clipped_sum(prep: _Prepared, lam: np.ndarray, clip: float, mask: np.ndarray | None) -> np.ndarray:
+    """Σ over sampled units of the clipped centred gradients, (k, R) for λ of shape (k, R)."""
+    f = prep.p @ lam
+    if prep.user_starts is None:
+        # w = min(1/f, C/‖p̃‖) = 1 / max(f, ‖p̃‖/C), in place.
+        np.maximum(f, (prep.norm_centred / clip)[:, None], out=f)
+        np.reciprocal(f, out=f)
+        if mask is not None:
+            f *= mask
+        return -(prep.p_centred.T @ f)
+    np.reciprocal(f, out=f)
+    per_example = prep.p_centred[:, :, None] * f[:, None, :]  # (n, k, R)
+    per_user = np.add.reduceat(per_example, prep.user_starts, axis=0)  # (U, k, R)
+    norms = np.sqrt(np.einsum("ukr,ukr->ur", per_user, per_user))
+    scale = np.minimum(1.0, clip / np.maximum(norms, 1e-30))
+    if mask is not None:
+        scale *= mask
+    return -np.einsum("ukr,ur->kr", per_user, scale)
+
+
+def _canary_gradient(canary: Canary, lam: np.ndarray, clip: float) -> np.ndarray:
+    """The canary's clipped gradient in every run, (k, R), whether or not it is included."""
+    if canary.gradient is not None:
+        return np.broadcast_to(canary.gradient.astype(np.float32)[:, None], lam.shape)
+    p, _ = scaled_likelihoods(canary.logp[None, :])
+    centred = (p - p.mean())[0]
+    weight = np.minimum(1.0 / (p[0] @ lam), clip / max(float(np.linalg.norm(centred)), 1e-30))
+    return -(centred[:, None] * weight[None, :]).astype(np.float32)
+
+
+def _fit_block(
+    prep: _Prepared,
+    config: LearnerConfig,
+    runs: np.ndarray,
+    seed: int,
+    canary: Canary | None,
+    include: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Fit the runs of one block; returns weights (R, k) and white-box scores (R,) or None."""
+    k = prep.p.shape[1]
+    r_count = len(runs)
+    T, C, q = config.steps, config.clip, config.sample_rate
+    noise_scale = config.noise_multiplier * C
+    normaliser = q * prep.units  # a public constant: never the realised batch size
+    streams: list[RandomSource] = (
+        [SecureSource()] * r_count if config.secure else [run_stream(seed, int(r)) for r in runs]
+    )
+    if not config.poisson:
+        noise = np.stack([s.standard_normal((T, k)) for s in streams], axis=2).astype(np.float32)
+    log_lam = np.full((k, r_count), -np.log(k))
+    scores = np.zeros(r_count) if canary is not None else None
+    included = np.zeros(r_count, dtype=np.float32) if include is None else include.astype(np.float32)
+    for t in range(T):
+        lam = np.exp(log_lam).astype(np.float32)
+        mask = None
+        canary_in = included
+        if config.poisson:
+            # One draw per unit plus one for the canary, from each run's own stream.
+            draws = np.stack([s.random(prep.units + 1) for s in streams], axis=1) < q
+            mask = draws[:-1].astype(np.float32)
+            canary_in = included * draws[-1]
+            step_noise = np.stack([s.standard_normal(k) for s in streams], axis=1).astype(np.float32)
+        else:
+            step_noise = noise[t]
+        total = _clipped_sum(prep, lam, C, mask)
+        if canary is not None:
+            canary_grad = _canary_gradient(canary, lam, C)
+            residual = canary_in * canary_grad + noise_scale * step_noise
+            if config.poisson:
+                # A real attacker sees only the noisy sum and λ_t: subtract the sum expected
+                # under sampling, not the realised one (that would void amplification).
+                residual += total - q * _clipped_sum(prep, lam, C, None)
+            total = total + canary_in * canary_grad
+            norms = np.linalg.norm(canary_grad, axis=0)
+            scores += np.einsum("kr,kr->r", residual, canary_grad) / np.maximum(norms, 1e-30)
+        total = total + noise_scale * step_noise
+        log_lam -= config.learning_rate * total.astype(np.float64) / normaliser
+        log_lam -= logsumexp(log_lam, axis=0, keepdims=True)
+    return np.exp(log_lam).T, scores
+
+
+def default_threads() -> int:
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def fit(
+    problem: Problem,
+    config: LearnerConfig,
+    runs: int | np.ndarray,
+    seed: int = 0,
+    canary: Canary | None = None,
+    include: np.ndarray | None = None,
+    threads: int | None = None,
+) -> FitResult:
+    """Run the DP-MixMin fits with run ids ``runs`` (an int R means 0..R−1) in one call.
+
+    ``include[r]`` marks the runs whose dataset contains ``canary``. Blocks of runs are spread
+    over ``threads`` threads (numpy releases the GIL), each with a single-threaded BLAS.
+    """
+    run_ids = np.arange(runs) if isinstance(runs, (int, np.integer)) else np.asarray(runs)
+    require(run_ids.ndim == 1 and len(run_ids) >= 1, "need at least one run")
+    if include is not None:
+        require(canary is not None, "include was given without a canary")
+        require(include.shape == run_ids.shape, "include needs one flag per run")
+    if canary is not None:
+        vec = canary.gradient if canary.gradient is not None else canary.logp
+        require(vec.shape == (problem.k,), f"canary must have k = {problem.k} entries")
+        if include is None:
+            include = np.zeros(len(run_ids), dtype=bool)
+    prep = _prepare(problem, config.user_level)
+    # Group runs by block id, padding each block to BLOCK runs so float results are chunk-free.
+    blocks = np.unique(run_ids // BLOCK)
+    threads = threads or default_threads()
+
+    def one(block: int) -> tuple[np.ndarray, np.ndarray | None]:
+        ids = np.arange(block * BLOCK, (block + 1) * BLOCK)
+        inc = None
+        if include is not None:
+            inc = np.zeros(BLOCK, dtype=bool)
+            where = np.flatnonzero(run_ids // BLOCK == block)
+            inc[run_ids[where] - block * BLOCK] = include[where]
+        return _fit_block(prep, config, ids, seed, canary, inc)
+
+    with threadpool_limits(limits=1):
+        if threads == 1 or len(blocks) == 1:
+            results = [one(b) for b in blocks]
+        else:
+            with ThreadPoolExecutor(threads) as pool:
+                results = list(pool.map(one, blocks))
+    by_block = {b: i for i, b in enumerate(blocks)}
+    pos = np.array([by_block[b] for b in run_ids // BLOCK])
+    off = run_ids % BLOCK
+    weights = np.stack([res[0] for res in results])[pos, off]
+    scores = None
+    if canary is not None:
+        scores = np.stack([res[1] for res in results])[pos, off]
+    return FitResult(weights, scores)
+
+
+def clipped_gradient_sum(problem: Problem, lam: np.ndarray, clip: float, user_level: bool = False) -> np.ndarray:
+    """The clipped centred gradient sum over all units at λ of shape (k, R) (one step, no noise)."""
+    return _clipped_sum(_prepare(problem, user_level), lam.astype(np.float32), clip, None)
+
+
+def fit_losses(problem: Problem, weights: np.ndarray) -> np.ndarray:
+    """L(λ) on ``problem`` for each row of ``weights``."""
+    return mixture_loss(problem.logp, weights)

@@ -1,0 +1,77 @@
+"""MixMin (DESIGN §3): the non-private mixture weights λ★ by exponentiated gradient.
+
+L(λ) = −(1/n) Σ_j log Σ_i λ_i p_ij over the simplex Δ_k is convex. We minimise it by entropic
+mirror descent and stop on the duality gap, which bounds L(λ) − L(λ★) from above (the gradient
+itself does not vanish on the simplex, so its norm is no stopping rule).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import logsumexp
+
+from .errors import require
+
+
+def mixture_loss(logp: np.ndarray, lam: np.ndarray) -> np.ndarray:
+    """L(λ) for one λ of shape (k,) or many of shape (R, k) (then one loss per row)."""
+    lam = np.asarray(lam, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        log_lam = np.log(lam)
+    # log Σ_i λ_i p_ij as a logsumexp, so tiny likelihoods do not underflow.
+    mix = logsumexp(logp[None, :, :] + np.atleast_2d(log_lam)[:, None, :], axis=2)
+    loss = -mix.mean(axis=1)
+    return loss if lam.ndim == 2 else loss[0]
+
+
+def scaled_likelihoods(logp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """p_ij / max_i p_ij and the row log-maxima: the update is invariant to per-row scale."""
+    row_max = logp.max(axis=1, keepdims=True)
+    return np.exp(logp - row_max), row_max[:, 0]
+
+
+def gradient(p_scaled: np.ndarray, lam: np.ndarray) -> np.ndarray:
+    """∇L(λ) = −(1/n) Σ_j p_j / (λ·p_j); unchanged by per-row rescaling of p."""
+    return -(p_scaled / (p_scaled @ lam)[:, None]).mean(axis=0)
+
+
+def duality_gap(grad: np.ndarray, lam: np.ndarray) -> float:
+    """max_i(−g_i) − ⟨λ, −g⟩ ≥ L(λ) − L(λ★) (linearisation over the simplex)."""
+    return float(lam @ grad - grad.min())
+
+
+@dataclass(frozen=True)
+class MixMinResult:
+    weights: np.ndarray
+    loss: float
+    gap: float
+    iterations: int
+
+
+def mixmin(
+    logp: np.ndarray,
+    tol: float = 1e-9,
+    max_iter: int = 100_000,
+    learning_rate: float = 1.0,
+) -> MixMinResult:
+    """λ★ by exponentiated gradient from uniform, until the duality gap is ≤ ``tol``."""
+    require(tol > 0, f"tol must be > 0, got {tol}")
+    p, _ = scaled_likelihoods(np.asarray(logp, dtype=np.float64))
+    k = p.shape[1]
+    log_lam = np.full(k, -np.log(k))
+    lam = np.exp(log_lam)
+    gap = np.inf
+    it = 0
+    for it in range(1, max_iter + 1):
+        grad = gradient(p, lam)
+        gap = duality_gap(grad, lam)
+        if gap <= tol:
+            break
+        log_lam = log_lam - learning_rate * grad
+        log_lam -= logsumexp(log_lam)
+        lam = np.exp(log_lam)
+    else:
+        gap = duality_gap(gradient(p, lam), lam)
+    return MixMinResult(lam, float(mixture_loss(logp, lam)), float(gap), it)

@@ -1,0 +1,122 @@
+"""The problem file (DESIGN §2): per-example proxy log-likelihoods, the model-agnostic input.
+
+MixMin's objective sees the proxies only through log p_i(y_j | x_j), so every tool in the
+package takes this file rather than models.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .atomic import write_npz
+from .errors import InputError, require
+
+#: log-likelihoods may exceed 0 by this much (float round-off of a probability of 1).
+LOGP_TOLERANCE = 1e-6
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A mixing problem: ``logp[j, i] = log p_i(y_j | x_j)`` for n examples and k sources."""
+
+    logp: np.ndarray
+    sources: tuple[str, ...]
+    users: np.ndarray | None = None
+    heldout_logp: np.ndarray | None = None
+    task: str = ""
+    meta: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    @property
+    def n(self) -> int:
+        return int(self.logp.shape[0])
+
+    @property
+    def k(self) -> int:
+        return int(self.logp.shape[1])
+
+    def subset(self, rows: np.ndarray) -> "Problem":
+        """The problem restricted to the examples ``rows`` (held-out part unchanged)."""
+        users = None if self.users is None else self.users[rows]
+        return Problem(self.logp[rows], self.sources, users, self.heldout_logp, self.task, self.meta)
+
+    def select_sources(self, columns: np.ndarray) -> "Problem":
+        """The problem over a subset of the public sources."""
+        held = None if self.heldout_logp is None else self.heldout_logp[:, columns]
+        names = tuple(self.sources[c] for c in columns)
+        return Problem(self.logp[:, columns], names, self.users, held, self.task, self.meta)
+
+
+def _check_logp(name: str, logp: np.ndarray, k: int | None) -> None:
+    require(logp.ndim == 2, f"{name} must be a 2-D array (n, k), got shape {logp.shape}")
+    require(logp.shape[0] >= 1, f"{name} has no examples (n = 0)")
+    if k is not None:
+        require(logp.shape[1] == k, f"{name} has {logp.shape[1]} sources, expected {k}")
+    require(bool(np.all(np.isfinite(logp))), f"{name} contains NaN or infinite values")
+    worst = float(logp.max())
+    require(worst <= LOGP_TOLERANCE,
+            f"{name} holds a positive log-likelihood ({worst:g}); values must be log-probabilities <= 0")
+
+
+def validate(problem: Problem) -> None:
+    """Raise :class:`InputError` unless ``problem`` is usable by every tool."""
+    logp = problem.logp
+    require(isinstance(logp, np.ndarray) and np.issubdtype(logp.dtype, np.floating),
+            "logp must be a float array")
+    require(logp.ndim == 2, f"logp must be a 2-D array (n, k), got shape {logp.shape}")
+    require(logp.shape[1] >= 2, f"a mixture needs k >= 2 sources, got k = {logp.shape[1]}")
+    _check_logp("logp", logp, None)
+    require(len(problem.sources) == logp.shape[1],
+            f"sources has {len(problem.sources)} names but logp has {logp.shape[1]} columns")
+    if problem.users is not None:
+        users = problem.users
+        require(users.ndim == 1 and users.shape[0] == logp.shape[0],
+                f"users must have one id per example ({logp.shape[0]}), got shape {users.shape}")
+        require(np.issubdtype(users.dtype, np.integer), "users must be integer ids")
+    if problem.heldout_logp is not None:
+        _check_logp("heldout_logp", problem.heldout_logp, logp.shape[1])
+
+
+def load(path: str | os.PathLike[str]) -> Problem:
+    """Load and validate a problem file; every failure is an :class:`InputError`."""
+    path = Path(path)
+    require(path.is_file(), f"problem file not found: {path}")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            data = {key: z[key] for key in z.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise InputError(f"cannot read problem file {path}: {exc}") from None
+    for key in ("logp", "sources"):
+        require(key in data, f"problem file {path} lacks the required array '{key}'")
+    meta = {key[len("meta_"):]: str(value) for key, value in data.items() if key.startswith("meta_")}
+    return Problem(
+        logp=data["logp"].astype(np.float64, copy=False),
+        sources=tuple(str(s) for s in data["sources"]),
+        users=data.get("users"),
+        heldout_logp=None if "heldout_logp" not in data else data["heldout_logp"].astype(np.float64),
+        task=str(data.get("task", "")),
+        meta=meta,
+    )
+
+
+def save(problem: Problem, path: str | os.PathLike[str]) -> None:
+    """Write ``problem`` atomically as ``.npz`` (no pickled objects)."""
+    arrays: dict[str, np.ndarray] = {
+        "logp": problem.logp,
+        "sources": np.array(problem.sources, dtype=str),
+        "task": np.array(problem.task),
+    }
+    if problem.users is not None:
+        arrays["users"] = problem.users
+    if problem.heldout_logp is not None:
+        arrays["heldout_logp"] = problem.heldout_logp
+    for key, value in problem.meta.items():
+        arrays[f"meta_{key}"] = np.array(value)
+    write_npz(path, **arrays)

@@ -1,0 +1,21 @@
+"""Shared fixtures: small random problems with a known shape."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpaudit_mix.problem import Problem
+
+
+def random_problem(n: int, k: int, seed: int, users: bool = False) -> Problem:
+    """Log-likelihoods of binary predictions from k proxies of varied sharpness."""
+    rng = np.random.default_rng(seed)
+    probs = rng.beta(2.0, 1.0, size=(n, k)) ** rng.uniform(0.3, 3.0, size=k)
+    user_ids = (np.arange(n) // 3).astype(np.int64) if users else None
+    return Problem(np.log(np.clip(probs, 1e-9, 1.0)), tuple(f"s{i}" for i in range(k)), users=user_ids)
+
+
+@pytest.fixture
+def small_problem() -> Problem:
+    return random_problem(300, 5, seed=11)

@@ -1,0 +1,52 @@
+import pytest
+
+from dpaudit_mix.accounting import (ACCOUNTANTS, GaussianPhase, calibrate, epsilon, epsilons, gdp_epsilon,
+                                    parallel)
+from dpaudit_mix.errors import InputError
+
+
+@pytest.mark.parametrize("sigma, steps, delta", [(40.0, 100, 1e-5), (5.0, 10, 1e-6), (1.0, 1, 1e-3)])
+def test_full_batch_matches_gaussian_dp(sigma: float, steps: int, delta: float) -> None:
+    exact = gdp_epsilon(sigma, steps, delta)
+    eps = epsilons([GaussianPhase(sigma, 1.0, steps)], delta)
+    assert eps["pld"] == pytest.approx(exact, rel=1e-3)  # PLD is exact up to discretisation
+    assert eps["pld"] >= exact - 1e-9  # ... and pessimistic
+    assert eps["prv"] == pytest.approx(exact, rel=0.05)
+    assert eps["rdp"] >= exact  # RDP conversion is an upper bound
+
+
+def test_gdp_formula_hand_case() -> None:
+    # μ = 1 (σ = 1, T = 1): δ(ε=0) = Φ(1/2) − Φ(−1/2) = 0.3829; so ε(δ = 0.3829) = 0.
+    assert gdp_epsilon(1.0, 1, 0.383) == 0.0
+    assert gdp_epsilon(1.0, 1, 0.1) > gdp_epsilon(1.0, 1, 0.2) > 0
+
+
+def test_subsampling_amplifies() -> None:
+    full = epsilon([GaussianPhase(2.0, 1.0, 50)], 1e-5)
+    sampled = epsilon([GaussianPhase(2.0, 0.1, 50)], 1e-5)
+    assert sampled < full
+
+
+@pytest.mark.parametrize("accountant", ACCOUNTANTS)
+def test_calibration_round_trip(accountant: str) -> None:
+    sigma = calibrate(1.0, 1e-5, 0.2, 100, accountant)
+    spent = epsilon([GaussianPhase(sigma, 0.2, 100)], 1e-5, accountant)
+    assert 0.98 <= spent <= 1.0
+
+
+def test_sequential_composition_costs_more_than_parallel() -> None:
+    a, b = GaussianPhase(30.0, 1.0, 100), GaussianPhase(1.0, 0.05, 200)
+    eps_a, eps_b = epsilon([a], 1e-5), epsilon([b], 1e-5)
+    both = epsilon([a, b], 1e-5)
+    assert both > max(parallel((eps_a, 1e-5), (eps_b, 1e-5))[0], eps_a, eps_b)
+    assert both <= eps_a + eps_b + 1e-9
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"target_epsilon": 0.0}, {"target_epsilon": -1.0}, {"delta": 0.0}, {"delta": 1.0},
+    {"sample_rate": 0.0}, {"sample_rate": 1.2}, {"steps": 0},
+])
+def test_bad_calibration_input(kwargs: dict) -> None:
+    args = {"target_epsilon": 1.0, "delta": 1e-5, "sample_rate": 1.0, "steps": 10, **kwargs}
+    with pytest.raises(InputError):
+        calibrate(**args)

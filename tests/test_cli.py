@@ -1,0 +1,70 @@
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpaudit_mix.cli import main
+from dpaudit_mix.problem import Problem, save
+
+
+@pytest.fixture
+def problem_file(tmp_path: Path, small_problem: Problem) -> Path:
+    path = tmp_path / "p.npz"
+    save(Problem(small_problem.logp, small_problem.sources, users=np.arange(small_problem.n) // 4), path)
+    return path
+
+
+def run(capsys, *argv: str) -> tuple[int, dict | None, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if code == 0 else None), err
+
+
+def test_mix_nonprivate_and_private(capsys, problem_file: Path, tmp_path: Path) -> None:
+    code, star, _ = run(capsys, "mix", "--problem", str(problem_file), "--nonprivate")
+    assert code == 0 and set(star) >= {"sources", "weights", "loss", "epsilon", "delta", "noise_multiplier"}
+    assert len(star["weights"]) == 5 and star["epsilon"] is None
+    out = tmp_path / "mix.json"
+    code, dp, _ = run(capsys, "mix", "--problem", str(problem_file), "--epsilon", "2", "--delta", "1e-5",
+                      "--runs", "3", "--steps", "20", "--user-level", "--out", str(out))
+    assert code == 0 and np.array(dp["weights"]).shape == (3, 5) and len(dp["loss"]) == 3
+    assert dp["epsilon_by_accountant"]["pld"] <= 2.0 and dp["noise_multiplier"] > 0
+    assert json.loads(out.read_text()) == dp
+
+
+def test_account_and_calibrate(capsys) -> None:
+    code, acc, _ = run(capsys, "account", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "100",
+                       "--delta", "1e-5")
+    assert code == 0 and set(acc["epsilon"]) == {"rdp", "prv", "pld"}
+    code, cal, _ = run(capsys, "calibrate", "--epsilon", "1", "--delta", "1e-5", "--sample-rate", "1", "--steps",
+                       "10")
+    assert code == 0 and cal["noise_multiplier"] > 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["calibrate", "--epsilon", "0", "--delta", "1e-5", "--sample-rate", "1", "--steps", "10"], "epsilon"),
+    (["calibrate", "--epsilon", "1", "--delta", "1", "--sample-rate", "1", "--steps", "10"], "delta"),
+    (["calibrate", "--epsilon", "1", "--delta", "1e-5", "--sample-rate", "0", "--steps", "10"], "sample rate"),
+    (["account", "--noise-multiplier", "1", "--sample-rate", "1", "--steps", "0", "--delta", "1e-5"], "steps"),
+    (["account", "--noise-multiplier", "x", "--sample-rate", "1", "--steps", "1", "--delta", "1e-5"], "invalid"),
+    (["mix", "--problem", "PROBLEM", "--epsilon", "1"], "--delta"),
+    (["mix", "--problem", "PROBLEM", "--epsilon", "1", "--delta", "1e-5", "--clip", "0"], "clipping"),
+    (["mix", "--problem", "/no/such/file.npz", "--nonprivate"], "not found"),
+    (["problem", "nosuch", "--out", "OUT"], "unknown problem"),
+    (["problem", "mnist", "--task", "digit-42", "--out", "OUT"], "unknown task"),
+])
+def test_bad_input_exits_2_without_output(capsys, problem_file: Path, tmp_path: Path, argv, message) -> None:
+    out = tmp_path / "out.json"
+    argv = [str(problem_file) if a == "PROBLEM" else str(out) if a == "OUT" else a for a in argv]
+    code, _, err = run(capsys, *argv, *(["--out", str(out)] if argv[0] == "mix" else []))
+    assert code == 2
+    assert message in err and err.count("\n") == 1
+    assert not out.exists() and not any(p.name.startswith(".out") for p in tmp_path.iterdir())
+
+
+def test_corrupt_problem_file(capsys, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, logp=np.array([[0.2, -1.0]]), sources=np.array(["a", "b"]))
+    code, _, err = run(capsys, "mix", "--problem", str(bad), "--nonprivate")
+    assert code == 2 and "positive log-likelihood" in err
