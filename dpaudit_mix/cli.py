@@ -6,18 +6,24 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from . import accounting, problem as problem_io
 from .atomic import write_json
+from .audit.bounds import epsilon_lower_bound
+from .audit.engine import BACKENDS, load_spec, run_audit
+from .audit.report import write_report
 from .data import registry
 from .errors import InputError, require
 from .learner import LearnerConfig, fit, fit_losses
 from .mixmin import mixmin
 
 EXIT_BAD_INPUT = 2
+EXIT_VIOLATION = 3
 
 
 class _Parser(argparse.ArgumentParser):
@@ -101,6 +107,25 @@ def cmd_problem(args: argparse.Namespace) -> None:
            "cos_lambda_star_uniform": cos_similarity(star, np.ones(prob.k))}, None)
 
 
+def cmd_bound(args: argparse.Namespace) -> None:
+    bound = epsilon_lower_bound(args.fp, args.fn, args.negatives, args.positives, args.delta, args.confidence)
+    _emit(asdict(bound), None)
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    spec = load_spec(args.spec, problem=args.problem, runs=args.runs, epsilon=args.epsilon)
+    out = Path(args.out or Path("reports") / Path(args.spec).stem)
+    outcome = run_audit(spec, out, noise_multiplier=args.noise_multiplier, backend=args.backend,
+                        scheduler=args.scheduler)
+    write_report(outcome, out)
+    print(json.dumps(outcome.summary, indent=2))
+    if outcome.summary["violation"]:
+        print(f"dpaudit-mix: VIOLATION: empirical epsilon exceeds the claimed {spec.epsilon:g}; see {out}/report.md",
+              file=sys.stderr)
+        return EXIT_VIOLATION
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="dpaudit-mix", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -147,7 +172,26 @@ def build_parser() -> argparse.ArgumentParser:
     prob.add_argument("--out", required=True)
     prob.set_defaults(func=cmd_problem)
 
-    for p in (mix, account, calibrate, prob):
+    bound = sub.add_parser("bound", help="Clopper-Pearson epsilon lower bound from attack counts")
+    for flag in ("--fp", "--fn", "--negatives", "--positives"):
+        bound.add_argument(flag, type=int, required=True)
+    bound.add_argument("--delta", type=float, required=True)
+    bound.add_argument("--confidence", type=float, default=0.95)
+    bound.set_defaults(func=cmd_bound)
+
+    audit = sub.add_parser("audit", help="empirical privacy audit of DP-MixMin (exit 3 on a violation)")
+    audit.add_argument("spec")
+    audit.add_argument("--problem", help="a problem file (overrides the spec)")
+    audit.add_argument("--out", help="output folder (default reports/<spec name>)")
+    audit.add_argument("--runs", type=int)
+    audit.add_argument("--epsilon", type=float)
+    audit.add_argument("--noise-multiplier", type=float,
+                       help="override the calibrated sigma while the claim stays epsilon (simulates a broken mechanism)")
+    audit.add_argument("--backend", choices=BACKENDS, default="local")
+    audit.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://host:8786")
+    audit.set_defaults(func=cmd_audit)
+
+    for p in (mix, account, calibrate, prob, bound, audit):
         common(p)
     return parser
 

@@ -1,0 +1,293 @@
+"""The audit run: neighbouring fits in persisted chunks, scored, attacked and bounded.
+
+Half the runs train on D ∪ {canary}, half on D (assignment from the seed); everything else is
+identical. One batched fit per (canary, noise) setting yields both threat models' scores:
+black-box from the released λ, white-box from the noisy gradients of every step. Finished
+chunks are written as npz with a manifest, so a killed audit resumes where it stopped, and
+since run r's randomness is its own, any chunking and either backend give identical results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import tomllib
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from .. import accounting
+from ..atomic import write_json, write_npz
+from ..data import registry
+from ..errors import InputError, require
+from ..learner import BLOCK, Canary, LearnerConfig, fit
+from ..problem import Problem, load
+from .attack import AttackResult, audit_scores
+from .canaries import (CANARY_KINDS, NATURAL_POLICIES, black_box_scores, max_clip_canary, natural_canary,
+                       natural_canary_index)
+
+THREATS = ("black_box", "white_box")
+BACKENDS = ("local", "dask")
+
+
+@dataclass(frozen=True)
+class AuditSpec:
+    """An audit, as written in ``audits/*.toml`` (every key optional, unknown keys rejected)."""
+
+    problem: str = "mnist"  # an embedded problem name, or a path to a problem file
+    task: str = registry.DEFAULT_TASK
+    epsilon: float = 1.0
+    delta: float = 1e-5
+    rho: float = 0.1  # fraction of the problem's examples used as the mixing data D
+    steps: int = 100
+    clip: float = LearnerConfig.clip
+    sample_rate: float = 1.0
+    learning_rate: float = 1.0
+    canaries: tuple[str, ...] = CANARY_KINDS
+    natural_policy: str = "most_influential"
+    natural_index: int = 0
+    threats: tuple[str, ...] = THREATS
+    controls: bool = True  # also run every setting with the noise removed (σ = 0)
+    runs: int = 2_000
+    seed: int = 0
+    confidence: float = 0.95
+    chunk_size: int = 512
+
+    def __post_init__(self) -> None:
+        require(self.epsilon > 0, f"epsilon must be > 0, got {self.epsilon}")
+        accounting.check_delta(self.delta)
+        require(0 < self.rho <= 1, f"rho must be in (0, 1], got {self.rho}")
+        require(self.runs >= 4, f"runs must be >= 4 (two halves of in and out runs), got {self.runs}")
+        require(0 < self.confidence < 1, f"confidence must be in (0, 1), got {self.confidence}")
+        require(self.chunk_size >= 1, f"chunk_size must be >= 1, got {self.chunk_size}")
+        require(len(self.canaries) >= 1 and set(self.canaries) <= set(CANARY_KINDS),
+                f"canaries must be a non-empty subset of {CANARY_KINDS}, got {list(self.canaries)}")
+        require(len(self.threats) >= 1 and set(self.threats) <= set(THREATS),
+                f"threats must be a non-empty subset of {THREATS}, got {list(self.threats)}")
+        require(self.natural_policy in NATURAL_POLICIES,
+                f"natural_policy must be one of {NATURAL_POLICIES}, got {self.natural_policy!r}")
+        LearnerConfig(steps=self.steps, clip=self.clip, sample_rate=self.sample_rate,
+                      learning_rate=self.learning_rate)
+
+
+def load_spec(path: str | Path, **overrides: Any) -> AuditSpec:
+    """Read a TOML spec; ``overrides`` (CLI flags, None = not given) take precedence."""
+    path = Path(path)
+    require(path.is_file(), f"audit spec not found: {path}")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot parse audit spec {path}: {exc}") from None
+    known = {f.name for f in fields(AuditSpec)}
+    unknown = sorted(set(raw) - known)
+    require(not unknown, f"unknown key(s) in {path}: {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    for key in ("canaries", "threats"):
+        if key in raw:
+            require(isinstance(raw[key], list), f"{key} must be a list of strings")
+            raw[key] = tuple(raw[key])
+    raw.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return AuditSpec(**raw)
+    except TypeError as exc:
+        raise InputError(f"bad audit spec {path}: {exc}") from None
+
+
+def resolve_problem(spec: AuditSpec) -> Problem:
+    if spec.problem in registry.PROBLEMS:
+        return registry.build(spec.problem, spec.task)
+    require(Path(spec.problem).is_file(), f"problem {spec.problem!r} is neither an embedded problem "
+            f"({', '.join(registry.PROBLEMS)}) nor an existing file")
+    return load(spec.problem)
+
+
+def mixing_data(problem: Problem, spec: AuditSpec) -> Problem:
+    """D: a seeded fraction ρ of the problem's examples."""
+    size = max(1, round(spec.rho * problem.n))
+    rows = np.sort(np.random.default_rng([spec.seed, 0]).permutation(problem.n)[:size])
+    return problem.subset(rows)
+
+
+def assignments(spec: AuditSpec) -> tuple[np.ndarray, np.ndarray]:
+    """(include, select): which runs hold the canary, and which runs form SELECT (halves each)."""
+    rng = np.random.default_rng([spec.seed, 1])
+    include = rng.permutation(spec.runs) < spec.runs // 2
+    select = rng.permutation(spec.runs) < spec.runs // 2
+    return include, select
+
+
+@dataclass(frozen=True)
+class Setting:
+    canary: str
+    noise: bool
+
+    @property
+    def name(self) -> str:
+        return f"{self.canary}-{'noise' if self.noise else 'nonoise'}"
+
+
+def _chunk_scores(problem: Problem, config: LearnerConfig, canary: Canary, runs: np.ndarray, include: np.ndarray,
+                  seed: int, threads: int) -> dict[str, np.ndarray]:
+    """Fit one chunk of runs; both threat models' scores (module level, so Dask can ship it)."""
+    result = fit(problem, config, runs, seed=seed, canary=canary, include=include, threads=threads)
+    return {"black_box": black_box_scores(canary, result.weights), "white_box": result.whitebox_scores}
+
+
+def _spec_hash(spec: AuditSpec, sigma: float, problem: Problem) -> str:
+    """Everything that determines the scores: a resumed audit must match it exactly."""
+    h = hashlib.sha256(json.dumps({**asdict(spec), "sigma": sigma}, sort_keys=True).encode())
+    h.update(np.ascontiguousarray(problem.logp).tobytes())
+    if problem.heldout_logp is not None:
+        h.update(np.ascontiguousarray(problem.heldout_logp).tobytes())
+    return h.hexdigest()
+
+
+class ChunkStore:
+    """Finished chunks on disk: one npz each (no pickle), and a manifest naming the audit."""
+
+    def __init__(self, root: Path, spec_hash: str) -> None:
+        self.root = root / "chunks"
+        self.root.mkdir(parents=True, exist_ok=True)
+        manifest = self.root / "manifest.json"
+        if manifest.is_file() and json.loads(manifest.read_text()).get("spec_hash") != spec_hash:
+            for stale in self.root.glob("*.npz"):  # chunks of another audit: never mix them in
+                stale.unlink()
+        write_json(manifest, {"spec_hash": spec_hash, "format": "npz per chunk: run ids and scores"})
+
+    def path(self, setting: Setting, start: int) -> Path:
+        return self.root / f"{setting.name}-{start:09d}.npz"
+
+    def load(self, setting: Setting, start: int) -> dict[str, np.ndarray] | None:
+        path = self.path(setting, start)
+        if not path.is_file():
+            return None
+        with np.load(path, allow_pickle=False) as z:
+            return {key: z[key] for key in z.files}
+
+    def save(self, setting: Setting, start: int, scores: dict[str, np.ndarray]) -> None:
+        write_npz(self.path(setting, start), **scores)
+
+
+def _run_chunks(jobs: list[tuple[Setting, int, np.ndarray]], work: Callable[..., dict[str, np.ndarray]],
+                args: dict[Setting, tuple], backend: str, scheduler: str | None,
+                threads: int) -> Iterator[tuple[Setting, int, dict[str, np.ndarray]]]:
+    """Yield finished chunks as they complete, locally (threads) or on a Dask cluster."""
+    if backend == "dask":
+        from dask.distributed import Client, as_completed
+
+        require(scheduler is not None, "--backend dask needs --scheduler ADDR")
+        try:
+            client = Client(scheduler, timeout="10s")
+        except (OSError, TimeoutError) as exc:
+            raise InputError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
+        with client:
+            futures = {}
+            for setting, start, runs in jobs:
+                problem, config, canary, include, seed = args[setting]
+                fut = client.submit(work, problem, config, canary, runs, include[runs], seed, 1, pure=False)
+                futures[fut] = (setting, start)
+            for fut in as_completed(futures):
+                setting, start = futures[fut]
+                yield setting, start, fut.result()
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(job: tuple[Setting, int, np.ndarray]) -> tuple[Setting, int, dict[str, np.ndarray]]:
+        setting, start, runs = job
+        problem, config, canary, include, seed = args[setting]
+        return setting, start, work(problem, config, canary, runs, include[runs], seed, 1)
+
+    with ThreadPoolExecutor(threads) as pool:
+        yield from pool.map(one, jobs)
+
+
+@dataclass(frozen=True)
+class AuditOutcome:
+    """``summary`` is audit.json; ``attacks`` keeps each result's attack and scores for the report."""
+
+    summary: dict[str, Any]
+    attacks: dict[tuple[str, str, bool], tuple[AttackResult, np.ndarray]]
+    include: np.ndarray
+    select: np.ndarray
+
+
+def run_audit(spec: AuditSpec, out: Path, noise_multiplier: float | None = None, backend: str = "local",
+              scheduler: str | None = None, threads: int | None = None, progress: bool = True) -> AuditOutcome:
+    """Run (or resume) the audit described by ``spec``, persisting chunks under ``out``."""
+    require(backend in BACKENDS, f"unknown backend {backend!r}; choose from {BACKENDS}")
+    from ..learner import default_threads
+
+    threads = threads or default_threads()
+    full = resolve_problem(spec)
+    data = mixing_data(full, spec)
+    calibrated = accounting.calibrate(spec.epsilon, spec.delta, spec.sample_rate, spec.steps)
+    sigma = calibrated if noise_multiplier is None else noise_multiplier
+    require(sigma >= 0, f"noise multiplier must be >= 0, got {sigma}")
+    include, select = assignments(spec)
+    canaries: dict[str, Canary] = {}
+    canary_info: dict[str, Any] = {}
+    if "natural" in spec.canaries:
+        index = natural_canary_index(full, spec.natural_policy, spec.clip, spec.natural_index, spec.seed)
+        canaries["natural"] = natural_canary(full, index)
+        canary_info["natural"] = {"policy": spec.natural_policy, "heldout_index": index}
+    if "max_clip" in spec.canaries:
+        canaries["max_clip"] = max_clip_canary(full.k, spec.clip)
+        canary_info["max_clip"] = {"norm": spec.clip, "direction": canaries["max_clip"].gradient.tolist()}
+    settings = [Setting(c, noise) for c in spec.canaries for noise in ((True, False) if spec.controls else (True,))]
+    base = LearnerConfig(steps=spec.steps, clip=spec.clip, sample_rate=spec.sample_rate,
+                         learning_rate=spec.learning_rate)
+    args = {s: (data, replace(base, noise_multiplier=sigma if s.noise else 0.0), canaries[s.canary], include, spec.seed)
+            for s in settings}
+    store = ChunkStore(out, _spec_hash(spec, sigma, full))
+    chunk = -(-spec.chunk_size // BLOCK) * BLOCK  # whole blocks, so floats do not depend on chunking
+    scores = {s: {t: np.empty(spec.runs) for t in THREATS} for s in settings}
+    jobs = []
+    for s in settings:
+        for start in range(0, spec.runs, chunk):
+            runs = np.arange(start, min(start + chunk, spec.runs))
+            done = store.load(s, start)
+            if done is None:
+                jobs.append((s, start, runs))
+            else:
+                for t in THREATS:
+                    scores[s][t][runs] = done[t]
+    bar = tqdm(total=len(jobs), desc="audit chunks", unit="chunk", disable=not progress or not jobs, file=sys.stderr)
+    for s, start, result in _run_chunks(jobs, _chunk_scores, args, backend, scheduler, threads):
+        runs = np.arange(start, min(start + chunk, spec.runs))
+        store.save(s, start, {**result, "runs": runs})
+        for t in THREATS:
+            scores[s][t][runs] = result[t]
+        bar.update()
+    bar.close()
+    results = []
+    attacks: dict[tuple[str, str, bool], tuple[AttackResult, np.ndarray]] = {}
+    for s in settings:
+        for threat in spec.threats:
+            attack = audit_scores(scores[s][threat], include, select, spec.delta, spec.confidence)
+            attacks[(s.canary, threat, s.noise)] = (attack, scores[s][threat])
+            results.append({
+                "canary": s.canary, "threat": threat, "noise": s.noise, "runs": spec.runs,
+                "epsilon_lower_bound": attack.bound.epsilon_lower_bound,
+                "fpr_upper": attack.bound.fpr_upper, "fnr_upper": attack.bound.fnr_upper,
+                "threshold": attack.threshold, "select_epsilon_lower_bound": attack.select_bound,
+                "eval_counts": {"fp": attack.fp, "fn": attack.fn, "negatives": attack.negatives,
+                                "positives": attack.positives},
+            })
+    violation = any(r["noise"] and r["epsilon_lower_bound"] > spec.epsilon for r in results)
+    summary = {
+        "claimed_epsilon": spec.epsilon,
+        "delta": spec.delta,
+        "violation": violation,
+        "results": results,
+        "noise_multiplier": sigma,
+        "calibrated_noise_multiplier": calibrated,
+        "problem": {"name": spec.problem, "task": full.task, "n_mixing": data.n, "k": data.k},
+        "canaries": canary_info,
+        "confidence": spec.confidence,
+        "seed": spec.seed,
+    }
+    return AuditOutcome(summary, attacks, include, select)
