@@ -23,6 +23,7 @@ def _label(canary: str, threat: str, noise: bool) -> str:
 
 
 def _save(fig: plt.Figure, path: Path) -> None:
+    fig.tight_layout()
     with atomic_path(path, suffix=".png") as tmp:
         fig.savefig(tmp, dpi=90, bbox_inches="tight")
     plt.close(fig)
