@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -40,13 +41,13 @@ def main() -> None:
         save(Problem(logp[:N], tuple(f"s{i}" for i in range(K)), heldout_logp=logp[N:]), path)
         base = AuditSpec(problem=str(path), rho=1.0, runs=2_000, steps=100, chunk_size=512)
         cases = [
-            ("2,000 runs, max-clip, private", AuditSpec(**{**base.__dict__, "canaries": ("max_clip",), "controls": False})),
+            ("2,000 runs, max-clip, private", replace(base, canaries=("max_clip",), controls=False)),
             ("2,000 runs x 4 settings (default audit)", base),
         ]
         if not args.no_large:
-            cases.append((f"{args.large_runs:,} runs, white-box max-clip", AuditSpec(**{
-                **base.__dict__, "canaries": ("max_clip",), "threats": ("white_box",), "controls": False,
-                "runs": args.large_runs, "chunk_size": 4096})))
+            cases.append((f"{args.large_runs:,} runs, white-box max-clip", replace(
+                base, canaries=("max_clip",), threats=("white_box",), controls=False, runs=args.large_runs,
+                chunk_size=4096)))
         print(f"n={N} k={K} T=100 full batch, eps=1, delta=1e-5")
         for i, (name, spec) in enumerate(cases):
             seconds, summary = timed(spec, Path(tmp) / f"a{i}")

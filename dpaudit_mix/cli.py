@@ -64,10 +64,10 @@ def cmd_mix(args: argparse.Namespace) -> None:
             "give --nonprivate, or both --epsilon and --delta")
     require(args.epsilon > 0, f"epsilon must be > 0, got {args.epsilon}")
     accounting.check_delta(args.delta)
-    config = LearnerConfig(steps=args.steps, clip=args.clip, sample_rate=args.sample_rate,
-                           user_level=args.user_level, secure=args.secure)
+    LearnerConfig(steps=args.steps, clip=args.clip, sample_rate=args.sample_rate)  # validate before calibrating
     sigma = accounting.calibrate(args.epsilon, args.delta, args.sample_rate, args.steps, args.accountant)
-    config = LearnerConfig(**{**config.__dict__, "noise_multiplier": sigma})
+    config = LearnerConfig(steps=args.steps, clip=args.clip, noise_multiplier=sigma, sample_rate=args.sample_rate,
+                           user_level=args.user_level, secure=args.secure)
     weights = fit(prob, config, args.runs, seed=args.seed).weights
     losses = fit_losses(prob, weights)
     spent = accounting.epsilons([accounting.GaussianPhase(sigma, args.sample_rate, args.steps)], args.delta)

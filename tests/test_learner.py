@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -78,7 +80,7 @@ def test_poisson_runs_reproducible(small_problem: Problem) -> None:
 def test_user_level_with_singleton_users_equals_example_level(small_problem: Problem) -> None:
     singletons = Problem(small_problem.logp, small_problem.sources, users=np.arange(small_problem.n)[::-1].copy())
     config = LearnerConfig(steps=8, noise_multiplier=2.0, clip=0.5)
-    user = fit(singletons, LearnerConfig(**{**config.__dict__, "user_level": True}), 4, seed=3).weights
+    user = fit(singletons, replace(config, user_level=True), 4, seed=3).weights
     example = fit(singletons, config, 4, seed=3).weights
     np.testing.assert_allclose(user, example, rtol=1e-5, atol=1e-7)
 
