@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -16,7 +17,7 @@ from opacus import GradSampleModule
 from opacus.optimizers import DPOptimizer
 from threadpoolctl import threadpool_limits
 
-from dpaudit_mix.learner import LearnerConfig, default_threads, fit
+from dpaudit_mix.learner import BLOCK, LearnerConfig, default_threads, fit
 from dpaudit_mix.mixmin import scaled_likelihoods
 from dpaudit_mix.problem import Problem
 
@@ -45,14 +46,19 @@ def opacus_fit(p: np.ndarray, config: LearnerConfig) -> np.ndarray:
 
 
 def gemm_roofline(p: np.ndarray, runs: int, threads: int) -> float:
-    """Time of the two GEMMs per step alone (F = PΛ, P̃ᵀW) at the learner's block size."""
+    """Time of the two GEMMs per step alone (F = PΛ, P̃ᵀW), laid out as the learner does:
+    blocks of BLOCK runs spread over ``threads`` threads, each with a single-threaded BLAS."""
     p32 = p.astype(np.float32)
-    lam = np.full((K, 64), 1.0 / K, dtype=np.float32)
-    start = time.perf_counter()
-    with threadpool_limits(limits=threads):
-        for _ in range(T * runs // 64):
+    lam = np.full((K, BLOCK), 1.0 / K, dtype=np.float32)
+
+    def block(_: int) -> None:
+        for _ in range(T):
             w = p32 @ lam
             _ = p32.T @ w
+
+    start = time.perf_counter()
+    with threadpool_limits(limits=1), ThreadPoolExecutor(threads) as pool:
+        list(pool.map(block, range(-(-runs // BLOCK))))
     return time.perf_counter() - start
 
 

@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from joblib import Parallel, delayed
 from tqdm import tqdm
 
 from .. import accounting
 from ..atomic import write_json, write_npz
 from ..data import registry
 from ..errors import InputError, require
-from ..learner import BLOCK, Canary, LearnerConfig, fit
+from ..learner import BLOCK, Canary, LearnerConfig, default_threads, fit
 from ..problem import Problem, load
 from .attack import AttackResult, audit_scores
 from .canaries import (CANARY_KINDS, NATURAL_POLICIES, black_box_scores, max_clip_canary, natural_canary,
@@ -175,7 +176,7 @@ class ChunkStore:
 def _run_chunks(jobs: list[tuple[Setting, int, np.ndarray]], work: Callable[..., dict[str, np.ndarray]],
                 args: dict[Setting, tuple], backend: str, scheduler: str | None,
                 threads: int) -> Iterator[tuple[Setting, int, dict[str, np.ndarray]]]:
-    """Yield finished chunks as they complete, locally (threads) or on a Dask cluster."""
+    """Yield finished chunks as they complete, locally (joblib threads) or on a Dask cluster."""
     if backend == "dask":
         from dask.distributed import Client, as_completed
 
@@ -194,15 +195,15 @@ def _run_chunks(jobs: list[tuple[Setting, int, np.ndarray]], work: Callable[...,
                 setting, start = futures[fut]
                 yield setting, start, fut.result()
         return
-    from concurrent.futures import ThreadPoolExecutor
 
     def one(job: tuple[Setting, int, np.ndarray]) -> tuple[Setting, int, dict[str, np.ndarray]]:
         setting, start, runs = job
         problem, config, canary, include, seed = args[setting]
         return setting, start, work(problem, config, canary, runs, include[runs], seed, 1)
 
-    with ThreadPoolExecutor(threads) as pool:
-        yield from pool.map(one, jobs)
+    # joblib threads: numpy and BLAS release the GIL, and nothing is pickled.
+    yield from Parallel(n_jobs=threads, prefer="threads", return_as="generator_unordered")(
+        delayed(one)(job) for job in jobs)
 
 
 @dataclass(frozen=True)
@@ -219,8 +220,6 @@ def run_audit(spec: AuditSpec, out: Path, noise_multiplier: float | None = None,
               scheduler: str | None = None, threads: int | None = None, progress: bool = True) -> AuditOutcome:
     """Run (or resume) the audit described by ``spec``, persisting chunks under ``out``."""
     require(backend in BACKENDS, f"unknown backend {backend!r}; choose from {BACKENDS}")
-    from ..learner import default_threads
-
     threads = threads or default_threads()
     full = resolve_problem(spec)
     data = mixing_data(full, spec)
