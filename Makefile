@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all bench clean
+.PHONY: demo test bench clean
 
 # torch==2.13.0 is named in the same pip call, so pip takes the local CPU wheel, never a CUDA build.
 $(STAMP): pyproject.toml
@@ -17,9 +17,6 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
-
-test-all: $(STAMP)
-	$(PY) -m pytest -q -m ""
 
 bench: $(STAMP)
 	$(PY) bench/learner.py
