@@ -11,6 +11,7 @@ import numpy as np
 from . import accounting
 from .audit.engine import load_spec, run_audit
 from .audit.report import write_report
+from .cli import cos_similarity
 from .data import registry
 from .learner import LearnerConfig, fit, fit_losses
 from .mixmin import mixmin
@@ -41,7 +42,7 @@ def main() -> int:
     for i, source in enumerate(prob.sources):
         print(f"{source:<18}" + "".join(f"{col[i]:>10.3f}" for col in columns.values()))
     print(f"{'loss L(λ)':<18}" + "".join(f"{losses[name]:>10}" for name in columns))
-    print(f"cos(λ★, uniform) = {star.weights.sum() / (np.linalg.norm(star.weights) * np.sqrt(prob.k)):.3f}; "
+    print(f"cos(λ★, uniform) = {cos_similarity(star.weights, np.ones(prob.k)):.3f}; "
           f"problem file: {OUT / 'problem.npz'}")
     outcome = run_audit(load_spec(SPEC), OUT)
     write_report(outcome, OUT)
