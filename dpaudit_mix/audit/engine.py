@@ -13,7 +13,7 @@ import hashlib
 import json
 import sys
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -173,9 +173,8 @@ class ChunkStore:
         write_npz(self.path(setting, start), **scores)
 
 
-def _run_chunks(jobs: list[tuple[Setting, int, np.ndarray]], work: Callable[..., dict[str, np.ndarray]],
-                args: dict[Setting, tuple], backend: str, scheduler: str | None,
-                threads: int) -> Iterator[tuple[Setting, int, dict[str, np.ndarray]]]:
+def _run_chunks(jobs: list[tuple[Setting, np.ndarray]], args: dict[Setting, tuple], backend: str,
+                scheduler: str | None, threads: int) -> Iterator[tuple[Setting, np.ndarray, dict[str, np.ndarray]]]:
     """Yield finished chunks as they complete, locally (joblib threads) or on a Dask cluster."""
     if backend == "dask":
         from dask.distributed import Client, as_completed
@@ -187,19 +186,19 @@ def _run_chunks(jobs: list[tuple[Setting, int, np.ndarray]], work: Callable[...,
             raise InputError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
         with client:
             futures = {}
-            for setting, start, runs in jobs:
+            for setting, runs in jobs:
                 problem, config, canary, include, seed = args[setting]
-                fut = client.submit(work, problem, config, canary, runs, include[runs], seed, 1, pure=False)
-                futures[fut] = (setting, start)
+                fut = client.submit(_chunk_scores, problem, config, canary, runs, include[runs], seed, 1, pure=False)
+                futures[fut] = (setting, runs)
             for fut in as_completed(futures):
-                setting, start = futures[fut]
-                yield setting, start, fut.result()
+                setting, runs = futures[fut]
+                yield setting, runs, fut.result()
         return
 
-    def one(job: tuple[Setting, int, np.ndarray]) -> tuple[Setting, int, dict[str, np.ndarray]]:
-        setting, start, runs = job
+    def one(job: tuple[Setting, np.ndarray]) -> tuple[Setting, np.ndarray, dict[str, np.ndarray]]:
+        setting, runs = job
         problem, config, canary, include, seed = args[setting]
-        return setting, start, work(problem, config, canary, runs, include[runs], seed, 1)
+        return setting, runs, _chunk_scores(problem, config, canary, runs, include[runs], seed, 1)
 
     # joblib threads: numpy and BLAS release the GIL, and nothing is pickled.
     yield from Parallel(n_jobs=threads, prefer="threads", return_as="generator_unordered")(
@@ -250,14 +249,13 @@ def run_audit(spec: AuditSpec, out: Path, noise_multiplier: float | None = None,
             runs = np.arange(start, min(start + chunk, spec.runs))
             done = store.load(s, start)
             if done is None:
-                jobs.append((s, start, runs))
+                jobs.append((s, runs))
             else:
                 for t in THREATS:
                     scores[s][t][runs] = done[t]
     bar = tqdm(total=len(jobs), desc="audit chunks", unit="chunk", disable=not progress or not jobs, file=sys.stderr)
-    for s, start, result in _run_chunks(jobs, _chunk_scores, args, backend, scheduler, threads):
-        runs = np.arange(start, min(start + chunk, spec.runs))
-        store.save(s, start, {**result, "runs": runs})
+    for s, runs, result in _run_chunks(jobs, args, backend, scheduler, threads):
+        store.save(s, int(runs[0]), {**result, "runs": runs})
         for t in THREATS:
             scores[s][t][runs] = result[t]
         bar.update()
