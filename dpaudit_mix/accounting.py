@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import dp_accounting
+from absl import logging as absl_logging
 import numpy as np
 from opacus.accountants import PRVAccountant, RDPAccountant
 from scipy.optimize import brentq
@@ -66,6 +67,20 @@ def epsilon(phases: Sequence[GaussianPhase], delta: float, accountant: str = DEF
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", UserWarning)
         return float(opacus_acc.get_epsilon(delta))
+
+
+def google_rdp_epsilon(phases: Sequence[GaussianPhase], delta: float) -> float:
+    """ε from dp_accounting's RDP accountant: a second, independent RDP implementation to check
+    opacus' against (it logs a warning per order it drops; those are silenced)."""
+    check_delta(delta)
+    verbosity = absl_logging.get_verbosity()
+    absl_logging.set_verbosity(absl_logging.ERROR)
+    try:
+        accountant = dp_accounting.rdp.RdpAccountant()
+        accountant.compose(dp_accounting.ComposedDpEvent([_pld_event(p) for p in phases]))
+        return float(accountant.get_epsilon(delta))
+    finally:
+        absl_logging.set_verbosity(verbosity)
 
 
 def epsilons(phases: Sequence[GaussianPhase], delta: float) -> dict[str, float]:

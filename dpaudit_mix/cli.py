@@ -21,6 +21,8 @@ from .data import registry
 from .errors import InputError, require
 from .learner import LearnerConfig, fit, fit_losses
 from .mixmin import mixmin
+from .verify.checks import FULL, QUICK
+from .verify.suite import failures, verify, write_verification
 
 EXIT_BAD_INPUT = 2
 EXIT_VIOLATION = 3
@@ -126,6 +128,23 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    level = QUICK if args.quick else FULL
+    out = Path(args.out or Path("reports") / "verify")
+    summary = verify(level, self_test=args.self_test)
+    write_verification(summary, out)
+    problems = failures(summary)
+    lines = [f"{c['name']}: {'pass' if c['passed'] else 'FAIL'}: {c['summary']}" for c in summary["checks"]]
+    if "self_test" in summary:
+        st = summary["self_test"]
+        lines.append(f"self-test: {st['caught']} of {len(st['mutants'])} mutants caught")
+    print(json.dumps(summary, indent=2) if args.json else "\n".join(lines + [f"{summary['seconds']} s; see {out}/verify.md"]))
+    if problems:
+        print("dpaudit-mix: verification FAILED:\n  " + "\n  ".join(problems), file=sys.stderr)
+        return EXIT_VIOLATION
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="dpaudit-mix", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -191,7 +210,15 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://host:8786")
     audit.set_defaults(func=cmd_audit)
 
-    for p in (mix, account, calibrate, prob, bound, audit):
+    verify_cmd = sub.add_parser("verify-accountant",
+                                help="check accountants, calibration, the learner's noise and an audit (exit 3 on failure)")
+    verify_cmd.add_argument("--quick", action="store_true", help="the CI-sized run (about a minute)")
+    verify_cmd.add_argument("--self-test", action="store_true",
+                            help="also run the checks on deliberately broken mechanisms and report how many are caught")
+    verify_cmd.add_argument("--out", help="output folder for verify.json and verify.md (default reports/verify)")
+    verify_cmd.set_defaults(func=cmd_verify)
+
+    for p in (mix, account, calibrate, prob, bound, audit, verify_cmd):
         common(p)
     return parser
 

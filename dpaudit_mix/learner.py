@@ -110,13 +110,31 @@ def _prepare(problem: Problem, user_level: bool) -> _Prepared:
     )
 
 
+# The three mechanism primitives below are module functions so that `verify.mutants` can swap in
+# deliberately broken versions and show that the verification checks catch them.
+
+
+def _clip_weights(f: np.ndarray, floor: np.ndarray | float) -> np.ndarray:
+    """Clipped per-example weights in place: min(1/f, C/‖p̃‖) = 1 / max(f, ‖p̃‖/C) with floor = ‖p̃‖/C."""
+    np.maximum(f, floor, out=f)
+    return np.reciprocal(f, out=f)
+
+
+def _noise_scale(sigma_clip: float, k: int) -> np.ndarray:
+    """Standard deviation of the noise on each of the k coordinates, (k, 1): σC on every one."""
+    return np.full((k, 1), sigma_clip, dtype=np.float32)
+
+
+def _normaliser(sample_rate: float, units: int, mask: np.ndarray | None, canary_in: np.ndarray) -> float | np.ndarray:
+    """The divisor of the noisy sum: the public expected batch size qn, never the realised one."""
+    return sample_rate * units
+
+
 def _clipped_sum(prep: _Prepared, lam: np.ndarray, clip: float, mask: np.ndarray | None) -> np.ndarray:
     """Σ over sampled units of the clipped centred gradients, (k, R) for λ of shape (k, R)."""
     f = prep.p @ lam
     if prep.user_starts is None:
-        # w = min(1/f, C/‖p̃‖) = 1 / max(f, ‖p̃‖/C), in place.
-        np.maximum(f, (prep.norm_centred / clip)[:, None], out=f)
-        np.reciprocal(f, out=f)
+        _clip_weights(f, (prep.norm_centred / clip)[:, None])
         if mask is not None:
             f *= mask
         return -(prep.p_centred.T @ f)
@@ -136,7 +154,7 @@ def _canary_gradient(canary: Canary, lam: np.ndarray, clip: float) -> np.ndarray
         return np.broadcast_to(canary.gradient.astype(np.float32)[:, None], lam.shape)
     p, _ = scaled_likelihoods(canary.logp[None, :])
     centred = (p - p.mean())[0]
-    weight = np.minimum(1.0 / (p[0] @ lam), clip / max(float(np.linalg.norm(centred)), 1e-30))
+    weight = _clip_weights(p[0] @ lam, float(np.linalg.norm(centred)) / clip)
     return -(centred[:, None] * weight[None, :]).astype(np.float32)
 
 
@@ -152,8 +170,7 @@ def _fit_block(
     k = prep.p.shape[1]
     r_count = len(runs)
     T, C, q = config.steps, config.clip, config.sample_rate
-    noise_scale = config.noise_multiplier * C
-    normaliser = q * prep.units  # a public constant: never the realised batch size
+    noise_scale = _noise_scale(config.noise_multiplier * C, k)
     streams: list[RandomSource] = (
         [SecureSource()] * r_count if config.secure else [run_stream(seed, int(r)) for r in runs]
     )
@@ -186,6 +203,7 @@ def _fit_block(
             norms = np.linalg.norm(canary_grad, axis=0)
             scores += np.einsum("kr,kr->r", residual, canary_grad) / np.maximum(norms, 1e-30)
         total = total + noise_scale * step_noise
+        normaliser = _normaliser(q, prep.units, mask, canary_in)
         log_lam -= config.learning_rate * total.astype(np.float64) / normaliser
         log_lam -= logsumexp(log_lam, axis=0, keepdims=True)
     return np.exp(log_lam).T, scores

@@ -216,11 +216,15 @@ class AuditOutcome:
 
 
 def run_audit(spec: AuditSpec, out: Path, noise_multiplier: float | None = None, backend: str = "local",
-              scheduler: str | None = None, threads: int | None = None, progress: bool = True) -> AuditOutcome:
-    """Run (or resume) the audit described by ``spec``, persisting chunks under ``out``."""
+              scheduler: str | None = None, threads: int | None = None, progress: bool = True,
+              problem: Problem | None = None) -> AuditOutcome:
+    """Run (or resume) the audit described by ``spec``, persisting chunks under ``out``.
+
+    ``problem`` replaces the spec's problem (callers that build one in memory, like verification).
+    """
     require(backend in BACKENDS, f"unknown backend {backend!r}; choose from {BACKENDS}")
     threads = threads or default_threads()
-    full = resolve_problem(spec)
+    full = problem if problem is not None else resolve_problem(spec)
     data = mixing_data(full, spec)
     calibrated = accounting.calibrate(spec.epsilon, spec.delta, spec.sample_rate, spec.steps)
     sigma = calibrated if noise_multiplier is None else noise_multiplier

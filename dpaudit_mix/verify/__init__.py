@@ -1,0 +1,1 @@
+"""Accountant verification for CI (`dpaudit-mix verify-accountant`)."""

@@ -1,0 +1,299 @@
+"""The verification checks: accountants against each other, calibration, monotonicity, the
+noise the learner really adds, and an empirical audit of the learner against the claim.
+
+Each check returns a :class:`CheckResult` with every case it evaluated, so a failure names the
+exact (σ, q, T, δ) or setting that broke. Tolerances are module constants with their reason.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.linalg import helmert
+from scipy.stats import chi2
+
+from .. import accounting
+from ..audit.engine import AuditSpec, run_audit
+from ..learner import LearnerConfig, fit
+from ..problem import Problem
+from .mechanism import ACCOUNTANT, LEARNER, WIRING, Mechanism
+
+#: δ of every calibrated claim below.
+DELTA = 1e-5
+#: the clipping norm of the probe runs (the learner's default).
+CLIP = LearnerConfig.clip
+#: probe problem: n examples whose proxies all agree (every gradient is 0), k sources.
+PROBE_N, PROBE_K = 64, 16
+#: a probe's canary: likely under source 0 only, so its unclipped gradient is ≈ k‖p̃‖ ≫ C.
+OUTLIER_LOGP = -30.0
+
+#: RDP is an upper bound on the exact ε that PLD (pessimistic) tracks, up to discretisation.
+RDP_BELOW_PLD_SLACK = (0.005, 0.005)  # (absolute, relative to PLD)
+#: opacus and dp_accounting RDP use different order grids; both are valid bounds.
+RDP_IMPLEMENTATIONS_SLACK = (0.005, 0.02)
+#: opacus PRV targets eps_error 0.01; PLD's discretisation adds about as much again.
+PRV_PLD_SLACK = (0.02, 0.02)
+#: full batch: PLD against the exact Gaussian-DP ε.
+PLD_GDP_SLACK = (0.005, 0.005)
+#: calibration may land at most this fraction below its target (σ search tolerance is 1e-3).
+CALIBRATION_UNDERSHOOT = 0.01
+#: noise conformance: probability that the honest learner fails it.
+FALSE_ALARM = 1e-6
+
+
+def _within(a: float, b: float, slack: tuple[float, float]) -> bool:
+    return abs(a - b) <= slack[0] + slack[1] * abs(b)
+
+
+@dataclass(frozen=True)
+class AuditPoint:
+    """One empirical audit: the claim (ε at δ = DELTA), q, T, and the canaries."""
+
+    epsilon: float
+    sample_rate: float
+    steps: int
+    canaries: tuple[str, ...] = ("max_clip",)
+
+
+@dataclass(frozen=True)
+class Level:
+    """How much the checks evaluate: ``QUICK`` for CI, ``FULL`` before a release."""
+
+    name: str
+    grid: tuple[tuple[float, float, int, float], ...]  # (σ, q, T, δ)
+    calibration_targets: tuple[float, ...]
+    calibration_settings: tuple[tuple[float, int], ...]  # (q, T)
+    monotone: dict[str, tuple[float, ...]]  # axis → values swept around _MONOTONE_BASE
+    conformance: tuple[tuple[float, float, int], ...]  # (ε, q, T)
+    conformance_runs: int
+    audits: tuple[AuditPoint, ...]
+    audit_runs: int
+
+
+_GRID_QUICK = (
+    (1.0, 1.0, 10, 1e-5), (2.0, 1.0, 100, 1e-10), (5.0, 1.0, 100, 1e-5),  # q = 1, large ε, small δ
+    (1.0, 0.01, 1000, 1e-5), (0.6, 0.01, 1000, 1e-5), (1.5, 0.25, 20, 1e-5),
+    (1.0, 1e-4, 10_000, 1e-10), (2.0, 1e-3, 1000, 1e-5),  # tiny q
+)
+_MONOTONE_QUICK = {"noise_multiplier": (0.8, 1.0, 1.25, 1.6, 2.5), "steps": (25, 50, 100, 200),
+                   "sample_rate": (0.02, 0.05, 0.1, 0.2, 0.4)}
+QUICK = Level(
+    name="quick",
+    grid=_GRID_QUICK,
+    calibration_targets=(1.0, 4.0),
+    calibration_settings=((1.0, 100), (0.01, 1000)),
+    monotone=_MONOTONE_QUICK,
+    conformance=((2.0, 1.0, 10), (2.0, 0.25, 20)),
+    conformance_runs=4096,
+    audits=(AuditPoint(2.0, 1.0, 10, ("max_clip", "natural")), AuditPoint(2.0, 0.25, 20)),
+    audit_runs=10_000,
+)
+FULL = Level(
+    name="full",
+    grid=_GRID_QUICK + ((0.7, 1.0, 10, 1e-5), (10.0, 1.0, 1000, 1e-5), (0.8, 0.1, 100, 1e-10),
+                        (0.5, 0.002, 5000, 1e-6), (3.0, 0.5, 50, 1e-8), (1.2, 0.05, 2000, 1e-7)),
+    calibration_targets=(0.2, 0.5, 1.0, 2.0, 4.0, 8.0),
+    calibration_settings=((1.0, 100), (0.01, 1000), (0.25, 20)),
+    monotone={"noise_multiplier": (0.6, 0.8, 1.0, 1.25, 1.6, 2.5, 5.0), "steps": (1, 10, 25, 50, 100, 200, 1000),
+              "sample_rate": (0.001, 0.02, 0.05, 0.1, 0.2, 0.4, 1.0)},
+    conformance=((2.0, 1.0, 10), (2.0, 0.25, 20), (1.0, 0.1, 50)),
+    conformance_runs=16_384,
+    audits=(AuditPoint(1.0, 1.0, 10, ("max_clip", "natural")), AuditPoint(2.0, 1.0, 10, ("max_clip", "natural")),
+            AuditPoint(4.0, 1.0, 10, ("max_clip", "natural")), AuditPoint(2.0, 0.25, 20)),
+    audit_runs=100_000,
+)
+LEVELS = {level.name: level for level in (QUICK, FULL)}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    passed: bool
+    summary: str
+    cases: tuple[dict[str, Any], ...]
+
+
+def _result(name: str, cases: list[dict[str, Any]], summary: str) -> CheckResult:
+    failed = [c for c in cases if not c["passed"]]
+    if failed:
+        summary = f"{len(failed)} of {len(cases)} cases fail; first: {failed[0]['why']}"
+    return CheckResult(name, not failed, summary, tuple(cases))
+
+
+def cross_accountant(mechanism: Mechanism, level: Level) -> CheckResult:
+    """opacus RDP and PRV, dp_accounting PLD and RDP, and (q = 1) exact GDP agree within slack."""
+    cases = []
+    worst = {"prv_vs_pld": 0.0, "rdp_over_pld": 0.0, "pld_vs_gdp": 0.0}
+    for sigma, q, steps, delta in level.grid:
+        phases = [accounting.GaussianPhase(sigma, q, steps)]
+        eps = accounting.epsilons(phases, delta)
+        eps["rdp_google"] = accounting.google_rdp_epsilon(phases, delta)
+        if q == 1.0:
+            eps["gdp"] = accounting.gdp_epsilon(sigma, steps, delta)
+        why = []
+        if not all(math.isfinite(v) and v >= 0 for v in eps.values()):
+            why.append("an ε is negative or not finite")
+        if eps["rdp"] < eps["pld"] - RDP_BELOW_PLD_SLACK[0] - RDP_BELOW_PLD_SLACK[1] * eps["pld"]:
+            why.append(f"RDP {eps['rdp']:.4g} < PLD {eps['pld']:.4g}")
+        if not _within(eps["rdp"], eps["rdp_google"], RDP_IMPLEMENTATIONS_SLACK):
+            why.append(f"opacus RDP {eps['rdp']:.4g} ≠ dp_accounting RDP {eps['rdp_google']:.4g}")
+        if not _within(eps["prv"], eps["pld"], PRV_PLD_SLACK):
+            why.append(f"PRV {eps['prv']:.4g} ≠ PLD {eps['pld']:.4g}")
+        if "gdp" in eps and not _within(eps["pld"], eps["gdp"], PLD_GDP_SLACK):
+            why.append(f"PLD {eps['pld']:.4g} ≠ exact GDP {eps['gdp']:.4g}")
+        worst["prv_vs_pld"] = max(worst["prv_vs_pld"], abs(eps["prv"] - eps["pld"]))
+        worst["rdp_over_pld"] = max(worst["rdp_over_pld"], eps["rdp"] - eps["pld"])
+        if "gdp" in eps:
+            worst["pld_vs_gdp"] = max(worst["pld_vs_gdp"], abs(eps["pld"] - eps["gdp"]))
+        point = f"σ={sigma:g} q={q:g} T={steps} δ={delta:g}"
+        cases.append({"noise_multiplier": sigma, "sample_rate": q, "steps": steps, "delta": delta,
+                      "epsilon": eps, "passed": not why,
+                      "why": f"{point}: " + ("; ".join(why) or ", ".join(f"{k} {v:.4g}" for k, v in eps.items()))})
+    summary = (f"{len(cases)} points agree; largest |PRV−PLD| {worst['prv_vs_pld']:.4f}, "
+               f"RDP−PLD up to {worst['rdp_over_pld']:.3f}, |PLD−GDP| {worst['pld_vs_gdp']:.2e}")
+    return _result("cross_accountant", cases, summary)
+
+
+def calibration_round_trip(mechanism: Mechanism, level: Level) -> CheckResult:
+    """σ calibrated for ε gives ε(σ) ≤ ε (no overshoot) and not far below it, every accountant."""
+    cases = []
+    for name in accounting.ACCOUNTANTS:
+        for q, steps in level.calibration_settings:
+            for target in level.calibration_targets:
+                sigma = accounting.calibrate(target, DELTA, q, steps, name)
+                spent = accounting.epsilon([accounting.GaussianPhase(sigma, q, steps)], DELTA, name)
+                ok = (1 - CALIBRATION_UNDERSHOOT) * target <= spent <= target
+                cases.append({"accountant": name, "target_epsilon": target, "sample_rate": q, "steps": steps,
+                              "noise_multiplier": sigma, "epsilon": spent, "passed": ok,
+                              "why": f"{name} q={q:g} T={steps}: calibrated for ε={target:g}, spends {spent:.5g}"})
+    return _result("calibration_round_trip", cases,
+                   f"{len(cases)} calibrations land in [{1 - CALIBRATION_UNDERSHOOT:g}·ε, ε]")
+
+
+#: the base point (σ, q, T) of the monotonicity sweeps, and the direction ε must move along each axis.
+_MONOTONE_BASE = (1.0, 0.1, 100)
+_MONOTONE_DIRECTION = {"noise_multiplier": -1, "steps": +1, "sample_rate": +1}
+
+
+def monotonicity(mechanism: Mechanism, level: Level) -> CheckResult:
+    """ε falls strictly as σ grows, and rises strictly with T and with q, every accountant."""
+    cases = []
+    for name in accounting.ACCOUNTANTS:
+        for axis, values in level.monotone.items():
+            direction = _MONOTONE_DIRECTION[axis]
+            eps = []
+            for value in values:
+                sigma, q, steps = _MONOTONE_BASE
+                point = {"noise_multiplier": sigma, "sample_rate": q, "steps": steps, axis: value}
+                phase = accounting.GaussianPhase(point["noise_multiplier"], point["sample_rate"], int(point["steps"]))
+                eps.append(accounting.epsilon([phase], DELTA, name))
+            ok = bool(np.all(direction * np.diff(eps) > 0))
+            cases.append({"accountant": name, "axis": axis, "values": list(values), "epsilon": eps, "passed": ok,
+                          "why": f"{name}: ε over {axis} {list(values)} is {[round(e, 4) for e in eps]}"})
+    return _result("monotonicity", cases, f"{len(cases)} sweeps are strictly monotone")
+
+
+def probe_problem() -> Problem:
+    """n examples on which all k proxies agree, so every gradient is 0 and only noise (and a
+    canary) moves λ; one held-out outlier example serves as the natural canary."""
+    outlier = np.full((1, PROBE_K), OUTLIER_LOGP)
+    outlier[0, 0] = 0.0
+    return Problem(np.zeros((PROBE_N, PROBE_K)), tuple(f"s{i}" for i in range(PROBE_K)), heldout_logp=outlier,
+                   task="probe")
+
+
+def _probe_learning_rate(required_sigma: float, sample_rate: float, steps: int) -> float:
+    """η that makes the centred log λ of an honest probe run standard normal per direction."""
+    return sample_rate * PROBE_N / (required_sigma * CLIP * math.sqrt(steps))
+
+
+def noise_conformance(mechanism: Mechanism, level: Level, seed: int = 0) -> CheckResult:
+    """The learner adds the noise the accountant requires for the claim.
+
+    On the probe problem every gradient is 0, so after T steps centred log λ is exactly
+    −(η/(qn)) Σ_t noise_t (EG ignores constants): with σ the accountant requires for (ε, δ, q, T),
+    its coordinates in an orthonormal basis of the sum-zero plane are i.i.d. N(0, s²),
+    s = ησC√T/(qn). Each coordinate's variance, and their pooled variance, is tested with a
+    two-sided χ² test at total false-alarm rate FALSE_ALARM.
+    """
+    cases = []
+    basis = helmert(PROBE_K)  # (k − 1, k): orthonormal rows, each orthogonal to the ones vector
+    tests = PROBE_K  # k − 1 coordinates plus the pooled variance
+    for target, q, steps in level.conformance:
+        required = accounting.calibrate(target, DELTA, q, steps)
+        sigma = mechanism.noise_multiplier(target, DELTA, q, steps)
+        rate = _probe_learning_rate(required, q, steps)
+        config = LearnerConfig(steps=steps, clip=CLIP, noise_multiplier=sigma, sample_rate=q, learning_rate=rate)
+        weights = fit(probe_problem(), config, level.conformance_runs, seed=seed).weights
+        scale = rate * required * CLIP * math.sqrt(steps) / (q * PROBE_N)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = np.log(weights) @ basis.T / scale
+        runs = level.conformance_runs
+        ratios = np.mean(z**2, axis=0)
+        pooled = float(np.mean(ratios))
+        stats = [(runs * r, runs) for r in ratios] + [(runs * (PROBE_K - 1) * pooled, runs * (PROBE_K - 1))]
+        p_values = [2 * min(chi2.cdf(s, dof), chi2.sf(s, dof)) if np.isfinite(s) else 0.0 for s, dof in stats]
+        ok = min(p_values) >= FALSE_ALARM / tests
+        cases.append({"epsilon": target, "sample_rate": q, "steps": steps, "runs": runs,
+                      "required_noise_multiplier": required, "noise_multiplier": sigma,
+                      "variance_ratio_pooled": pooled, "variance_ratio_min": float(np.min(ratios)),
+                      "variance_ratio_max": float(np.max(ratios)), "min_p_value": float(min(p_values)),
+                      "passed": bool(ok),
+                      "why": (f"ε={target:g} q={q:g} T={steps}: observed/required noise variance {pooled:.3f} "
+                              f"(per direction {np.min(ratios):.3f}–{np.max(ratios):.3f}), p={min(p_values):.2g}")})
+    return _result("noise_conformance", cases, f"{len(cases)} settings add the required noise")
+
+
+def empirical_soundness(mechanism: Mechanism, level: Level, seed: int = 0) -> CheckResult:
+    """A white-box audit of the learner on the probe problem gives ε_LB ≤ the claimed ε.
+
+    The probe's zero gradients make the audit as tight as the mechanism allows; the natural
+    outlier canary's unclipped gradient is ≈ 5C, so it exposes missing clipping.
+    """
+    cases = []
+    problem = probe_problem()
+    for point in level.audits:
+        sigma = mechanism.noise_multiplier(point.epsilon, DELTA, point.sample_rate, point.steps)
+        required = accounting.calibrate(point.epsilon, DELTA, point.sample_rate, point.steps)
+        spec = AuditSpec(problem="probe", task="probe", epsilon=point.epsilon, delta=DELTA, rho=1.0,
+                         steps=point.steps, clip=CLIP, sample_rate=point.sample_rate,
+                         learning_rate=_probe_learning_rate(required, point.sample_rate, point.steps),
+                         canaries=point.canaries, natural_policy="index", threats=("white_box",),
+                         controls=False, runs=level.audit_runs, seed=seed, chunk_size=4096)
+        with tempfile.TemporaryDirectory() as tmp:
+            outcome = run_audit(spec, Path(tmp), noise_multiplier=sigma, progress=False, problem=problem)
+        for r in outcome.summary["results"]:
+            ok = r["epsilon_lower_bound"] <= point.epsilon
+            cases.append({"epsilon": point.epsilon, "sample_rate": point.sample_rate, "steps": point.steps,
+                          "canary": r["canary"], "runs": r["runs"], "noise_multiplier": sigma,
+                          "epsilon_lower_bound": r["epsilon_lower_bound"], "passed": ok,
+                          "why": (f"{r['canary']} canary, q={point.sample_rate:g} T={point.steps}: "
+                                  f"ε_LB {r['epsilon_lower_bound']:.3f} vs claimed {point.epsilon:g}")})
+    top = max(c["epsilon_lower_bound"] / c["epsilon"] for c in cases)
+    return _result("empirical_soundness", cases, f"{len(cases)} audits under the claim (largest ε_LB/ε {top:.2f})")
+
+
+@dataclass(frozen=True)
+class Check:
+    """A check, and the parts of a release it exercises (a mutant elsewhere cannot change it)."""
+
+    name: str
+    title: str
+    uses: frozenset[str]
+    run: Callable[[Mechanism, Level], CheckResult]
+
+
+CHECKS: tuple[Check, ...] = (
+    Check("cross_accountant", "Cross-accountant agreement", frozenset({ACCOUNTANT}), cross_accountant),
+    Check("calibration_round_trip", "Calibration round trip", frozenset({ACCOUNTANT}), calibration_round_trip),
+    Check("monotonicity", "Monotonicity in σ, T and q", frozenset({ACCOUNTANT}), monotonicity),
+    Check("noise_conformance", "Noise the learner adds", frozenset({ACCOUNTANT, WIRING, LEARNER}), noise_conformance),
+    Check("empirical_soundness", "Empirical white-box audit", frozenset({ACCOUNTANT, WIRING, LEARNER}),
+          empirical_soundness),
+)

@@ -1,0 +1,95 @@
+"""The mechanism under verification, and deliberately broken variants of it (mutants).
+
+A release turns a claim (ε, δ, q, T) into a noise multiplier σ (the *wiring*: which numbers the
+accountant is told) and then runs the learner (the *mechanism*: clipping, noise, normaliser).
+A mutant breaks one of the two. The honest mechanism is the package's own code, unchanged; a
+learner mutant swaps one of the learner's primitives (``learner._clip_weights``,
+``_noise_scale``, ``_normaliser``) or the accountant's ``_pld_event`` for the length of a
+``with mechanism.active():`` block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
+from types import ModuleType
+from unittest import mock
+
+import dp_accounting
+import numpy as np
+
+from .. import accounting, learner
+
+#: the parts of a release a check exercises, and a mutant may break.
+ACCOUNTANT, WIRING, LEARNER = "accountant", "wiring", "learner"
+
+NoiseRule = Callable[[float, float, float, int], float]
+
+
+def _calibrated(epsilon: float, delta: float, sample_rate: float, steps: int) -> float:
+    return accounting.calibrate(epsilon, delta, sample_rate, steps)
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """``noise_multiplier(ε, δ, q, T)`` is the σ the release runs with; ``patches`` replace
+    functions of a module while the mechanism is active; ``breaks`` names the parts changed."""
+
+    name: str
+    description: str
+    noise_multiplier: NoiseRule = _calibrated
+    patches: tuple[tuple[ModuleType, str, Callable], ...] = ()
+    breaks: frozenset[str] = frozenset()
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        with ExitStack() as stack:
+            for module, attribute, replacement in self.patches:
+                stack.enter_context(mock.patch.object(module, attribute, replacement))
+            yield
+
+
+HONEST = Mechanism("honest", "the package as shipped")
+
+
+def _no_clipping(f: np.ndarray, floor: np.ndarray | float) -> np.ndarray:
+    return np.reciprocal(f, out=f)
+
+
+_shipped_noise_scale = learner._noise_scale
+_shipped_pld_event = accounting._pld_event
+
+
+def _half_noise(sigma_clip: float, k: int) -> np.ndarray:
+    scale = _shipped_noise_scale(sigma_clip, k)
+    scale[(k + 1) // 2:] = 0.0
+    return scale
+
+
+def _realised_normaliser(sample_rate: float, units: int, mask: np.ndarray | None,
+                         canary_in: np.ndarray) -> np.ndarray:
+    batch = (units if mask is None else mask.sum(axis=0)) + canary_in
+    return np.maximum(batch, 1.0)
+
+
+def _pld_half_steps(phase: accounting.GaussianPhase) -> dp_accounting.DpEvent:
+    return _shipped_pld_event(replace(phase, steps=max(1, phase.steps // 2)))
+
+
+MUTANTS: tuple[Mechanism, ...] = (
+    Mechanism("sigma_halved", "the learner adds half the calibrated noise",
+              lambda e, d, q, t: _calibrated(e, d, q, t) / 2, breaks=frozenset({WIRING})),
+    Mechanism("q_under_reported", "the accountant is told q/2 while the learner samples at q",
+              lambda e, d, q, t: _calibrated(e, d, q / 2, t), breaks=frozenset({WIRING})),
+    Mechanism("steps_under_counted", "the accountant is told T/2 steps while the learner runs T",
+              lambda e, d, q, t: _calibrated(e, d, q, max(1, t // 2)), breaks=frozenset({WIRING})),
+    Mechanism("clipping_disabled", "per-example gradients are not clipped",
+              patches=((learner, "_clip_weights", _no_clipping),), breaks=frozenset({LEARNER})),
+    Mechanism("realised_normaliser", "the noisy sum is divided by the realised batch size, not qn",
+              patches=((learner, "_normaliser", _realised_normaliser),), breaks=frozenset({LEARNER})),
+    Mechanism("partial_noise", "noise is added to only the first half of the k coordinates",
+              patches=((learner, "_noise_scale", _half_noise),), breaks=frozenset({LEARNER})),
+    Mechanism("pld_half_steps", "the PLD accountant composes T/2 steps instead of T",
+              patches=((accounting, "_pld_event", _pld_half_steps),), breaks=frozenset({ACCOUNTANT})),
+)

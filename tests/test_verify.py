@@ -1,0 +1,56 @@
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpaudit_mix import accounting, cli, learner
+from dpaudit_mix.cli import main
+from dpaudit_mix.verify.checks import CHECKS, AuditPoint, Level, noise_conformance
+from dpaudit_mix.verify.mechanism import HONEST, MUTANTS
+
+#: the smallest level that still exercises every check (for the failure-path tests).
+TINY = Level(name="tiny", grid=((1.0, 1.0, 10, 1e-5),), calibration_targets=(1.0,), calibration_settings=((1.0, 10),),
+             monotone={"noise_multiplier": (1.0, 2.0), "steps": (10, 20), "sample_rate": (0.1, 0.2)},
+             conformance=((2.0, 0.25, 10),), conformance_runs=1024, audits=(AuditPoint(2.0, 1.0, 10),),
+             audit_runs=1000)
+
+
+def test_quick_verification_passes_and_catches_every_mutant(capsys, tmp_path: Path) -> None:
+    """The CI job itself: `verify-accountant --quick --self-test` on the shipped code."""
+    assert main(["verify-accountant", "--quick", "--self-test", "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "verify.json").read_text())
+    assert summary["passed"] and [c["name"] for c in summary["checks"]] == [c.name for c in CHECKS]
+    assert all(case["passed"] for c in summary["checks"] for case in c["cases"])
+    st = summary["self_test"]
+    assert st["kill_rate"] == 1.0 and {m["name"] for m in st["mutants"]} == {m.name for m in MUTANTS}
+    assert "PASS" in (tmp_path / "verify.md").read_text().splitlines()[0]
+
+
+@pytest.mark.parametrize("mutant", [m for m in MUTANTS if m.name in ("partial_noise", "realised_normaliser")],
+                         ids=lambda m: m.name)
+def test_broken_learner_in_the_package_fails_verification(capsys, monkeypatch, tmp_path: Path, mutant) -> None:
+    """A bug shipped in the learner itself (not injected by the self-test) makes the CLI exit 3."""
+    monkeypatch.setattr(cli, "QUICK", TINY)
+    for module, attribute, replacement in mutant.patches:
+        monkeypatch.setattr(module, attribute, replacement)
+    assert main(["verify-accountant", "--quick", "--out", str(tmp_path)]) == cli.EXIT_VIOLATION
+    err = capsys.readouterr().err
+    assert "verification FAILED" in err and "noise_conformance" in err
+    summary = json.loads((tmp_path / "verify.json").read_text())
+    assert not summary["passed"]
+
+
+def test_mechanism_patches_are_undone_on_exit() -> None:
+    shipped = (learner._clip_weights, learner._noise_scale, learner._normaliser, accounting._pld_event)
+    for mutant in MUTANTS:
+        with mutant.active():
+            pass
+    assert (learner._clip_weights, learner._noise_scale, learner._normaliser, accounting._pld_event) == shipped
+
+
+def test_noise_conformance_statistic_is_standard_normal_for_the_shipped_learner() -> None:
+    """The probe's whitened log λ has unit variance in every direction (up to sampling error)."""
+    result = noise_conformance(HONEST, TINY)
+    case = result.cases[0]
+    assert result.passed and abs(case["variance_ratio_pooled"] - 1) < 5 * np.sqrt(2 / (1024 * 15))
