@@ -21,6 +21,10 @@ from .data import registry
 from .errors import InputError, require
 from .learner import LearnerConfig, fit, fit_losses
 from .mixmin import mixmin
+from .recovery.grid import run_recovery
+from .recovery.metrics import cos_similarity
+from .recovery.report import write_recovery_report
+from .recovery.spec import load_recovery_spec
 from .verify.checks import FULL, QUICK
 from .verify.suite import failures, verify, write_verification
 
@@ -49,10 +53,6 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
-
-
-def cos_similarity(a: np.ndarray, b: np.ndarray) -> float:
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
 def cmd_mix(args: argparse.Namespace) -> None:
@@ -106,7 +106,7 @@ def cmd_problem(args: argparse.Namespace) -> None:
     star = mixmin(prob.logp).weights
     _emit({"problem": args.name, "task": prob.task, "n": prob.n, "k": prob.k, "out": args.out,
            "sources": list(prob.sources), "lambda_star": star.tolist(),
-           "cos_lambda_star_uniform": cos_similarity(star, np.ones(prob.k))}, None)
+           "cos_lambda_star_uniform": float(cos_similarity(star, np.ones(prob.k)))}, None)
 
 
 def cmd_bound(args: argparse.Namespace) -> None:
@@ -126,6 +126,16 @@ def cmd_audit(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_VIOLATION
     return 0
+
+
+def cmd_recovery(args: argparse.Namespace) -> None:
+    spec = load_recovery_spec(args.spec)
+    out = Path(args.out or Path("reports") / Path(args.spec).stem)
+    result = run_recovery(spec)
+    write_recovery_report(result, out)
+    ks = result["k_scaling"]
+    print(json.dumps({"out": str(out), "cells": len(result["cells"]), "k_slope": ks["slope"],
+                      "k_fit_range": ks["fit_range"]}, indent=2))
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -210,6 +220,11 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://host:8786")
     audit.set_defaults(func=cmd_audit)
 
+    recovery = sub.add_parser("recovery", help="weight-recovery report: private λ against λ★ over ε × ρ and k")
+    recovery.add_argument("spec")
+    recovery.add_argument("--out", help="output folder (default reports/<spec name>)")
+    recovery.set_defaults(func=cmd_recovery)
+
     verify_cmd = sub.add_parser("verify-accountant",
                                 help="check accountants, calibration, the learner's noise and an audit (exit 3 on failure)")
     verify_cmd.add_argument("--quick", action="store_true", help="the CI-sized run (about a minute)")
@@ -218,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify_cmd.add_argument("--out", help="output folder for verify.json and verify.md (default reports/verify)")
     verify_cmd.set_defaults(func=cmd_verify)
 
-    for p in (mix, account, calibrate, prob, bound, audit, verify_cmd):
+    for p in (mix, account, calibrate, prob, bound, audit, recovery, verify_cmd):
         common(p)
     return parser
 

@@ -11,11 +11,11 @@ import numpy as np
 from . import accounting
 from .audit.engine import load_spec, run_audit
 from .audit.report import write_report
-from .cli import cos_similarity
 from .data import registry
 from .learner import LearnerConfig, fit, fit_losses
 from .mixmin import mixmin
 from .problem import save
+from .recovery.metrics import cos_similarity
 
 OUT = Path("reports/demo")
 EPSILONS = (1.0, 5.0)

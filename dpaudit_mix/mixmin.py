@@ -15,6 +15,10 @@ from scipy.special import logsumexp
 from .errors import require
 
 
+#: the adaptive step never grows beyond this (an infinite step would make λ NaN).
+MAX_STEP = 1e6
+
+
 def mixture_loss(logp: np.ndarray, lam: np.ndarray) -> np.ndarray:
     """L(λ) for one λ of shape (k,) or many of shape (R, k) (then one loss per row)."""
     lam = np.asarray(lam, dtype=np.float64)
@@ -55,13 +59,23 @@ def mixmin(
     tol: float = 1e-9,
     max_iter: int = 100_000,
     learning_rate: float = 1.0,
+    adaptive: bool = True,
 ) -> MixMinResult:
-    """λ★ by exponentiated gradient from uniform, until the duality gap is ≤ ``tol``."""
+    """λ★ by exponentiated gradient from uniform, until the duality gap is ≤ ``tol``.
+
+    ``adaptive`` grows the step by 1.5 after each step that lowers L and halves it (retrying)
+    after one that does not, down to ``learning_rate``, whose step is always taken: plain EG
+    needs ~10⁵ steps when λ★ sits near a vertex of the simplex, since the small weights then
+    decay only like 1/t. ``adaptive=False`` is plain EG with step ``learning_rate`` (the DP
+    learner's update without noise).
+    """
     require(tol > 0, f"tol must be > 0, got {tol}")
     p, _ = scaled_likelihoods(np.asarray(logp, dtype=np.float64))
     k = p.shape[1]
     log_lam = np.full(k, -np.log(k))
     lam = np.exp(log_lam)
+    eta = learning_rate
+    loss = -np.mean(np.log(p @ lam))  # L up to a constant: all the step control needs
     gap = np.inf
     it = 0
     for it in range(1, max_iter + 1):
@@ -69,9 +83,16 @@ def mixmin(
         gap = duality_gap(grad, lam)
         if gap <= tol:
             break
-        log_lam = log_lam - learning_rate * grad
-        log_lam -= logsumexp(log_lam)
-        lam = np.exp(log_lam)
+        while True:
+            candidate = log_lam - eta * grad
+            candidate -= logsumexp(candidate)
+            new_loss = -np.mean(np.log(p @ np.exp(candidate)))
+            if not adaptive or new_loss <= loss or eta == learning_rate:
+                break
+            eta = max(eta / 2, learning_rate)
+        log_lam, lam, loss = candidate, np.exp(candidate), new_loss
+        if adaptive:
+            eta = min(eta * 1.5, MAX_STEP)
     else:
         gap = duality_gap(gradient(p, lam), lam)
     return MixMinResult(lam, float(mixture_loss(logp, lam)), float(gap), it)

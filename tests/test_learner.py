@@ -16,7 +16,7 @@ from .conftest import random_problem
 
 def _eg_iterates(logp: np.ndarray, steps: int, lr: float) -> np.ndarray:
     """Plain full-batch exponentiated gradient from uniform (the non-private recursion)."""
-    return mixmin(logp, tol=1e-300, max_iter=steps, learning_rate=lr).weights
+    return mixmin(logp, tol=1e-300, max_iter=steps, learning_rate=lr, adaptive=False).weights
 
 
 def test_noiseless_unclipped_is_exponentiated_gradient(small_problem: Problem) -> None:

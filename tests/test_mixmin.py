@@ -46,3 +46,15 @@ def test_loss_is_row_scale_invariant_up_to_constant(small_problem) -> None:
     shift = np.linspace(-3, 0, small_problem.n)[:, None]
     diff = mixture_loss(small_problem.logp + shift, lam) - mixture_loss(small_problem.logp, lam)
     assert diff == pytest.approx(-shift.mean())
+
+
+def test_adaptive_step_reaches_a_vertex_optimum_in_few_iterations() -> None:
+    """λ★ at a vertex: plain EG crawls (small weights decay like 1/t); the adaptive step does not."""
+    prob = random_problem(400, 12, seed=5)
+    logp = prob.logp.copy()
+    logp[:, 0] = np.log(np.clip(np.exp(logp).max(axis=1) * 1.2, None, 1.0))  # source 0 dominates
+    fast = mixmin(logp)
+    plain = mixmin(logp, adaptive=False, max_iter=fast.iterations)
+    assert fast.gap <= 1e-9 and fast.weights[0] > 0.99
+    assert fast.iterations < 1_000 and plain.gap > 100 * fast.gap
+    assert abs(fast.loss - _scipy_optimum(logp)) <= 1e-6

@@ -12,9 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-import tomllib
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from ..data import registry
 from ..errors import InputError, require
 from ..learner import BLOCK, Canary, LearnerConfig, default_threads, fit
 from ..problem import Problem, load
+from ..specfile import load_spec_file
 from .attack import AttackResult, audit_scores
 from .canaries import (CANARY_KINDS, NATURAL_POLICIES, black_box_scores, max_clip_canary, natural_canary,
                        natural_canary_index)
@@ -66,6 +66,8 @@ class AuditSpec:
         require(self.runs >= 4, f"runs must be >= 4 (two halves of in and out runs), got {self.runs}")
         require(0 < self.confidence < 1, f"confidence must be in (0, 1), got {self.confidence}")
         require(self.chunk_size >= 1, f"chunk_size must be >= 1, got {self.chunk_size}")
+        require(isinstance(self.canaries, tuple) and isinstance(self.threats, tuple),
+                "canaries and threats must be lists of strings")
         require(len(self.canaries) >= 1 and set(self.canaries) <= set(CANARY_KINDS),
                 f"canaries must be a non-empty subset of {CANARY_KINDS}, got {list(self.canaries)}")
         require(len(self.threats) >= 1 and set(self.threats) <= set(THREATS),
@@ -77,25 +79,8 @@ class AuditSpec:
 
 
 def load_spec(path: str | Path, **overrides: Any) -> AuditSpec:
-    """Read a TOML spec; ``overrides`` (CLI flags, None = not given) take precedence."""
-    path = Path(path)
-    require(path.is_file(), f"audit spec not found: {path}")
-    try:
-        raw = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot parse audit spec {path}: {exc}") from None
-    known = {f.name for f in fields(AuditSpec)}
-    unknown = sorted(set(raw) - known)
-    require(not unknown, f"unknown key(s) in {path}: {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    for key in ("canaries", "threats"):
-        if key in raw:
-            require(isinstance(raw[key], list), f"{key} must be a list of strings")
-            raw[key] = tuple(raw[key])
-    raw.update({k: v for k, v in overrides.items() if v is not None})
-    try:
-        return AuditSpec(**raw)
-    except TypeError as exc:
-        raise InputError(f"bad audit spec {path}: {exc}") from None
+    """Read a TOML audit spec; ``overrides`` (CLI flags, None = not given) take precedence."""
+    return load_spec_file(AuditSpec, path, **overrides)
 
 
 def resolve_problem(spec: AuditSpec) -> Problem:

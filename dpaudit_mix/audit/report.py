@@ -2,31 +2,20 @@
 
 from __future__ import annotations
 
-import base64
-import html
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from ..atomic import atomic_path, write_json, write_text  # noqa: E402
-from .engine import AuditOutcome  # noqa: E402
+from ..atomic import write_json
+from ..reporting import save_figure, write_pages
+from .engine import AuditOutcome
 
 
 def _label(canary: str, threat: str, noise: bool) -> str:
     return f"{canary} / {threat} / {'private' if noise else 'no-noise control'}"
-
-
-def _save(fig: plt.Figure, path: Path) -> None:
-    fig.tight_layout()
-    with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=90, bbox_inches="tight")
-    plt.close(fig)
 
 
 def _figures(outcome: AuditOutcome, out: Path) -> list[Path]:
@@ -69,7 +58,7 @@ def _figures(outcome: AuditOutcome, out: Path) -> list[Path]:
     ax.legend()
     paths = [out / "scores.png", out / "roc.png", out / "epsilon.png"]
     for fig, path in zip((hist, roc, bar), paths):
-        _save(fig, path)
+        save_figure(fig, path)
     return paths
 
 
@@ -91,27 +80,12 @@ def _verdict(summary: dict) -> str:
 def write_report(outcome: AuditOutcome, out: Path) -> None:
     """audit.json, report.md, report.html and PNG figures in ``out`` (each written atomically)."""
     summary = outcome.summary
-    figures = _figures(outcome, out)
-    rows = _table(summary)
     prob = summary["problem"]
     head = (f"Problem {prob['name']} / {prob['task']}: n = {prob['n_mixing']} mixing examples, k = {prob['k']}; "
             f"claimed (ε, δ) = ({summary['claimed_epsilon']:g}, {summary['delta']:g}); σ = "
             f"{summary['noise_multiplier']:.4g} (calibrated {summary['calibrated_noise_multiplier']:.4g}); "
             f"{summary['confidence']:.0%} Clopper–Pearson, threshold on SELECT, counts on EVAL.")
-    md = ["# dpaudit-mix audit", "", head, "", f"**{_verdict(summary)}**", "",
-          "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
-    md += ["| " + " | ".join(r) + " |" for r in rows[1:]]
-    md += [""] + [f"![{p.stem}]({p.name})" for p in figures]
-    write_text(out / "report.md", "\n".join(md) + "\n")
-    images = "".join(
-        f'<h2>{p.stem}</h2><img alt="{p.stem}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
-        for p in figures)
-    table = "<table>" + "".join(
-        "<tr>" + "".join(f"<{'th' if i == 0 else 'td'}>{html.escape(c)}</{'th' if i == 0 else 'td'}>" for c in r) + "</tr>"
-        for i, r in enumerate(rows)) + "</table>"
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>dpaudit-mix audit</title><style>"
-            "body{font-family:sans-serif;max-width:1000px;margin:auto}td,th{padding:2px 8px;border-bottom:1px solid #ccc}"
-            f"img{{max-width:100%}}</style></head><body><h1>dpaudit-mix audit</h1><p>{html.escape(head)}</p>"
-            f"<p><b>{html.escape(_verdict(summary))}</b></p>{table}{images}</body></html>")
-    write_text(out / "report.html", page)
+    blocks = [("p", head), ("strong", _verdict(summary)), ("table", _table(summary))]
+    blocks += [("figure", path) for path in _figures(outcome, out)]
+    write_pages(out, "dpaudit-mix audit", blocks)
     write_json(out / "audit.json", summary)

@@ -11,6 +11,7 @@ sensitive set (2,400 train, 600 test). Public sources, from the pool unless note
   mnist-blur            all digits at 7×7 resolution
   mnist-tiny            30 examples of all digits
   uci-0to4, uci-5to9    scikit-learn's UCI digits (another writer population), upsampled
+For k-scaling, :func:`public_shards` cuts the same pool into any number of class-skewed shards.
 """
 
 from __future__ import annotations
@@ -46,15 +47,20 @@ def _only(x: np.ndarray, y: np.ndarray, digits: tuple[int, ...]) -> tuple[np.nda
     return x[keep], y[keep]
 
 
-def mnist_world(seed: int = 0) -> tuple[list[PublicSource], SensitiveData]:
-    """The public sources and the sensitive split, deterministic in ``seed``."""
-    rng = np.random.default_rng(seed)
+def _split(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, SensitiveData]:
+    """The public pool (images, labels) and the disjoint sensitive data."""
     x, y = im.mnist()
     order = rng.permutation(len(y))
     x, y = x[order], y[order]
-    px, py = x[:PUBLIC_POOL], y[:PUBLIC_POOL]
     sx, sy = x[PUBLIC_POOL:], y[PUBLIC_POOL:]
     sensitive = SensitiveData(sx[:SENSITIVE_TRAIN], sy[:SENSITIVE_TRAIN], sx[SENSITIVE_TRAIN:], sy[SENSITIVE_TRAIN:])
+    return x[:PUBLIC_POOL], y[:PUBLIC_POOL], sensitive
+
+
+def mnist_world(seed: int = 0) -> tuple[list[PublicSource], SensitiveData]:
+    """The public sources and the sensitive split, deterministic in ``seed``."""
+    rng = np.random.default_rng(seed)
+    px, py, sensitive = _split(rng)
 
     def sample(m: int) -> tuple[np.ndarray, np.ndarray]:
         idx = rng.choice(PUBLIC_POOL, size=m, replace=False)
@@ -78,3 +84,25 @@ def mnist_world(seed: int = 0) -> tuple[list[PublicSource], SensitiveData]:
     sources.append(PublicSource("uci-0to4", *_only(ux, uy, (0, 1, 2, 3, 4))))
     sources.append(PublicSource("uci-5to9", *_only(ux, uy, (5, 6, 7, 8, 9))))
     return sources, sensitive
+
+
+#: images per shard, and the Dirichlet concentration of a shard's class weights.
+SHARD_SIZE, SHARD_CONCENTRATION = 200, 0.5
+
+
+def public_shards(count: int, seed: int = 0) -> tuple[list[PublicSource], SensitiveData]:
+    """``count`` class-skewed shards of the public pool, for k-scaling (same sensitive split).
+
+    Shard s draws SHARD_SIZE pool images without replacement, image weights proportional to its
+    class weights ~ Dirichlet(SHARD_CONCENTRATION): sources that differ in which digits they
+    know well, as many as needed, from the same 2,000 public images (shards overlap).
+    """
+    px, py, sensitive = _split(np.random.default_rng(seed))
+    rng = np.random.default_rng([seed, 2])
+    shards = []
+    for s in range(count):
+        class_weights = rng.dirichlet(np.full(10, SHARD_CONCENTRATION))
+        weights = class_weights[py] + 1e-9
+        idx = rng.choice(PUBLIC_POOL, size=SHARD_SIZE, replace=False, p=weights / weights.sum())
+        shards.append(PublicSource(f"shard-{s:02d}", px[idx], py[idx]))
+    return shards, sensitive

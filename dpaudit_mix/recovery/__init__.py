@@ -1,0 +1,1 @@
+"""Weight-recovery reports (`dpaudit-mix recovery`): private λ against non-private λ★."""

@@ -1,0 +1,184 @@
+"""Weight recovery (DESIGN §7): how close private λ_DP is to the non-private λ★.
+
+λ★ is MixMin on the full mixing data; DP-MixMin sees a seeded fraction ρ of it (of its users,
+under user-level DP). Each cell (task, ε, ρ) is one vectorised learner call with ``seeds`` runs,
+scored by cos★ = cos(λ_DP, λ★), L1 = ‖λ_DP − λ★‖₁ and excess loss α = L(λ_DP) − L(λ★) on the
+full mixing data, beside the uniform references cos_u, L1_u, α_u. The seeds vary the DP noise;
+the ρ-subsample of a cell is fixed by the spec seed, the same for every ε.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from ..data import registry
+from ..errors import require
+from ..learner import fit, fit_losses
+from ..mixmin import mixmin
+from ..problem import Problem, load
+from .metrics import cos_similarity, l1_distance
+from .spec import RecoverySpec
+
+#: α is reported in units of 1e-3, like the paper's Table 4.
+ALPHA_UNIT = 1e-3
+
+
+@dataclass(frozen=True)
+class Target:
+    """A problem and its non-private optimum: what one row of cells is measured against."""
+
+    task: str
+    problem: Problem
+    lambda_star: np.ndarray
+    loss_star: float
+
+
+def _target(task: str, problem: Problem) -> Target:
+    star = mixmin(problem.logp)
+    return Target(task, problem, star.weights, float(star.loss))
+
+
+def _spread(values: np.ndarray) -> dict[str, Any]:
+    std = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+    return {"mean": float(np.mean(values)), "std": std, "runs": [float(v) for v in values]}
+
+
+def _subset(problem: Problem, rho: float, user_level: bool, seed: int) -> Problem:
+    """The ρ fraction DP-MixMin sees: examples, or whole users under user-level DP."""
+    rng = np.random.default_rng([seed, 3, round(rho * 1e6)])
+    if not user_level:
+        rows = rng.permutation(problem.n)[: max(1, round(rho * problem.n))]
+        return problem.subset(np.sort(rows))
+    users = np.unique(problem.users)
+    chosen = rng.permutation(users)[: max(1, round(rho * len(users)))]
+    return problem.subset(np.flatnonzero(np.isin(problem.users, chosen)))
+
+
+def _run_seed(spec: RecoverySpec, cell: int) -> int:
+    return int(np.random.SeedSequence([spec.seed, cell]).generate_state(1)[0])
+
+
+def score(target: Target, weights: np.ndarray) -> dict[str, Any]:
+    """cos★, L1 and α of each run's λ against λ★, with the uniform references."""
+    k = len(target.lambda_star)
+    uniform = np.full(k, 1.0 / k)
+    alpha = (fit_losses(target.problem, weights) - target.loss_star) / ALPHA_UNIT
+    cos = cos_similarity(weights, target.lambda_star)
+    l1 = l1_distance(weights, target.lambda_star)
+    cos_u = float(cos_similarity(uniform[None, :], target.lambda_star)[0])
+    l1_u = float(l1_distance(uniform[None, :], target.lambda_star)[0])
+    alpha_u = float((fit_losses(target.problem, uniform[None, :])[0] - target.loss_star) / ALPHA_UNIT)
+    return {
+        "cos_star": _spread(cos), "l1": _spread(l1), "alpha_1e3": _spread(alpha),
+        "cos_uniform": cos_u, "l1_uniform": l1_u, "alpha_uniform_1e3": alpha_u,
+        "beats_uniform_cos": bool(np.mean(cos) > cos_u), "beats_uniform_l1": bool(np.mean(l1) < l1_u),
+        "lambda_dp_mean": weights.mean(axis=0).tolist(),
+    }
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the spec asks for, resolved and validated before any fit runs."""
+
+    grid_targets: tuple[Target, ...]
+    user_targets: tuple[Target, ...]
+    k_pool: dict[str, Problem]  # task → the problem whose first k sources give the k-source problem
+
+
+def _available_tasks(spec: RecoverySpec, file_problem: Problem | None) -> tuple[str, ...]:
+    if spec.embedded:
+        return registry.tasks(spec.problem)
+    return (file_problem.task or "file",)
+
+
+def plan(spec: RecoverySpec) -> Plan:
+    """Resolve problems and tasks; every bad request fails here, before any output exists."""
+    file_problem = None
+    if not spec.embedded:
+        require(Path(spec.problem).is_file(), f"problem {spec.problem!r} is neither an embedded problem "
+                f"({', '.join(registry.PROBLEMS)}) nor an existing file")
+        file_problem = load(spec.problem)
+    available = _available_tasks(spec, file_problem)
+    for key in ("tasks", "user_level_tasks", "k_tasks"):
+        unknown = [t for t in getattr(spec, key) if t not in available]
+        require(not unknown, f"{key}: unknown task(s) {', '.join(unknown)}; available: {', '.join(available)}")
+
+    @cache
+    def problem(task: str) -> Problem:
+        return registry.build(spec.problem, task, spec.seed) if spec.embedded else file_problem
+
+    grid = tuple(_target(t, problem(t)) for t in (spec.tasks or available))
+    for t in spec.user_level_tasks:
+        require(problem(t).users is not None, f"user-level recovery needs 'users' in the problem ({t})")
+    users = tuple(_target(t, problem(t)) for t in spec.user_level_tasks)
+    pool: dict[str, Problem] = {}
+    if spec.k_values:
+        largest = max(spec.k_values)
+        offered = registry.MAX_SHARDS if spec.embedded else file_problem.k
+        require(largest <= offered, f"k = {largest} is larger than the {offered} public sources available")
+        for t in spec.k_tasks if spec.embedded else available:
+            pool[t] = registry.build(spec.problem, t, spec.seed, shards=largest) if spec.embedded else file_problem
+    return Plan(grid, users, pool)
+
+
+def _cells(spec: RecoverySpec, the_plan: Plan) -> Iterator[tuple[str, Target, float, float, bool]]:
+    for user_level, targets in ((False, the_plan.grid_targets), (True, the_plan.user_targets)):
+        for target in targets:
+            for eps in spec.epsilons:
+                for rho in spec.rhos:
+                    yield "grid", target, eps, rho, user_level
+    for task, pool in the_plan.k_pool.items():
+        for k in spec.k_values:
+            yield "k", _target(task, pool.select_sources(np.arange(k))), spec.k_epsilon, spec.k_rho, False
+
+
+def run_recovery(spec: RecoverySpec, progress: bool = True) -> dict[str, Any]:
+    """Every cell of the spec (recovery.json): the ε × ρ grid, user-level grid and k-scaling."""
+    the_plan = plan(spec)
+    sigmas: dict[float, float] = {}
+    jobs = list(_cells(spec, the_plan))
+    grid, k_cells = [], []
+    for index, (kind, target, eps, rho, user_level) in enumerate(
+            tqdm(jobs, desc="recovery cells", unit="cell", disable=not progress, file=sys.stderr)):
+        if eps not in sigmas:
+            sigmas[eps] = spec.noise_multiplier(eps)
+        config = spec.config(sigmas[eps], user_level)
+        data = _subset(target.problem, rho, user_level, spec.seed)
+        weights = fit(data, config, spec.seeds, seed=_run_seed(spec, index)).weights
+        cell = {"task": target.task, "k": len(target.lambda_star), "epsilon": eps, "rho": rho,
+                "user_level": user_level, "n": data.n, "noise_multiplier": config.noise_multiplier,
+                **score(target, weights)}
+        (grid if kind == "grid" else k_cells).append(cell)
+    return {
+        "spec": {key: list(v) if isinstance(v, tuple) else v for key, v in vars(spec).items()},
+        "lambda_star": {t.task: t.lambda_star.tolist() for t in the_plan.grid_targets},
+        "sources": list(the_plan.grid_targets[0].problem.sources) if the_plan.grid_targets else [],
+        "cells": grid,
+        "k_scaling": k_scaling_summary(spec, k_cells),
+    }
+
+
+def k_scaling_summary(spec: RecoverySpec, cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """α against k, averaged over tasks (± std across tasks), and the log-log slope for k ≥ k_fit_min."""
+    average = []
+    for k in spec.k_values:
+        alphas = np.array([c["alpha_1e3"]["mean"] for c in cells if c["k"] == k])
+        if len(alphas):
+            average.append({"k": k, "alpha_1e3_mean": float(alphas.mean()),
+                            "alpha_1e3_std_across_tasks": float(alphas.std(ddof=1)) if len(alphas) > 1 else 0.0})
+    fit_points = [a for a in average if a["k"] >= spec.k_fit_min and a["alpha_1e3_mean"] > 0]
+    slope = None
+    if len(fit_points) >= 2:
+        logk = np.log([a["k"] for a in fit_points])
+        loga = np.log([a["alpha_1e3_mean"] for a in fit_points])
+        slope = float(np.polyfit(logk, loga, 1)[0])
+    return {"epsilon": spec.k_epsilon, "rho": spec.k_rho, "cells": cells, "average": average, "slope": slope,
+            "fit_range": [a["k"] for a in fit_points]}

@@ -1,0 +1,68 @@
+"""Report pages: one list of blocks written as report.md and a self-contained report.html.
+
+A block is ``("h2", text)``, ``("p", text)``, ``("strong", text)``, ``("table", rows)`` (first row
+the header) or ``("figure", png_path)``; the HTML embeds every figure as base64, so the page
+travels alone. Figures are saved atomically like every other output.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from .atomic import atomic_path, write_text  # noqa: E402
+
+Block = tuple[str, Any]
+
+
+def save_figure(fig: plt.Figure, path: Path) -> Path:
+    fig.tight_layout()
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _markdown(title: str, blocks: list[Block]) -> str:
+    lines = [f"# {title}", ""]
+    for kind, value in blocks:
+        if kind == "table":
+            lines += ["| " + " | ".join(value[0]) + " |", "|" + "---|" * len(value[0])]
+            lines += ["| " + " | ".join(row) + " |" for row in value[1:]]
+        elif kind == "figure":
+            lines.append(f"![{value.stem}]({value.name})")
+        else:
+            lines.append({"h2": "## {}", "p": "{}", "strong": "**{}**"}[kind].format(value))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _html(title: str, blocks: list[Block]) -> str:
+    parts = []
+    for kind, value in blocks:
+        if kind == "table":
+            cells = ["<tr>" + "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in row) + "</tr>"
+                     for tag, row in (("th" if i == 0 else "td", row) for i, row in enumerate(value))]
+            parts.append("<table>" + "".join(cells) + "</table>")
+        elif kind == "figure":
+            data = base64.b64encode(value.read_bytes()).decode()
+            parts.append(f'<img alt="{value.stem}" src="data:image/png;base64,{data}">')
+        else:
+            parts.append(f"<{kind}>{html.escape(str(value))}</{kind}>")
+    style = ("body{font-family:sans-serif;max-width:1100px;margin:auto}td,th{padding:2px 8px;"
+             "border-bottom:1px solid #ccc;text-align:right}img{max-width:100%}")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>{''.join(parts)}</body></html>")
+
+
+def write_pages(out: Path, title: str, blocks: list[Block]) -> None:
+    """report.md and report.html in ``out``."""
+    write_text(out / "report.md", _markdown(title, blocks))
+    write_text(out / "report.html", _html(title, blocks))

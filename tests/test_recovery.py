@@ -1,0 +1,94 @@
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpaudit_mix.cli import main
+from dpaudit_mix.errors import InputError
+from dpaudit_mix.problem import Problem, save
+from dpaudit_mix.recovery.grid import run_recovery
+from dpaudit_mix.recovery.spec import RecoverySpec, load_recovery_spec
+
+from .conftest import random_problem
+
+
+@pytest.fixture
+def problem_file(tmp_path: Path) -> Path:
+    prob = random_problem(600, 6, seed=21, users=True)
+    path = tmp_path / "p.npz"
+    save(Problem(prob.logp, prob.sources, users=prob.users, task="toy"), path)
+    return path
+
+
+def write_spec(tmp_path: Path, problem_file: Path, text: str = "") -> Path:
+    path = tmp_path / "spec.toml"
+    path.write_text(f'problem = "{problem_file}"\nepsilons = [0.3, 10.0]\nrhos = [0.2, 1.0]\nseeds = 4\nsteps = 40\n'
+                    f'user_level_tasks = ["toy"]\nk_values = [2, 4, 6]\nk_tasks = []\nk_fit_min = 2\n{text}')
+    return path
+
+
+def test_recovery_cli_writes_every_cell_and_report(capsys, tmp_path: Path, problem_file: Path) -> None:
+    out = tmp_path / "out"
+    assert main(["recovery", str(write_spec(tmp_path, problem_file)), "--out", str(out)]) == 0
+    result = json.loads((out / "recovery.json").read_text())
+    assert {p.name for p in out.iterdir()} >= {"recovery.json", "report.md", "report.html", "cos_heatmap.png",
+                                                "alpha_vs_k.png"}
+    assert len(result["cells"]) == 2 * 2 * 2  # ε × ρ × (example-level, user-level)
+    for cell in result["cells"]:
+        assert len(cell["cos_star"]["runs"]) == 4
+        assert all(-1 <= c <= 1 + 1e-12 for c in cell["cos_star"]["runs"])
+        assert min(cell["alpha_1e3"]["runs"]) >= -1e-6  # λ★ minimises L on the full data
+        assert cell["l1"]["mean"] >= 0 and cell["n"] >= 1
+    assert [a["k"] for a in result["k_scaling"]["average"]] == [2, 4, 6]
+    assert result["k_scaling"]["slope"] is not None and result["k_scaling"]["fit_range"] == [2, 4, 6]
+    assert "▲" in (out / "report.md").read_text()
+
+
+def test_more_budget_recovers_lambda_star_better(tmp_path: Path, problem_file: Path) -> None:
+    """cos★ rises and α falls with ε and with ρ (large gaps, so noise cannot flip them)."""
+    result = run_recovery(load_recovery_spec(write_spec(tmp_path, problem_file), user_level_tasks=(),
+                                             k_values=()), progress=False)
+    cell = {(c["epsilon"], c["rho"]): c for c in result["cells"]}
+    for rho in (0.2, 1.0):
+        assert cell[(10.0, rho)]["cos_star"]["mean"] > cell[(0.3, rho)]["cos_star"]["mean"]
+        assert cell[(10.0, rho)]["alpha_1e3"]["mean"] < cell[(0.3, rho)]["alpha_1e3"]["mean"]
+    assert cell[(10.0, 1.0)]["cos_star"]["mean"] > 0.99 and cell[(10.0, 1.0)]["beats_uniform_cos"]
+    assert cell[(0.3, 1.0)]["alpha_1e3"]["mean"] < cell[(0.3, 0.2)]["alpha_1e3"]["mean"]
+
+
+def test_same_seed_same_result(tmp_path: Path, problem_file: Path) -> None:
+    spec = load_recovery_spec(write_spec(tmp_path, problem_file), k_values=(), user_level_tasks=())
+    assert run_recovery(spec, progress=False) == run_recovery(spec, progress=False)
+
+
+def test_mnist_tasks_and_shards(tmp_path: Path) -> None:
+    spec = RecoverySpec(tasks=("digit-3",), epsilons=(1.0,), rhos=(0.1,), seeds=2, user_level_tasks=(),
+                        k_values=(2, 4), k_tasks=("digit-3",), k_fit_min=2)
+    result = run_recovery(spec, progress=False)
+    assert [c["task"] for c in result["cells"]] == ["digit-3"] and result["cells"][0]["k"] == 14
+    assert [c["k"] for c in result["k_scaling"]["cells"]] == [2, 4]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("epsilons = []", "ε grid is empty"),
+    ("rhos = []", "ρ grid is empty"),
+    ("rhos = [0.0]", "rho must be in"),
+    ("rhos = [1.5]", "rho must be in"),
+    ("epsilons = [-1.0]", "epsilon must be > 0"),
+    ("k_values = [2, 7]", "larger than the 6 public sources"),
+    ("tasks = ['nope']", "unknown task"),
+    ("colour = 3", "unknown key"),
+])
+def test_bad_specs_exit_2_without_output(capsys, tmp_path: Path, problem_file: Path, text: str, message: str) -> None:
+    spec = write_spec(tmp_path, problem_file)
+    lines = [line for line in spec.read_text().splitlines() if line.split(" =")[0] != text.split(" =")[0]]
+    spec.write_text("\n".join(lines + [text]) + "\n")
+    out = tmp_path / "out"
+    assert main(["recovery", str(spec), "--out", str(out)]) == 2
+    assert message in capsys.readouterr().err and not out.exists()
+
+
+def test_mnist_k_beyond_the_shards_is_an_input_error() -> None:
+    with pytest.raises(InputError, match="larger than the 64"):
+        run_recovery(RecoverySpec(tasks=("digit-0",), k_values=(2, 128), user_level_tasks=()), progress=False)
