@@ -21,6 +21,9 @@ from .data import registry
 from .errors import InputError, require
 from .learner import LearnerConfig, fit, fit_losses
 from .mixmin import mixmin
+from .pipeline.report import paired_differences, results_frame, write_pipeline_report
+from .pipeline.run import build_world, run_pipeline
+from .pipeline.spec import load_pipeline_spec
 from .recovery.grid import run_recovery
 from .recovery.metrics import cos_similarity
 from .recovery.report import write_recovery_report
@@ -64,7 +67,7 @@ def cmd_mix(args: argparse.Namespace) -> None:
         return
     require(args.epsilon is not None and args.delta is not None,
             "give --nonprivate, or both --epsilon and --delta")
-    require(args.epsilon > 0, f"epsilon must be > 0, got {args.epsilon}")
+    accounting.check_epsilon(args.epsilon)
     accounting.check_delta(args.delta)
     LearnerConfig(steps=args.steps, clip=args.clip, sample_rate=args.sample_rate)  # validate before calibrating
     sigma = accounting.calibrate(args.epsilon, args.delta, args.sample_rate, args.steps, args.accountant)
@@ -136,6 +139,17 @@ def cmd_recovery(args: argparse.Namespace) -> None:
     ks = result["k_scaling"]
     print(json.dumps({"out": str(out), "cells": len(result["cells"]), "k_slope": ks["slope"],
                       "k_fit_range": ks["fit_range"]}, indent=2))
+
+
+def cmd_pipeline(args: argparse.Namespace) -> None:
+    spec = load_pipeline_spec(args.spec)
+    out = Path(args.out or Path("reports") / Path(args.spec).stem)
+    world = build_world(spec)  # every data error is raised here, before anything is written
+    records = run_pipeline(spec, out, world=world)
+    write_pipeline_report(records, spec, [s.name for s in world.sources], out)
+    diffs = {other: paired_differences(results_frame(records, spec.composition), "dpmixmin", other)["mean"].to_dict()
+             for other in ("uniform", "random_search", "nonprivate_mixmin")}
+    print(json.dumps({"out": str(out), "runs": len(records), "dpmixmin_minus": diffs}, indent=2))
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -225,6 +239,11 @@ def build_parser() -> argparse.ArgumentParser:
     recovery.add_argument("--out", help="output folder (default reports/<spec name>)")
     recovery.set_defaults(func=cmd_recovery)
 
+    pipeline = sub.add_parser("pipeline", help="proxies → private mixture → pretrain → DP finetune → evaluate")
+    pipeline.add_argument("spec")
+    pipeline.add_argument("--out", help="output folder (default reports/<spec name>)")
+    pipeline.set_defaults(func=cmd_pipeline)
+
     verify_cmd = sub.add_parser("verify-accountant",
                                 help="check accountants, calibration, the learner's noise and an audit (exit 3 on failure)")
     verify_cmd.add_argument("--quick", action="store_true", help="the CI-sized run (about a minute)")
@@ -233,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify_cmd.add_argument("--out", help="output folder for verify.json and verify.md (default reports/verify)")
     verify_cmd.set_defaults(func=cmd_verify)
 
-    for p in (mix, account, calibrate, prob, bound, audit, recovery, verify_cmd):
+    for p in (mix, account, calibrate, prob, bound, audit, recovery, pipeline, verify_cmd):
         common(p)
     return parser
 

@@ -50,3 +50,18 @@ def test_bad_calibration_input(kwargs: dict) -> None:
     args = {"target_epsilon": 1.0, "delta": 1e-5, "sample_rate": 1.0, "steps": 10, **kwargs}
     with pytest.raises(InputError):
         calibrate(**args)
+
+
+def test_calibration_after_a_prior_phase_composes_to_the_target() -> None:
+    prior = (GaussianPhase(40.0, 1.0, 100),)
+    sigma = calibrate(2.0, 1e-5, 0.1, 200, prior=prior)
+    total = epsilon([*prior, GaussianPhase(sigma, 0.1, 200)], 1e-5)
+    assert 0.99 * 2.0 <= total <= 2.0
+    assert sigma > calibrate(2.0, 1e-5, 0.1, 200)  # the prior's share costs noise later
+    with pytest.raises(InputError, match="already spend"):
+        calibrate(0.1, 1e-5, 0.1, 200, prior=(GaussianPhase(1.0, 1.0, 100),))
+
+
+def test_calibration_refuses_meaningless_epsilon() -> None:
+    with pytest.raises(InputError, match="epsilon must be in"):
+        calibrate(1e4, 1e-5, 1.0, 1)

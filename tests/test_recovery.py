@@ -75,7 +75,7 @@ def test_mnist_tasks_and_shards(tmp_path: Path) -> None:
     ("rhos = []", "ρ grid is empty"),
     ("rhos = [0.0]", "rho must be in"),
     ("rhos = [1.5]", "rho must be in"),
-    ("epsilons = [-1.0]", "epsilon must be > 0"),
+    ("epsilons = [-1.0]", "epsilon must be in"),
     ("k_values = [2, 7]", "larger than the 6 public sources"),
     ("tasks = ['nope']", "unknown task"),
     ("colour = 3", "unknown key"),

@@ -60,7 +60,7 @@ class AuditSpec:
     chunk_size: int = 512
 
     def __post_init__(self) -> None:
-        require(self.epsilon > 0, f"epsilon must be > 0, got {self.epsilon}")
+        accounting.check_epsilon(self.epsilon)
         accounting.check_delta(self.delta)
         require(0 < self.rho <= 1, f"rho must be in (0, 1], got {self.rho}")
         require(self.runs >= 4, f"runs must be >= 4 (two halves of in and out runs), got {self.runs}")

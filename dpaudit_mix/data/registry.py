@@ -22,7 +22,7 @@ MAX_SHARDS = 64
 
 
 @lru_cache(maxsize=4)
-def _mnist_probabilities(seed: int, shards: int = 0) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray,
+def mnist_probabilities(seed: int, shards: int = 0) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray,
                                                                 np.ndarray]:
     sources, sensitive = public_shards(shards, seed) if shards else mnist_world(seed)
     models = [train_proxy(s) for s in sources]
@@ -39,7 +39,7 @@ def build(name: str, task: str = DEFAULT_TASK, seed: int = 0, shards: int = 0) -
     require(name in PROBLEMS, f"unknown problem {name!r}; available: {', '.join(PROBLEMS)}")
     require(task in TASKS, f"unknown task {task!r} for {name}; available: {', '.join(TASKS)}")
     require(0 <= shards <= MAX_SHARDS, f"{name} offers at most {MAX_SHARDS} shard sources, asked for {shards}")
-    names, train, train_y, test, test_y = _mnist_probabilities(seed, shards)
+    names, train, train_y, test, test_y = mnist_probabilities(seed, shards)
     n = len(train_y)
     users = np.random.default_rng(seed).permutation(n) // USER_SIZE
     return Problem(

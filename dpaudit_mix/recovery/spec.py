@@ -41,7 +41,7 @@ class RecoverySpec:
         require(len(self.epsilons) >= 1, "the ε grid is empty: give at least one epsilon")
         require(len(self.rhos) >= 1, "the ρ grid is empty: give at least one rho")
         for eps in self.epsilons + (self.k_epsilon,):
-            require(eps > 0, f"epsilon must be > 0, got {eps}")
+            accounting.check_epsilon(eps)
         for rho in self.rhos + (self.k_rho,):
             require(0 < rho <= 1, f"rho must be in (0, 1], got {rho}")
         require(self.seeds >= 1, f"seeds must be >= 1, got {self.seeds}")

@@ -1,0 +1,1 @@
+"""The DP-MixMin pipeline, image track (`dpaudit-mix pipeline`)."""

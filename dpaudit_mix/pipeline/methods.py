@@ -1,0 +1,67 @@
+"""How each method picks the pretraining mixture λ, and what that costs in privacy.
+
+- ``dpmixmin``: DP-MixMin on split A (full-batch Gaussian phase, σ from our accountant).
+- ``uniform``: λ = 1/k, free.
+- ``random_search``: M candidates λ_m ~ Dirichlet(1) (public randomness), each scored by its
+  mixture loss summed over split A; the M sums are released at once by one Gaussian mechanism
+  and the best is kept (post-processing). A per-example loss lies in [0, B], B = −log of the
+  smallest smoothed proxy probability (a public constant), so the sums have L2 sensitivity B√M.
+- ``no_pretrain``: no λ at all.
+- ``nonprivate_mixmin``: MixMin on all the private training data, an upper bound that is not
+  releasable (it spends no accounted budget because it is not private at all).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import accounting
+from ..data.proxies import CLASSES, SMOOTHING
+from ..learner import LearnerConfig, fit
+from ..mixmin import mixmin
+from ..problem import Problem
+from .spec import PipelineSpec
+
+
+@dataclass(frozen=True)
+class Mixture:
+    weights: np.ndarray | None  # None: no pretraining
+    phase: accounting.GaussianPhase | None  # the DP phase run on split A, if any
+    releasable: bool = True
+
+
+#: B: every smoothed proxy probability is at least SMOOTHING / CLASSES, so −log(λ·p) ≤ B for any λ.
+LOSS_BOUND = float(-np.log(SMOOTHING / CLASSES))
+
+
+def _candidate_losses(problem: Problem, candidates: np.ndarray) -> np.ndarray:
+    """Per-example mixture losses −log(λ_m · p_j), (n, M), clipped to [0, B] (a no-op for our proxies)."""
+    return np.clip(-np.log(np.exp(problem.logp) @ candidates.T), 0.0, LOSS_BOUND)
+
+
+def choose(method: str, split_a: Problem, full: Problem, epsilon: float, spec: PipelineSpec, seed: int) -> Mixture:
+    """λ for ``method`` with the mixing phase spending ``epsilon`` (at spec.delta) on split A."""
+    k = split_a.k
+    if method == "no_pretrain":
+        return Mixture(None, None)
+    if method == "uniform":
+        return Mixture(np.full(k, 1.0 / k), None)
+    if method == "nonprivate_mixmin":
+        return Mixture(mixmin(full.logp).weights, None, releasable=False)
+    if method == "dpmixmin":
+        sigma = accounting.calibrate(epsilon, spec.delta, 1.0, spec.mix_steps)
+        config = LearnerConfig(steps=spec.mix_steps, clip=spec.mix_clip, noise_multiplier=sigma,
+                               learning_rate=spec.mix_learning_rate)
+        weights = fit(split_a, config, np.array([seed]), seed=spec.seed).weights[0]
+        return Mixture(weights, accounting.GaussianPhase(sigma, 1.0, spec.mix_steps))
+    if method == "random_search":
+        rng = np.random.default_rng([spec.seed, 5, seed])
+        candidates = rng.dirichlet(np.ones(k), size=spec.search_candidates)
+        losses = _candidate_losses(split_a, candidates)
+        sigma = accounting.calibrate(epsilon, spec.delta, 1.0, 1)
+        noisy = losses.sum(axis=0) + rng.normal(0.0, sigma * LOSS_BOUND * np.sqrt(spec.search_candidates),
+                                                spec.search_candidates)
+        return Mixture(candidates[int(np.argmin(noisy))], accounting.GaussianPhase(sigma, 1.0, 1))
+    raise ValueError(f"unknown method {method!r}")  # the spec validates methods; unreachable from it

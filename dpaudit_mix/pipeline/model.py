@@ -1,0 +1,134 @@
+"""The downstream model: a small CNN, pretrained on public data sampled by λ, DP-finetuned with
+Opacus (Poisson sampling) on the sensitive split, evaluated per task on the sensitive test set.
+
+Weights travel between stages as npz arrays (no pickle); every stage seeds torch itself, so the
+same seed gives the same model.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from opacus import PrivacyEngine
+from sklearn.metrics import roc_auc_score
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from .. import accounting
+
+CLASSES = 10
+
+
+class SmallCNN(nn.Module):
+    """Two conv blocks and a linear head: Opacus-compatible (no batch norm), about 11k weights."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        )
+        self.head = nn.Linear(16 * 7 * 7, CLASSES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x).flatten(1))
+
+
+def state_arrays(model: nn.Module) -> dict[str, np.ndarray]:
+    return {name: value.detach().cpu().numpy() for name, value in model.state_dict().items()}
+
+
+def from_arrays(arrays: dict[str, np.ndarray] | None, seed: int) -> SmallCNN:
+    """A CNN with the given weights, or freshly initialised from ``seed`` (no pretraining)."""
+    torch.manual_seed(seed)
+    model = SmallCNN()
+    if arrays is not None:
+        model.load_state_dict({name: torch.from_numpy(value) for name, value in arrays.items()})
+    return model
+
+
+def _tensors(images: np.ndarray, labels: np.ndarray) -> TensorDataset:
+    return TensorDataset(torch.from_numpy(images[:, None].astype(np.float32)), torch.from_numpy(labels.astype(np.int64)))
+
+
+def pretrain(images: np.ndarray, labels: np.ndarray, epochs: int, learning_rate: float, seed: int) -> SmallCNN:
+    """Non-private training on the λ-sampled public examples (Adam, batch 64)."""
+    model = from_arrays(None, seed)
+    generator = torch.Generator().manual_seed(seed)
+    loader = DataLoader(_tensors(images, labels), batch_size=64, shuffle=True, generator=generator)
+    optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
+    loss_fn = nn.CrossEntropyLoss()
+    model.train()
+    for _ in range(epochs):
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss_fn(model(x), y).backward()
+            optimizer.step()
+    return model
+
+
+@dataclass(frozen=True)
+class Finetuned:
+    model: nn.Module
+    noise_multiplier: float
+    sample_rate: float
+    steps: int
+    opacus_epsilon: float  # ε of the finetune alone, from the Opacus accountant that calibrated it
+
+
+def dp_finetune(model: SmallCNN, images: np.ndarray, labels: np.ndarray, epsilon: float, delta: float, epochs: int,
+                batch: int, learning_rate: float, clip: float, seed: int,
+                prior: tuple[accounting.GaussianPhase, ...] = ()) -> Finetuned:
+    """DP-SGD finetuning with Poisson sampling at q = 1 / ⌈n / batch⌉ (Opacus' rate).
+
+    Alone (no ``prior``), Opacus' ``make_private_with_epsilon`` calibrates σ for (ε, δ); after a
+    ``prior`` phase on the same data, σ comes from our accountant so that both compose to ε.
+    """
+    torch.manual_seed(seed)
+    data = _tensors(images, labels)
+    loader = DataLoader(data, batch_size=min(batch, len(data)), generator=torch.Generator().manual_seed(seed))
+    optimizer = torch.optim.SGD(model.parameters(), lr=learning_rate, momentum=0.9)
+    engine = PrivacyEngine(accountant="prv")
+    noise_generator = torch.Generator().manual_seed(seed + 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # opacus notes on secure RNG and on the batch-size estimate
+        if prior:
+            # Opacus samples at q = 1 / (batches per epoch) and takes that many steps per epoch.
+            sigma = accounting.calibrate(epsilon, delta, 1 / len(loader), epochs * len(loader), prior=prior)
+            module, optimizer, loader = engine.make_private(
+                module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=sigma,
+                max_grad_norm=clip, poisson_sampling=True, noise_generator=noise_generator)
+        else:
+            module, optimizer, loader = engine.make_private_with_epsilon(
+                module=model, optimizer=optimizer, data_loader=loader, target_epsilon=epsilon,
+                target_delta=delta, epochs=epochs, max_grad_norm=clip, poisson_sampling=True,
+                noise_generator=noise_generator)
+    loss_fn = nn.CrossEntropyLoss()
+    module.train()
+    steps = 0
+    for _ in range(epochs):
+        for x, y in loader:
+            if len(y) == 0:  # a Poisson batch may be empty; it is still a (noise-only) step
+                continue
+            optimizer.zero_grad()
+            loss_fn(module(x), y).backward()
+            optimizer.step()
+            steps += 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spent = float(engine.get_epsilon(delta))
+    return Finetuned(module, float(optimizer.noise_multiplier), float(loader.sample_rate), steps, spent)
+
+
+def evaluate(model: nn.Module, images: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """Per-digit one-vs-rest AUC, their mean (macro AUC), and multi-class accuracy."""
+    model.eval()
+    with torch.no_grad():
+        probs = torch.softmax(model(torch.from_numpy(images[:, None].astype(np.float32))), dim=1).numpy()
+    metrics = {f"digit-{d}": float(roc_auc_score(labels == d, probs[:, d])) for d in range(CLASSES)}
+    metrics["macro_auc"] = float(np.mean(list(metrics.values())))
+    metrics["accuracy"] = float(np.mean(probs.argmax(axis=1) == labels))
+    return metrics

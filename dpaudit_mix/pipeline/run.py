@@ -1,0 +1,212 @@
+"""The DP-MixMin pipeline (DESIGN §8), stage by stage, each stage cached by content hash.
+
+public sources → one proxy per source → problem file on split A → λ per method → pretrain a
+CNN on public data sampled by λ → DP finetune (Opacus, Poisson) → evaluate on the test set.
+A stage's key hashes its parameters and its inputs' keys, and its output is written atomically
+under ``OUT/cache/<stage>/<key>``: a rerun (or an interrupted run) skips every finished stage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+from tqdm import tqdm
+
+from .. import accounting
+from ..atomic import write_json, write_npz
+from ..data.proxies import class_probabilities, task_log_likelihood, train_proxy
+from ..data.sources import PublicSource, mnist_world
+from ..errors import require
+from ..problem import Problem
+from ..problem import load as load_problem
+from ..problem import save as save_problem
+from . import model as cnn
+from .methods import Mixture, choose
+from .spec import PipelineSpec
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class World:
+    """The data every stage reads, already cut to the spec's fractions and split into A and B."""
+
+    sources: tuple[PublicSource, ...]
+    train_images: np.ndarray
+    train_labels: np.ndarray
+    test_images: np.ndarray
+    test_labels: np.ndarray
+    split_a: np.ndarray  # rows of the training set DP-MixMin sees
+    split_b: np.ndarray  # the disjoint rest, for finetuning under parallel composition
+
+
+def build_world(spec: PipelineSpec) -> World:
+    """Load and cut the data; every empty source or split is an input error, raised before any output."""
+    public, sensitive = mnist_world(spec.seed)
+    sources = []
+    for source in public:
+        keep = round(spec.public_fraction * len(source.labels))
+        require(keep >= 1, f"public source {source.name} has no examples at public_fraction = {spec.public_fraction:g}")
+        sources.append(PublicSource(source.name, source.images[:keep], source.labels[:keep]))
+    n = round(spec.sensitive_fraction * len(sensitive.train_labels))
+    size_a = round(spec.rho * n)
+    require(size_a >= 1, f"split A would be empty: rho = {spec.rho:g} of {n} training examples")
+    require(size_a < n, f"split B would be empty: rho = {spec.rho:g} of {n} training examples")
+    order = np.random.default_rng([spec.seed, 4]).permutation(n)
+    return World(tuple(sources), sensitive.train_images[:n], sensitive.train_labels[:n], sensitive.test_images,
+                 sensitive.test_labels, np.sort(order[:size_a]), np.sort(order[size_a:]))
+
+
+def _key(**parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+class StageCache:
+    """Finished stage outputs under ``root/<stage>/<key>.<ext>``: JSON, npz or problem files."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def get(self, stage: str, key: str, ext: str, compute: Callable[[], T], save: Callable[[Path, T], None],
+            load: Callable[[Path], T]) -> T:
+        path = self.root / stage / f"{key}.{ext}"
+        if path.is_file():
+            return load(path)
+        value = compute()
+        save(path, value)
+        return value
+
+
+def _load_json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def _load_npz(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as z:
+        return {name: z[name] for name in z.files}
+
+
+def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    write_npz(path, **arrays)
+
+
+def _mixture_json(mixture: Mixture) -> dict[str, Any]:
+    return {"weights": None if mixture.weights is None else mixture.weights.tolist(),
+            "phase": None if mixture.phase is None else asdict(mixture.phase), "releasable": mixture.releasable}
+
+
+def _pretrain_sample(world: World, weights: list[float], examples: int, rng: np.random.Generator
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """``examples`` public images: a source drawn by λ, then an image of that source uniformly."""
+    counts = rng.multinomial(examples, np.asarray(weights) / np.sum(weights))
+    images, labels = [], []
+    for source, count in zip(world.sources, counts):
+        pick = rng.integers(len(source.labels), size=count)
+        images.append(source.images[pick])
+        labels.append(source.labels[pick])
+    return np.concatenate(images), np.concatenate(labels)
+
+
+def run_pipeline(spec: PipelineSpec, out: Path, progress: bool = True, world: World | None = None
+                 ) -> list[dict[str, Any]]:
+    """Every (method, ε, seed) of the spec: one record each with metrics, λ and accounting."""
+    world = world or build_world(spec)
+    cache = StageCache(out / "cache")
+    show = {"disable": not progress, "file": sys.stderr}
+    data_key = _key(seed=spec.seed, public_fraction=spec.public_fraction, sensitive_fraction=spec.sensitive_fraction)
+
+    def proxies() -> dict[str, np.ndarray]:
+        models = [train_proxy(s) for s in tqdm(world.sources, desc="proxies", unit="source", **show)]
+        return {"train": np.stack([class_probabilities(m, world.train_images) for m in models])}
+
+    probs = cache.get("proxies", data_key, "npz", proxies, _save_npz, _load_npz)["train"]
+    names = tuple(s.name for s in world.sources)
+
+    def multiclass(rows: np.ndarray, task: str) -> Problem:
+        logp = task_log_likelihood(probs[:, rows], world.train_labels[rows], "multiclass")
+        return Problem(logp, names, task=task)
+
+    problem_key = _key(data=data_key, rho=spec.rho)
+    split_a = cache.get("problem", problem_key, "npz", lambda: multiclass(world.split_a, "multiclass (split A)"),
+                        lambda path, problem: save_problem(problem, path), load_problem)
+    full = multiclass(np.arange(len(world.train_labels)), "multiclass (all training data)")
+
+    sequential = spec.composition == "sequential"
+    jobs = [(m, eps, s) for eps in spec.epsilons for m in spec.methods for s in range(spec.seeds)]
+    mixtures: dict[tuple[str, float, int], dict[str, Any]] = {}
+    for method, eps, seed in tqdm(jobs, desc="mixtures", unit="λ", **show):
+        eps_mix = spec.mix_share * eps if sequential else eps
+        private = method in ("dpmixmin", "random_search")
+        key = _key(problem=problem_key, method=method, seed=seed, delta=spec.delta,
+                   epsilon=eps_mix if private else None, steps=spec.mix_steps, clip=spec.mix_clip,
+                   lr=spec.mix_learning_rate, candidates=spec.search_candidates)
+        mixtures[(method, eps, seed)] = cache.get(
+            "mixture", key, "json", lambda: _mixture_json(choose(method, split_a, full, eps_mix, spec, seed)),
+            write_json, _load_json)
+
+    pretrained: dict[tuple[str, float, int], str | None] = {}
+    for method, eps, seed in tqdm(jobs, desc="pretrain", unit="model", **show):
+        weights = mixtures[(method, eps, seed)]["weights"]
+        if weights is None:
+            pretrained[(method, eps, seed)] = None
+            continue
+        key = _key(data=data_key, weights=[round(w, 12) for w in weights], seed=seed, n=spec.pretrain_examples,
+                   epochs=spec.pretrain_epochs, lr=spec.pretrain_learning_rate)
+
+        def train(weights: list[float] = weights, seed: int = seed) -> dict[str, np.ndarray]:
+            rng = np.random.default_rng([spec.seed, 6, seed])
+            images, labels = _pretrain_sample(world, weights, spec.pretrain_examples, rng)
+            return cnn.state_arrays(cnn.pretrain(images, labels, spec.pretrain_epochs, spec.pretrain_learning_rate,
+                                                 seed))
+
+        cache.get("pretrain", key, "npz", train, _save_npz, _load_npz)
+        pretrained[(method, eps, seed)] = key
+
+    finetune_rows = np.arange(len(world.train_labels)) if sequential else world.split_b
+    records = []
+    for method, eps, seed in tqdm(jobs, desc="finetune", unit="model", **show):
+        mixture = mixtures[(method, eps, seed)]
+        prior = (accounting.GaussianPhase(**mixture["phase"]),) if sequential and mixture["phase"] else ()
+        base = pretrained[(method, eps, seed)]
+        key = _key(pretrain=base, data=data_key, rho=spec.rho, composition=spec.composition, epsilon=eps,
+                   delta=spec.delta, prior=[asdict(p) for p in prior], seed=seed, epochs=spec.finetune_epochs,
+                   batch=spec.finetune_batch, lr=spec.finetune_learning_rate, clip=spec.finetune_clip)
+
+        def finetune(base: str | None = base, prior: tuple = prior, eps: float = eps, seed: int = seed
+                     ) -> dict[str, Any]:
+            arrays = None if base is None else _load_npz(cache.root / "pretrain" / f"{base}.npz")
+            tuned = cnn.dp_finetune(cnn.from_arrays(arrays, seed), world.train_images[finetune_rows],
+                                    world.train_labels[finetune_rows], eps, spec.delta, spec.finetune_epochs,
+                                    spec.finetune_batch, spec.finetune_learning_rate, spec.finetune_clip, seed, prior)
+            return {"metrics": cnn.evaluate(tuned.model, world.test_images, world.test_labels),
+                    "finetune_phase": asdict(accounting.GaussianPhase(tuned.noise_multiplier, tuned.sample_rate,
+                                                                      tuned.steps)),
+                    "finetune_opacus_epsilon": tuned.opacus_epsilon}
+
+        result = cache.get("finetune", key, "json", finetune, write_json, _load_json)
+        records.append({"method": method, "epsilon": eps, "seed": seed, **result, "mixture": mixture,
+                        **_privacy(spec, mixture, result)})
+    return records
+
+
+def _privacy(spec: PipelineSpec, mixture: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    """The release's total (ε, δ): parallel = max over the disjoint splits, sequential = composed."""
+    if not mixture["releasable"]:
+        return {"epsilon_total": math.inf, "delta_total": spec.delta, "releasable": False}
+    finetune = accounting.GaussianPhase(**result["finetune_phase"])
+    phases = [accounting.GaussianPhase(**mixture["phase"])] if mixture["phase"] else []
+    if spec.composition == "sequential":
+        total = accounting.epsilon([*phases, finetune], spec.delta)
+    else:
+        costs = [(result["finetune_opacus_epsilon"], spec.delta)]
+        costs += [(accounting.epsilon(phases, spec.delta), spec.delta)] if phases else []
+        total = accounting.parallel(*costs)[0]
+    return {"epsilon_total": total, "delta_total": spec.delta, "releasable": True}

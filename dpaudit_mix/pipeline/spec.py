@@ -1,0 +1,69 @@
+"""A pipeline spec (``pipeline/*.toml``): methods, budgets, splits and training hyper-parameters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import accounting
+from ..errors import require
+from ..learner import LearnerConfig
+from ..specfile import load_spec_file
+
+METHODS = ("dpmixmin", "uniform", "random_search", "no_pretrain", "nonprivate_mixmin")
+COMPOSITIONS = ("parallel", "sequential")
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """Every key optional in the TOML file; unknown keys are rejected."""
+
+    epsilons: tuple[float, ...] = (1.0, 2.0, 5.0)
+    delta: float = 1e-5
+    methods: tuple[str, ...] = METHODS
+    seeds: int = 3
+    seed: int = 0  # the data seed: public sources, proxies and the A/B split
+    rho: float = 0.1  # split A (the mixing data) as a fraction of the sensitive training set
+    composition: str = "parallel"  # parallel: A and B disjoint; sequential: finetune on all, budgets composed
+    mix_share: float = 0.1  # sequential: the share of ε the mixture phase gets alone
+    sensitive_fraction: float = 1.0  # use this fraction of the sensitive training set (smaller = faster)
+    public_fraction: float = 1.0  # use this fraction of every public source's images
+    mix_steps: int = 100
+    mix_clip: float = LearnerConfig.clip
+    mix_learning_rate: float = 1.0
+    search_candidates: int = 8  # random search: candidate λ ~ Dirichlet(1), one chosen privately
+    pretrain_examples: int = 3000
+    pretrain_epochs: int = 3
+    pretrain_learning_rate: float = 2e-3
+    finetune_epochs: int = 4
+    finetune_batch: int = 256  # expected batch size: q = batch / n
+    finetune_learning_rate: float = 0.1
+    finetune_clip: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("epsilons", "methods"):
+            require(isinstance(getattr(self, name), tuple), f"{name} must be a list")
+        require(len(self.epsilons) >= 1, "the ε grid is empty: give at least one epsilon")
+        for eps in self.epsilons:
+            accounting.check_epsilon(eps)
+        accounting.check_delta(self.delta)
+        unknown = [m for m in self.methods if m not in METHODS]
+        require(not unknown and self.methods, f"unknown method(s) {', '.join(unknown) or '(none given)'}; "
+                f"choose from {', '.join(METHODS)}")
+        require(0 < self.rho < 1, f"rho must be in (0, 1), got {self.rho}")
+        require(self.composition in COMPOSITIONS, f"composition must be one of {COMPOSITIONS}, got {self.composition!r}")
+        require(0 < self.mix_share < 1, f"mix_share must be in (0, 1), got {self.mix_share}")
+        for name in ("sensitive_fraction", "public_fraction"):
+            value = getattr(self, name)
+            require(0 < value <= 1, f"{name} must be in (0, 1], got {value}")
+        for name in ("seeds", "search_candidates", "pretrain_examples", "pretrain_epochs", "finetune_epochs",
+                     "finetune_batch"):
+            require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("pretrain_learning_rate", "finetune_learning_rate", "finetune_clip"):
+            require(getattr(self, name) > 0, f"{name} must be > 0, got {getattr(self, name)}")
+        LearnerConfig(steps=self.mix_steps, clip=self.mix_clip, learning_rate=self.mix_learning_rate)
+
+
+def load_pipeline_spec(path: str | Path, **overrides: Any) -> PipelineSpec:
+    return load_spec_file(PipelineSpec, path, **overrides)

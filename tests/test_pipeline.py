@@ -1,0 +1,94 @@
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpaudit_mix import accounting
+from dpaudit_mix.cli import main
+from dpaudit_mix.pipeline import model as cnn
+from dpaudit_mix.pipeline.methods import _candidate_losses, choose
+from dpaudit_mix.pipeline.run import build_world, run_pipeline
+from dpaudit_mix.pipeline.spec import METHODS, PipelineSpec
+
+from .conftest import random_problem
+
+QUICK = Path(__file__).parent.parent / "pipeline" / "quick.toml"
+#: the smallest run that still trains and evaluates (for the cache and composition tests).
+TINY = dict(epsilons=(2.0,), seeds=1, sensitive_fraction=0.25, public_fraction=0.25, pretrain_examples=300,
+            pretrain_epochs=1, finetune_epochs=1)
+
+
+def test_quick_spec_end_to_end(capsys, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert main(["pipeline", str(QUICK), "--out", str(out)]) == 0
+    frame = pd.read_csv(out / "results.csv")
+    assert set(frame["method"]) == set(METHODS) and len(frame) == len(METHODS) * 1 * 1 * 12
+    assert set(frame["task"]) == {f"digit-{d}" for d in range(10)} | {"macro", "multiclass"}
+    private = frame[frame["releasable"]]
+    assert (private["epsilon_total"] <= private["epsilon"]).all()
+    assert not frame[frame["method"] == "nonprivate_mixmin"]["releasable"].any()
+    assert frame["value"].between(0, 1).all()
+    assert (frame[frame["method"] == "no_pretrain"]["relative_gain"] == 0).all()
+    report = (out / "report.md").read_text()
+    assert "NOT releasable" in report and "DP-MixMin" in report
+    assert {p.name for p in out.iterdir()} >= {"results.csv", "report.md", "report.html", "macro_auc_vs_epsilon.png",
+                                                "relative_gain.png"}
+
+
+def test_rerun_skips_finished_stages_and_same_seed_same_result(tmp_path: Path, monkeypatch) -> None:
+    spec = PipelineSpec(methods=("dpmixmin", "no_pretrain"), **TINY)
+    first = run_pipeline(spec, tmp_path / "a", progress=False)
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a cached stage was recomputed")
+
+    with monkeypatch.context() as m:
+        m.setattr(cnn, "pretrain", forbidden)
+        m.setattr(cnn, "dp_finetune", forbidden)
+        assert run_pipeline(spec, tmp_path / "a", progress=False) == first
+    assert run_pipeline(spec, tmp_path / "b", progress=False) == first
+
+
+def test_sequential_composition_spends_the_budget_once(tmp_path: Path) -> None:
+    spec = PipelineSpec(methods=("dpmixmin",), composition="sequential", **TINY)
+    record = run_pipeline(spec, tmp_path, progress=False)[0]
+    phases = [accounting.GaussianPhase(**record["mixture"]["phase"]), accounting.GaussianPhase(**record["finetune_phase"])]
+    total = accounting.epsilon(phases, spec.delta)
+    assert record["epsilon_total"] == pytest.approx(total) and 0.95 * 2.0 <= total <= 2.0
+    assert accounting.epsilon(phases[:1], spec.delta) < 2.0 * spec.mix_share + 1e-9
+
+
+def test_random_search_selects_privately_and_accounts_for_it() -> None:
+    problem = random_problem(300, 5, seed=2)
+    spec = PipelineSpec(search_candidates=6)
+    precise = choose("random_search", problem, problem, 20.0, spec, seed=0)
+    rng = np.random.default_rng([spec.seed, 5, 0])
+    candidates = rng.dirichlet(np.ones(5), size=6)
+    best = candidates[np.argmin(_candidate_losses(problem, candidates).sum(axis=0))]
+    assert np.allclose(precise.weights, best)  # at huge ε the noisy choice is the true best
+    cheap = choose("random_search", problem, problem, 0.5, spec, seed=0)
+    assert cheap.phase.steps == 1 and accounting.epsilon([cheap.phase], spec.delta) <= 0.5
+
+
+@pytest.mark.parametrize("keys, message", [
+    ({"public_fraction": 0.01}, "public source mnist-tiny has no examples"),
+    ({"rho": 0.0}, "rho must be in (0, 1)"),
+    ({"rho": 1.0}, "rho must be in (0, 1)"),
+    ({"sensitive_fraction": 0.001, "rho": 0.1}, "split A would be empty"),
+    ({"sensitive_fraction": 0.001, "rho": 0.9}, "split B would be empty"),
+    ({"epsilons": [0.0]}, "epsilon must be in"),
+    ({"methods": ["dpmixmin", "magic"]}, "unknown method(s) magic"),
+])
+def test_bad_specs_exit_2_without_output(capsys, tmp_path: Path, keys: dict, message: str) -> None:
+    spec = tmp_path / "spec.toml"
+    spec.write_text("\n".join(f"{k} = {v!r}".replace("'", '"') for k, v in keys.items()) + "\n")
+    out = tmp_path / "out"
+    assert main(["pipeline", str(spec), "--out", str(out)]) == 2
+    assert message in capsys.readouterr().err and not out.exists()
+
+
+def test_world_splits_are_disjoint() -> None:
+    world = build_world(PipelineSpec(sensitive_fraction=0.5))
+    assert len(np.intersect1d(world.split_a, world.split_b)) == 0
+    assert len(world.split_a) + len(world.split_b) == len(world.train_labels) == 1200
