@@ -133,7 +133,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def cmd_recovery(args: argparse.Namespace) -> None:
     spec = load_recovery_spec(args.spec)
-    out = Path(args.out or Path("reports") / Path(args.spec).stem)
+    out = Path(args.out or Path("reports") / f"recovery-{Path(args.spec).stem}")
     result = run_recovery(spec)
     write_recovery_report(result, out)
     ks = result["k_scaling"]
@@ -143,7 +143,7 @@ def cmd_recovery(args: argparse.Namespace) -> None:
 
 def cmd_pipeline(args: argparse.Namespace) -> None:
     spec = load_pipeline_spec(args.spec)
-    out = Path(args.out or Path("reports") / Path(args.spec).stem)
+    out = Path(args.out or Path("reports") / f"pipeline-{Path(args.spec).stem}")
     world = build_world(spec)  # every data error is raised here, before anything is written
     records = run_pipeline(spec, out, world=world)
     write_pipeline_report(records, spec, [s.name for s in world.sources], out)
@@ -236,12 +236,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     recovery = sub.add_parser("recovery", help="weight-recovery report: private λ against λ★ over ε × ρ and k")
     recovery.add_argument("spec")
-    recovery.add_argument("--out", help="output folder (default reports/<spec name>)")
+    recovery.add_argument("--out", help="output folder (default reports/recovery-<spec name>)")
     recovery.set_defaults(func=cmd_recovery)
 
     pipeline = sub.add_parser("pipeline", help="proxies → private mixture → pretrain → DP finetune → evaluate")
     pipeline.add_argument("spec")
-    pipeline.add_argument("--out", help="output folder (default reports/<spec name>)")
+    pipeline.add_argument("--out", help="output folder (default reports/pipeline-<spec name>)")
     pipeline.set_defaults(func=cmd_pipeline)
 
     verify_cmd = sub.add_parser("verify-accountant",
