@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import dp_accounting
-from absl import logging as absl_logging
 import numpy as np
+from absl import logging as absl_logging
 from opacus.accountants import PRVAccountant, RDPAccountant
 from scipy.optimize import brentq
 from scipy.stats import norm

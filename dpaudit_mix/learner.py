@@ -110,7 +110,7 @@ def _prepare(problem: Problem, user_level: bool) -> _Prepared:
     )
 
 
-# The three mechanism primitives below are module functions so that `verify.mutants` can swap in
+# The three mechanism primitives below are module functions so that `verify.mechanism` can swap in
 # deliberately broken versions and show that the verification checks catch them.
 
 

@@ -116,7 +116,9 @@ def _figures(frame: pd.DataFrame, out: Path) -> list[Path]:
     return paths
 
 
-def write_pipeline_report(records: list[dict[str, Any]], spec: PipelineSpec, sources: list[str], out: Path) -> None:
+def write_pipeline_report(records: list[dict[str, Any]], spec: PipelineSpec, sources: list[str], out: Path
+                          ) -> pd.DataFrame:
+    """results.csv, report.md, report.html and the figures in ``out``; returns the results frame."""
     frame = results_frame(records, spec.composition)
     with atomic_path(out / "results.csv", suffix=".csv") as tmp:
         frame.to_csv(tmp, index=False)
@@ -131,3 +133,4 @@ def write_pipeline_report(records: list[dict[str, Any]], spec: PipelineSpec, sou
     blocks += [("h2", "Mixture weights λ (seed 0)"), ("table", _lambda_table(records, sources))]
     blocks += [("figure", path) for path in _figures(frame, out)]
     write_pages(out, "dpaudit-mix pipeline (image track)", blocks)
+    return frame

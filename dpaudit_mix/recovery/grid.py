@@ -69,13 +69,12 @@ def _run_seed(spec: RecoverySpec, cell: int) -> int:
 def score(target: Target, weights: np.ndarray) -> dict[str, Any]:
     """cos★, L1 and α of each run's λ against λ★, with the uniform references."""
     k = len(target.lambda_star)
-    uniform = np.full(k, 1.0 / k)
-    alpha = (fit_losses(target.problem, weights) - target.loss_star) / ALPHA_UNIT
-    cos = cos_similarity(weights, target.lambda_star)
-    l1 = l1_distance(weights, target.lambda_star)
-    cos_u = float(cos_similarity(uniform[None, :], target.lambda_star)[0])
-    l1_u = float(l1_distance(uniform[None, :], target.lambda_star)[0])
-    alpha_u = float((fit_losses(target.problem, uniform[None, :])[0] - target.loss_star) / ALPHA_UNIT)
+    rows = np.vstack([weights, np.full(k, 1.0 / k)])  # the runs, then the uniform reference last
+    alpha = (fit_losses(target.problem, rows) - target.loss_star) / ALPHA_UNIT
+    cos = cos_similarity(rows, target.lambda_star)
+    l1 = l1_distance(rows, target.lambda_star)
+    cos_u, l1_u, alpha_u = float(cos[-1]), float(l1[-1]), float(alpha[-1])
+    cos, l1, alpha = cos[:-1], l1[:-1], alpha[:-1]
     return {
         "cos_star": _spread(cos), "l1": _spread(l1), "alpha_1e3": _spread(alpha),
         "cos_uniform": cos_u, "l1_uniform": l1_u, "alpha_uniform_1e3": alpha_u,

@@ -28,10 +28,11 @@ from .mechanism import ACCOUNTANT, HONEST, MUTANTS, Mechanism
 def _memoised_calibration(cache: dict[tuple, float]) -> Iterator[None]:
     calibrate = accounting.calibrate
 
-    def memoised(*args: Any) -> float:
-        if args not in cache:
-            cache[args] = calibrate(*args)
-        return cache[args]
+    def memoised(*args: Any, **kwargs: Any) -> float:
+        key = (args, tuple(sorted(kwargs.items())))
+        if key not in cache:
+            cache[key] = calibrate(*args, **kwargs)
+        return cache[key]
 
     with mock.patch.object(accounting, "calibrate", memoised):
         yield
