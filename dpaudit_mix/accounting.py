@@ -19,7 +19,7 @@ from opacus.accountants import PRVAccountant, RDPAccountant
 from scipy.optimize import brentq
 from scipy.stats import norm
 
-from .errors import require
+from .errors import InputError, require
 
 ACCOUNTANTS = ("rdp", "prv", "pld")
 #: the largest ε we calibrate for: beyond it a guarantee means little, and the PLD accountant's
@@ -116,52 +116,90 @@ def calibrate(
         spent = epsilon(prior, delta, accountant)
         require(spent < target_epsilon, f"the earlier phases already spend ε = {spent:.4g} of {target_epsilon:g}")
 
-    def eps(sigma: float) -> float:
-        return epsilon([*prior, GaussianPhase(sigma, sample_rate, steps)], delta, accountant)
+    def excess(sigma: float) -> float:
+        return epsilon([*prior, GaussianPhase(sigma, sample_rate, steps)], delta, accountant) - target_epsilon
 
-    # Bracket from a start point: RDP is fast and close above the tighter accountants, so start
-    # there with small multiplicative moves (huge-ε σ, where PLD is slow, are never evaluated).
-    if accountant == "rdp":
-        sigma, factor = 1.0, 2.0
+    # Bracket in the accountant itself (no other accountant's floor limits the reachable ε),
+    # from a start that is exact for full batch and close under Poisson sampling.
+    factor = 1.5
+    low = high = _start_sigma(target_epsilon, delta, sample_rate, steps)
+    if excess(high) > 0:
+        while excess(high) > 0:
+            low, high = high, high * factor
+            if high >= 1e6:
+                floor = excess(1e6) + target_epsilon
+                raise InputError(
+                    f"the {accountant} accountant cannot certify epsilon {target_epsilon:g} at delta {delta:g}: even "
+                    f"noise multiplier 1e6 gives epsilon {floor:.4g} (its conversion to (epsilon, delta) has that "
+                    f"floor); use the pld or prv accountant")
     else:
-        sigma, factor = calibrate(target_epsilon, delta, sample_rate, steps, "rdp", rel_tol, prior), 1.1
-    if eps(sigma) > target_epsilon:
-        while eps(sigma * factor) > target_epsilon:
-            sigma *= factor
-            require(sigma < 1e6, f"no noise multiplier reaches epsilon {target_epsilon}")
-        low, high = sigma, sigma * factor
-    else:
-        while eps(sigma / factor) <= target_epsilon and sigma > 1e-3:
-            sigma /= factor
-        low, high = sigma / factor, sigma
-    # Invariant: eps(low) > target >= eps(high); keep `high` so the answer is always valid.
-    while high - low > rel_tol * high:
-        mid = 0.5 * (low + high)
-        if eps(mid) <= target_epsilon:
-            high = mid
-        else:
-            low = mid
-    return high
+        while excess(low) <= 0:
+            require(low > 1e-3, f"the {accountant} accountant gives epsilon <= {target_epsilon:g} even at noise "
+                    f"multiplier 1e-3: the target is beyond what it resolves")
+            low, high = low / factor, low
+    # Invariant: excess(low) > 0 >= excess(high). Brent's method to rel_tol, then keep the valid side.
+    sigma = brentq(excess, low, high, xtol=rel_tol * low / 4, rtol=rel_tol / 4)
+    while excess(sigma) > 0:
+        sigma = min(high, sigma * (1 + rel_tol / 4))
+    return sigma
+
+
+def _start_sigma(target_epsilon: float, delta: float, sample_rate: float, steps: int) -> float:
+    """σ from the Gaussian-DP view: exact for full batch (μ = √T/σ), and for Poisson sampling the
+    central-limit μ ≈ q√(T(e^{1/σ²} − 1)) (Bu et al. 2020, Thm 5) solved for σ. Only a start."""
+    mu = gdp_mu_of_epsilon(target_epsilon, delta)
+    if sample_rate == 1.0:
+        return float(np.sqrt(steps) / mu)
+    return float(1 / np.sqrt(np.log1p((mu / (sample_rate * np.sqrt(steps))) ** 2)))
+
+
+def gdp_delta(mu: float, epsilon: float | np.ndarray) -> float | np.ndarray:
+    """δ(ε) of μ-GDP (Dong, Roth & Su 2019, Cor. 2.13): Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2).
+
+    The second term in the log domain: e^ε Φ(b) overflows for large ε while the product is tiny.
+    Tested against dp_accounting's ``GaussianPrivacyLoss`` (a μ-GDP mechanism is a Gaussian with
+    sensitivity 1 and noise 1/μ).
+    """
+    eps = np.asarray(epsilon, dtype=float)
+    delta = norm.cdf(-eps / mu + mu / 2) - np.exp(eps + norm.logcdf(-eps / mu - mu / 2))
+    return float(delta) if np.ndim(delta) == 0 else delta
+
+
+def gdp_epsilon_of_mu(mu: float, delta: float) -> float:
+    """The ε at which a μ-GDP mechanism is (ε, δ)-DP (0 when μ ≤ 0 or δ(0) ≤ δ)."""
+    check_delta(delta)
+    if not mu > 0 or gdp_delta(mu, 0.0) <= delta:
+        return 0.0
+    require(np.isfinite(mu), f"mu must be finite, got {mu}")
+    high = 1.0
+    while gdp_delta(mu, high) > delta:
+        high *= 2
+    return float(brentq(lambda e: gdp_delta(mu, e) - delta, 0.0, high, xtol=1e-12))
+
+
+def gdp_mu_of_epsilon(epsilon: float, delta: float) -> float:
+    """The μ whose μ-GDP curve is (ε, δ)-DP exactly: the GDP claim behind a full-batch (ε, δ)."""
+    check_epsilon(epsilon)
+    check_delta(delta)
+    high = 1.0
+    while gdp_delta(high, epsilon) < delta:
+        high *= 2
+    return float(brentq(lambda m: gdp_delta(m, epsilon) - delta, 1e-12, high, xtol=1e-14))
 
 
 def gdp_epsilon(noise_multiplier: float, steps: int, delta: float) -> float:
-    """Exact ε of T full-batch Gaussian steps via μ-GDP, μ = √T/σ (Dong et al., Cor. 2.13).
+    """Exact ε of T full-batch Gaussian steps via μ-GDP, μ = √T/σ (Dong et al., Cor. 2.13)."""
+    return gdp_epsilon_of_mu(np.sqrt(steps) / noise_multiplier, delta)
 
-    δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2) (their Cor. 2.13), solved for ε.
-    """
-    check_delta(delta)
-    mu = np.sqrt(steps) / noise_multiplier
 
-    def delta_of(eps: float) -> float:
-        # log-domain second term: e^ε Φ(b) overflows for large ε while the product is tiny.
-        return float(norm.cdf(-eps / mu + mu / 2) - np.exp(eps + norm.logcdf(-eps / mu - mu / 2)))
-
-    if delta_of(0.0) <= delta:
-        return 0.0
-    high = 1.0
-    while delta_of(high) > delta:
-        high *= 2
-    return float(brentq(lambda e: delta_of(e) - delta, 0.0, high, xtol=1e-12))
+def privacy_profile(phases: Sequence[GaussianPhase], epsilons: np.ndarray) -> np.ndarray:
+    """δ(ε) of the composition of ``phases`` on a grid of ε, from dp_accounting's PLD accountant
+    (pessimistic: never below the true δ, so a trade-off curve built from it is never above the
+    true one)."""
+    require(len(phases) >= 1, "nothing to account")
+    pld = dp_accounting.pld.PLDAccountant()
+    pld.compose(dp_accounting.ComposedDpEvent([_pld_event(p) for p in phases]))
+    return np.asarray(pld.get_delta(np.asarray(epsilons, dtype=float)), dtype=float)
 
 
 def parallel(*costs: tuple[float, float]) -> tuple[float, float]:

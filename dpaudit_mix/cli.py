@@ -16,6 +16,7 @@ from . import accounting, problem as problem_io
 from .atomic import write_json
 from .audit.bounds import epsilon_lower_bound
 from .audit.engine import BACKENDS, load_spec, run_audit
+from .audit.profile import GaussianTradeOff
 from .audit.report import write_report
 from .data import registry
 from .errors import InputError, require
@@ -114,7 +115,13 @@ def cmd_problem(args: argparse.Namespace) -> None:
 
 def cmd_bound(args: argparse.Namespace) -> None:
     bound = epsilon_lower_bound(args.fp, args.fn, args.negatives, args.positives, args.delta, args.confidence)
-    _emit(asdict(bound), None)
+    result: dict[str, Any] = asdict(bound)
+    if args.claimed_mu is not None:
+        require(np.isfinite(args.claimed_mu) and args.claimed_mu > 0,
+                f"--claimed-mu must be a finite number > 0, got {args.claimed_mu}")
+        result["claimed_mu"] = args.claimed_mu
+        result["profile_violation"] = bool(GaussianTradeOff(args.claimed_mu).violated(bound.fpr_upper, bound.fnr_upper))
+    _emit(result, None)
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -215,11 +222,13 @@ def build_parser() -> argparse.ArgumentParser:
     prob.add_argument("--out", required=True)
     prob.set_defaults(func=cmd_problem)
 
-    bound = sub.add_parser("bound", help="Clopper-Pearson epsilon lower bound from attack counts")
+    bound = sub.add_parser("bound", help="Clopper-Pearson strict and GDP lower bounds from attack counts")
     for flag in ("--fp", "--fn", "--negatives", "--positives"):
         bound.add_argument(flag, type=int, required=True)
     bound.add_argument("--delta", type=float, required=True)
     bound.add_argument("--confidence", type=float, default=0.95)
+    bound.add_argument("--claimed-mu", type=float,
+                       help="the claim as mu-GDP: adds profile_violation (the CP point lies below its trade-off curve)")
     bound.set_defaults(func=cmd_bound)
 
     audit = sub.add_parser("audit", help="empirical privacy audit of DP-MixMin (exit 3 on a violation)")

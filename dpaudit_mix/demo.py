@@ -51,7 +51,8 @@ def main() -> int:
           f"{summary['results'][0]['runs']} runs per setting")
     for r in summary["results"]:
         print(f"  {r['canary']:<9} {r['threat']:<10} {'private' if r['noise'] else 'σ=0 control':<12} "
-              f"ε_LB = {r['epsilon_lower_bound']:.3f}")
+              f"ε_LB = {r['epsilon_lower_bound']:.3f}  GDP ε_LB = {r['epsilon_lower_bound_gdp']:.3f}  "
+              f"profile {'VIOLATED' if r['profile_violation'] else 'ok'}")
     print(f"violation: {summary['violation']}; report: {OUT / 'report.html'}; {time.perf_counter() - start:.1f} s")
     return 3 if summary["violation"] else 0
 

@@ -24,6 +24,10 @@ def test_quick_verification_passes_and_catches_every_mutant(capsys, tmp_path: Pa
     assert all(case["passed"] for c in summary["checks"] for case in c["cases"])
     st = summary["self_test"]
     assert st["kill_rate"] == 1.0 and {m["name"] for m in st["mutants"]} == {m.name for m in MUTANTS}
+    caught_by = {m["name"]: m["caught_by"] for m in st["mutants"]}
+    # a leak that is not about noise is seen by the empirical profile verdict alone
+    assert caught_by["loose_clipping"] == ["empirical_soundness"]
+    assert "empirical_soundness" in caught_by["sigma_halved"] and "empirical_soundness" in caught_by["pld_half_steps"]
     assert "PASS" in (tmp_path / "verify.md").read_text().splitlines()[0]
 
 

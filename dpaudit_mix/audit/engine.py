@@ -28,9 +28,11 @@ from ..errors import InputError, require
 from ..learner import BLOCK, Canary, LearnerConfig, default_threads, fit
 from ..problem import Problem, load
 from ..specfile import load_spec_file
-from .attack import AttackResult, audit_scores
+from .attack import STRATEGIES, AttackResult, attack
 from .canaries import (CANARY_KINDS, NATURAL_POLICIES, black_box_scores, max_clip_canary, natural_canary,
                        natural_canary_index)
+from .diagnostics import diagnose
+from .profile import GaussianTradeOff, TradeOff, claimed_tradeoff
 
 THREATS = ("black_box", "white_box")
 BACKENDS = ("local", "dask")
@@ -57,6 +59,7 @@ class AuditSpec:
     runs: int = 2_000
     seed: int = 0
     confidence: float = 0.95
+    threshold: str = STRATEGIES[0]  # how thresholds are chosen: "bonferroni" (all runs) or "split"
     chunk_size: int = 512
 
     def __post_init__(self) -> None:
@@ -72,6 +75,7 @@ class AuditSpec:
                 f"canaries must be a non-empty subset of {CANARY_KINDS}, got {list(self.canaries)}")
         require(len(self.threats) >= 1 and set(self.threats) <= set(THREATS),
                 f"threats must be a non-empty subset of {THREATS}, got {list(self.threats)}")
+        require(self.threshold in STRATEGIES, f"threshold must be one of {STRATEGIES}, got {self.threshold!r}")
         require(self.natural_policy in NATURAL_POLICIES,
                 f"natural_policy must be one of {NATURAL_POLICIES}, got {self.natural_policy!r}")
         LearnerConfig(steps=self.steps, clip=self.clip, sample_rate=self.sample_rate,
@@ -198,6 +202,7 @@ class AuditOutcome:
     attacks: dict[tuple[str, str, bool], tuple[AttackResult, np.ndarray]]
     include: np.ndarray
     select: np.ndarray
+    claimed: TradeOff
 
 
 def run_audit(spec: AuditSpec, out: Path, noise_multiplier: float | None = None, backend: str = "local",
@@ -249,21 +254,35 @@ def run_audit(spec: AuditSpec, out: Path, noise_multiplier: float | None = None,
             scores[s][t][runs] = result[t]
         bar.update()
     bar.close()
+    claimed = claimed_tradeoff(spec.epsilon, spec.delta, spec.sample_rate, spec.steps, calibrated)
     results = []
     attacks: dict[tuple[str, str, bool], tuple[AttackResult, np.ndarray]] = {}
     for s in settings:
         for threat in spec.threats:
-            attack = audit_scores(scores[s][threat], include, select, spec.delta, spec.confidence)
-            attacks[(s.canary, threat, s.noise)] = (attack, scores[s][threat])
+            values = scores[s][threat]
+            require(bool(np.all(np.isfinite(values))),
+                    f"{s.canary}/{threat}: {int(np.sum(~np.isfinite(values)))} of {spec.runs} scores are not finite "
+                    "(an infinite clip, learning rate or noise multiplier?): the audit cannot see anything")
+            result = attack(values, include, select, spec.delta, spec.confidence, spec.threshold)
+            attacks[(s.canary, threat, s.noise)] = (result, values)
+            diag = diagnose(values[include], values[~include], spec.seed)
             results.append({
                 "canary": s.canary, "threat": threat, "noise": s.noise, "runs": spec.runs,
-                "epsilon_lower_bound": attack.bound.epsilon_lower_bound,
-                "fpr_upper": attack.bound.fpr_upper, "fnr_upper": attack.bound.fnr_upper,
-                "threshold": attack.threshold, "select_epsilon_lower_bound": attack.select_bound,
-                "eval_counts": {"fp": attack.fp, "fn": attack.fn, "negatives": attack.negatives,
-                                "positives": attack.positives},
+                "epsilon_lower_bound": result.epsilon_lower_bound,
+                "fpr_upper": result.strict.fpr_upper, "fnr_upper": result.strict.fnr_upper,
+                "mu_lower_bound": result.mu_lower_bound,
+                "epsilon_lower_bound_gdp": result.epsilon_lower_bound_gdp,
+                **({"claimed_mu": claimed.mu} if isinstance(claimed, GaussianTradeOff) else {}),
+                "profile_violation": result.profile_violation(claimed),
+                "gdp_fpr_upper": result.gdp.fpr_upper, "gdp_fnr_upper": result.gdp.fnr_upper,
+                "threshold": result.strict.threshold, "gdp_threshold": result.gdp.threshold,
+                "candidate_thresholds": result.candidates,
+                "counts": {"fp": result.strict.fp, "fn": result.strict.fn, "negatives": result.strict.negatives,
+                           "positives": result.strict.positives},
+                "auroc": diag.auroc, "auroc_ci": list(diag.auroc_ci), "tpr_at_fpr": diag.tpr_at_fpr,
             })
-    violation = any(r["noise"] and r["epsilon_lower_bound"] > spec.epsilon for r in results)
+    violation = any(r["noise"] and (r["epsilon_lower_bound"] > spec.epsilon or r["profile_violation"])
+                    for r in results)
     summary = {
         "claimed_epsilon": spec.epsilon,
         "delta": spec.delta,
@@ -274,6 +293,8 @@ def run_audit(spec: AuditSpec, out: Path, noise_multiplier: float | None = None,
         "problem": {"name": spec.problem, "task": full.task, "n_mixing": data.n, "k": data.k},
         "canaries": canary_info,
         "confidence": spec.confidence,
+        "threshold_strategy": spec.threshold,
+        "claimed_tradeoff": claimed.describe(),
         "seed": spec.seed,
     }
-    return AuditOutcome(summary, attacks, include, select)
+    return AuditOutcome(summary, attacks, include, select, claimed)

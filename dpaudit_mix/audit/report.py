@@ -33,7 +33,7 @@ def _figures(outcome: AuditOutcome, out: Path) -> list[Path]:
                               "canary": np.where(outcome.include[evaluate], "in", "out")})
         ax = hist_axes.flat[i]
         sns.histplot(frame, x="score", hue="canary", bins=40, element="step", stat="density", ax=ax)
-        ax.axvline(attack.threshold, color="black", ls="--", lw=1)
+        ax.axvline(attack.gdp.threshold, color="black", ls="--", lw=1)
         ax.set_title(_label(*key), fontsize=9)
         s_in, s_out = np.sort(scores[evaluate & outcome.include]), np.sort(scores[evaluate & ~outcome.include])
         grid = np.unique(np.concatenate([s_in, s_out, [np.inf]]))
@@ -42,39 +42,76 @@ def _figures(outcome: AuditOutcome, out: Path) -> list[Path]:
         ax = roc_axes.flat[i]
         sns.lineplot(x=fpr, y=tpr, ax=ax, estimator=None, sort=False)
         ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls=":")
-        ax.scatter([attack.fp / attack.negatives], [1 - attack.fn / attack.positives], color="red", zorder=3,
-                   label="chosen threshold")
+        point = attack.gdp
+        ax.scatter([point.fp / point.negatives], [1 - point.fn / point.positives], color="red", zorder=3,
+                   label="μ_LB threshold")
         ax.set(xlabel="FPR", ylabel="TPR", title=_label(*key))
         ax.title.set_fontsize(9)
         ax.legend(loc="lower right", fontsize=8)
     for ax in list(hist_axes.flat[len(keys):]) + list(roc_axes.flat[len(keys):]):
         ax.set_visible(False)
     summary = outcome.summary
-    frame = pd.DataFrame([{"setting": _label(r["canary"], r["threat"], r["noise"]), "ε_LB": r["epsilon_lower_bound"]}
-                          for r in summary["results"]])
-    bar, ax = plt.subplots(figsize=(8, 0.45 * len(frame) + 1.2))
-    sns.barplot(frame, y="setting", x="ε_LB", ax=ax, color="steelblue")
+    frame = pd.DataFrame([{"setting": _label(r["canary"], r["threat"], r["noise"]), "bound": name, "ε": r[key]}
+                          for r in summary["results"]
+                          for name, key in (("strict ε_LB", "epsilon_lower_bound"),
+                                            ("GDP ε_LB", "epsilon_lower_bound_gdp"))])
+    bar, ax = plt.subplots(figsize=(8, 0.6 * len(summary["results"]) + 1.2))
+    sns.barplot(frame, y="setting", x="ε", hue="bound", ax=ax)
     ax.axvline(summary["claimed_epsilon"], color="red", ls="--", label=f"claimed ε = {summary['claimed_epsilon']:g}")
     ax.legend()
-    paths = [out / "scores.png", out / "roc.png", out / "epsilon.png"]
-    for fig, path in zip((hist, roc, bar), paths):
+    paths = [out / "tradeoff.png", out / "scores.png", out / "roc.png", out / "epsilon.png"]
+    for fig, path in zip((_tradeoff_figure(outcome), hist, roc, bar), paths):
         save_figure(fig, path)
     return paths
 
 
+def _tradeoff_figure(outcome: AuditOutcome) -> plt.Figure:
+    """The FPR–FNR plane: the claimed trade-off curve and each private result's CP points.
+
+    A point below the curve is a rigorous violation; the closer the points come to the curve
+    from above, the tighter the audit.
+    """
+    fig, ax = plt.subplots(figsize=(6.4, 5.6))
+    alpha = np.concatenate([np.geomspace(1e-6, 1e-2, 200), np.linspace(1e-2, 1, 400)])
+    ax.plot(alpha, outcome.claimed.fnr_floor(alpha), color="red", lw=2,
+            label=f"claimed trade-off f (ε = {outcome.summary['claimed_epsilon']:g})")
+    markers = iter("osD^vP")
+    for key, (attack, _) in outcome.attacks.items():
+        if not key[2]:
+            continue
+        pts = np.array([[p.fpr_upper, p.fnr_upper] for p in attack.points])
+        marker = next(markers, "o")
+        ax.scatter(pts[:, 0], pts[:, 1], s=14, marker=marker, alpha=0.6, label=f"{_label(*key)}: CP points")
+        ax.scatter([attack.gdp.fpr_upper], [attack.gdp.fnr_upper], s=70, marker=marker, edgecolor="black",
+                   label=f"μ_LB = {attack.mu_lower_bound:.3f}")
+    ax.plot([0, 1], [1, 0], color="grey", lw=0.8, ls=":", label="random guessing")
+    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="FPR (upper confidence bound)", ylabel="FNR (upper confidence bound)",
+           title="Empirical CP points against the claimed trade-off curve")
+    ax.title.set_fontsize(10)
+    ax.legend(fontsize=7, loc="upper right")
+    return fig
+
+
 def _table(summary: dict) -> list[list[str]]:
-    rows = [["canary", "threat", "noise", "runs", "ε_LB", "FPR_ub", "FNR_ub"]]
+    rows = [["canary", "threat", "noise", "runs", "ε_LB", "μ_LB", "ε_LB (GDP)", "profile", "AUROC [95% CI]",
+             "TPR@1e-3", "TPR@1e-2"]]
     for r in summary["results"]:
+        low, high = r["auroc_ci"]
         rows.append([r["canary"], r["threat"], "private" if r["noise"] else "σ=0 control", str(r["runs"]),
-                     f"{r['epsilon_lower_bound']:.3f}", f"{r['fpr_upper']:.4f}", f"{r['fnr_upper']:.4f}"])
+                     f"{r['epsilon_lower_bound']:.3f}", f"{r['mu_lower_bound']:.3f}",
+                     f"{r['epsilon_lower_bound_gdp']:.3f}", "VIOLATED" if r["profile_violation"] else "ok",
+                     f"{r['auroc']:.3f} [{low:.3f}, {high:.3f}]", f"{r['tpr_at_fpr']['0.001']:.4f}",
+                     f"{r['tpr_at_fpr']['0.01']:.4f}"])
     return rows
 
 
 def _verdict(summary: dict) -> str:
+    eps = summary["claimed_epsilon"]
     if summary["violation"]:
-        return (f"VIOLATION: a private ε_LB exceeds the claimed ε = {summary['claimed_epsilon']:g}; the mechanism "
-                "or its accounting is broken.")
-    return f"No violation: every private ε_LB is at most the claimed ε = {summary['claimed_epsilon']:g}."
+        return (f"VIOLATION: a private result's CP point lies below the claimed trade-off curve, or its strict ε_LB "
+                f"exceeds the claimed ε = {eps:g}; the mechanism or its accounting is broken.")
+    return (f"No violation: every private result's CP point lies on or above the claimed trade-off curve, and every "
+            f"strict ε_LB is at most the claimed ε = {eps:g}.")
 
 
 def write_report(outcome: AuditOutcome, out: Path) -> None:
@@ -84,7 +121,10 @@ def write_report(outcome: AuditOutcome, out: Path) -> None:
     head = (f"Problem {prob['name']} / {prob['task']}: n = {prob['n_mixing']} mixing examples, k = {prob['k']}; "
             f"claimed (ε, δ) = ({summary['claimed_epsilon']:g}, {summary['delta']:g}); σ = "
             f"{summary['noise_multiplier']:.4g} (calibrated {summary['calibrated_noise_multiplier']:.4g}); "
-            f"{summary['confidence']:.0%} Clopper–Pearson, threshold on SELECT, counts on EVAL.")
+            f"{summary['confidence']:.0%} Clopper–Pearson, thresholds chosen by '{summary['threshold_strategy']}'. "
+            f"ε_LB is the strict (ε, δ) bound; μ_LB and ε_LB (GDP) assume a Gaussian trade-off curve (exact for full "
+            f"batch); 'profile' compares the CP points with the claimed trade-off curve "
+            f"({summary['claimed_tradeoff']['kind']}), a rigorous test.")
     blocks = [("p", head), ("strong", _verdict(summary)), ("table", _table(summary))]
     blocks += [("figure", path) for path in _figures(outcome, out)]
     write_pages(out, "dpaudit-mix audit", blocks)

@@ -251,10 +251,14 @@ def noise_conformance(mechanism: Mechanism, level: Level, seed: int = 0) -> Chec
 
 
 def empirical_soundness(mechanism: Mechanism, level: Level, seed: int = 0) -> CheckResult:
-    """A white-box audit of the learner on the probe problem gives ε_LB ≤ the claimed ε.
+    """A white-box audit of the learner on the probe problem finds no violation of the claim.
 
-    The probe's zero gradients make the audit as tight as the mechanism allows; the natural
-    outlier canary's unclipped gradient is ≈ 5C, so it exposes missing clipping.
+    The verdict is the audit's: no CP point below the claimed trade-off curve (the privacy
+    profile of the accountant that calibrated σ) and no strict ε_LB above ε. The curve, unlike
+    the single (ε, δ) point, is tight enough to flag any mechanism that leaks ~1.5× its claim,
+    whatever the cause: noise, sensitivity (clipping) or sampling. The probe's zero gradients
+    make the audit as tight as the mechanism allows; the natural outlier canary's unclipped
+    gradient is ≈ 5C, so it exposes missing or loose clipping.
     """
     cases = []
     problem = probe_problem()
@@ -269,14 +273,21 @@ def empirical_soundness(mechanism: Mechanism, level: Level, seed: int = 0) -> Ch
         with tempfile.TemporaryDirectory() as tmp:
             outcome = run_audit(spec, Path(tmp), noise_multiplier=sigma, progress=False, problem=problem)
         for r in outcome.summary["results"]:
-            ok = r["epsilon_lower_bound"] <= point.epsilon
+            ok = r["epsilon_lower_bound"] <= point.epsilon and not r["profile_violation"]
+            claim = f"claimed μ {r['claimed_mu']:.3f}" if "claimed_mu" in r else "claimed PLD profile"
             cases.append({"epsilon": point.epsilon, "sample_rate": point.sample_rate, "steps": point.steps,
                           "canary": r["canary"], "runs": r["runs"], "noise_multiplier": sigma,
-                          "epsilon_lower_bound": r["epsilon_lower_bound"], "passed": ok,
+                          "epsilon_lower_bound": r["epsilon_lower_bound"],
+                          "epsilon_lower_bound_gdp": r["epsilon_lower_bound_gdp"],
+                          "mu_lower_bound": r["mu_lower_bound"], "profile_violation": r["profile_violation"],
+                          "passed": ok,
                           "why": (f"{r['canary']} canary, q={point.sample_rate:g} T={point.steps}: "
-                                  f"ε_LB {r['epsilon_lower_bound']:.3f} vs claimed {point.epsilon:g}")})
-    top = max(c["epsilon_lower_bound"] / c["epsilon"] for c in cases)
-    return _result("empirical_soundness", cases, f"{len(cases)} audits under the claim (largest ε_LB/ε {top:.2f})")
+                                  f"ε_LB {r['epsilon_lower_bound']:.3f}, GDP ε_LB {r['epsilon_lower_bound_gdp']:.3f} "
+                                  f"vs claimed {point.epsilon:g}; μ_LB {r['mu_lower_bound']:.3f} ({claim}); "
+                                  f"{'CP point BELOW the claimed curve' if r['profile_violation'] else 'on or above the claimed curve'}")})
+    top = max(c["epsilon_lower_bound_gdp"] / c["epsilon"] for c in cases)
+    return _result("empirical_soundness", cases,
+                   f"{len(cases)} audits on or above the claimed trade-off curve (largest GDP ε_LB/ε {top:.2f})")
 
 
 @dataclass(frozen=True)

@@ -57,8 +57,15 @@ def _no_clipping(f: np.ndarray, floor: np.ndarray | float) -> np.ndarray:
     return np.reciprocal(f, out=f)
 
 
+#: the loose-clipping mutant clips at this multiple of the C that noise and accountant assume.
+LOOSE_CLIP_FACTOR = 1.5
+_shipped_clip_weights = learner._clip_weights
 _shipped_noise_scale = learner._noise_scale
 _shipped_pld_event = accounting._pld_event
+
+
+def _loose_clipping(f: np.ndarray, floor: np.ndarray | float) -> np.ndarray:
+    return _shipped_clip_weights(f, floor / LOOSE_CLIP_FACTOR)
 
 
 def _half_noise(sigma_clip: float, k: int) -> np.ndarray:
@@ -86,6 +93,8 @@ MUTANTS: tuple[Mechanism, ...] = (
               lambda e, d, q, t: _calibrated(e, d, q, max(1, t // 2)), breaks=frozenset({WIRING})),
     Mechanism("clipping_disabled", "per-example gradients are not clipped",
               patches=((learner, "_clip_weights", _no_clipping),), breaks=frozenset({LEARNER})),
+    Mechanism("loose_clipping", f"gradients are clipped at {LOOSE_CLIP_FACTOR:g}C while noise and accountant assume C",
+              patches=((learner, "_clip_weights", _loose_clipping),), breaks=frozenset({LEARNER})),
     Mechanism("realised_normaliser", "the noisy sum is divided by the realised batch size, not qn",
               patches=((learner, "_normaliser", _realised_normaliser),), breaks=frozenset({LEARNER})),
     Mechanism("partial_noise", "noise is added to only the first half of the k coordinates",
