@@ -26,6 +26,7 @@ from .pipeline.report import paired_differences, write_pipeline_report
 from .pipeline.run import build_world, run_pipeline
 from .pipeline.spec import load_pipeline_spec
 from .recovery.grid import run_recovery
+from .release.gate import Refused, check_release, release
 from .recovery.metrics import cos_similarity
 from .recovery.report import write_recovery_report
 from .recovery.spec import load_recovery_spec
@@ -138,6 +139,29 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_release(args: argparse.Namespace) -> int:
+    out = Path(args.out or Path("reports") / f"release-{Path(args.spec).stem}")
+    try:
+        manifest = release(args.spec, out, noise_multiplier=args.noise_multiplier)
+    except Refused as refusal:
+        print(f"dpaudit-mix: release REFUSED ({refusal.stage}): {refusal.reason}", file=sys.stderr)
+        return refusal.exit_code
+    claim = manifest["claim"]
+    print(json.dumps({"out": str(out), "manifest": str(out / "release.json"), "sources": manifest["sources"],
+                      "weights": manifest["weights"], "epsilon": claim["epsilon"], "delta": claim["delta"],
+                      "manifest_sha256": manifest["manifest_sha256"]}, indent=2))
+    return 0
+
+
+def cmd_check_release(args: argparse.Namespace) -> int:
+    problems = check_release(args.manifest, args.problem)
+    print(json.dumps({"manifest": args.manifest, "ok": not problems, "problems": problems}, indent=2))
+    if problems:
+        print("dpaudit-mix: check-release FAILED:\n  " + "\n  ".join(problems), file=sys.stderr)
+        return EXIT_VIOLATION
+    return 0
+
+
 def cmd_recovery(args: argparse.Namespace) -> None:
     spec = load_recovery_spec(args.spec)
     out = Path(args.out or Path("reports") / f"recovery-{Path(args.spec).stem}")
@@ -243,6 +267,18 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://host:8786")
     audit.set_defaults(func=cmd_audit)
 
+    release_cmd = sub.add_parser("release", help="verify, audit the exact configuration, then release λ (exit 3 if refused)")
+    release_cmd.add_argument("spec")
+    release_cmd.add_argument("--out", help="output folder (default reports/release-<spec name>)")
+    release_cmd.add_argument("--noise-multiplier", type=float,
+                             help="override the calibrated sigma while the claim stays (simulates a leaking mechanism)")
+    release_cmd.set_defaults(func=cmd_release)
+
+    check = sub.add_parser("check-release", help="re-verify a release.json (hash, epsilon, problem file)")
+    check.add_argument("manifest")
+    check.add_argument("--problem", help="the problem file to check against (default: the path in the manifest)")
+    check.set_defaults(func=cmd_check_release)
+
     recovery = sub.add_parser("recovery", help="weight-recovery report: private λ against λ★ over ε × ρ and k")
     recovery.add_argument("spec")
     recovery.add_argument("--out", help="output folder (default reports/recovery-<spec name>)")
@@ -261,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify_cmd.add_argument("--out", help="output folder for verify.json and verify.md (default reports/verify)")
     verify_cmd.set_defaults(func=cmd_verify)
 
-    for p in (mix, account, calibrate, prob, bound, audit, recovery, pipeline, verify_cmd):
+    for p in (mix, account, calibrate, prob, bound, audit, release_cmd, check, recovery, pipeline, verify_cmd):
         common(p)
     return parser
 

@@ -1,4 +1,5 @@
-"""`make demo`: the default problem, λ★ vs DP-MixMin λ, then the default audit in reports/demo/."""
+"""`make demo`: the default problem, λ★ vs DP-MixMin λ, the default audit in reports/demo/, then
+the default release through the gate in reports/demo/release/."""
 
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ from .learner import LearnerConfig, fit, fit_losses
 from .mixmin import mixmin
 from .problem import save
 from .recovery.metrics import cos_similarity
+from .release.gate import Refused, release
 
 OUT = Path("reports/demo")
 EPSILONS = (1.0, 5.0)
 RUNS = 200
 DELTA = 1e-5
 SPEC = Path("audits/default.toml")
+RELEASE_SPEC = Path("releases/default.toml")
 
 
 def main() -> int:
@@ -53,7 +56,18 @@ def main() -> int:
         print(f"  {r['canary']:<9} {r['threat']:<10} {'private' if r['noise'] else 'σ=0 control':<12} "
               f"ε_LB = {r['epsilon_lower_bound']:.3f}  GDP ε_LB = {r['epsilon_lower_bound_gdp']:.3f}  "
               f"profile {'VIOLATED' if r['profile_violation'] else 'ok'}")
-    print(f"violation: {summary['violation']}; report: {OUT / 'report.html'}; {time.perf_counter() - start:.1f} s")
+    print(f"violation: {summary['violation']}; report: {OUT / 'report.html'}")
+    # A demonstration, not a real release: start its privacy ledger afresh on every run.
+    (OUT / "ledger.json").unlink(missing_ok=True)
+    try:
+        manifest = release(RELEASE_SPEC, OUT / "release")
+    except Refused as refusal:
+        print(f"\nrelease {RELEASE_SPEC}: REFUSED ({refusal.stage}): {refusal.reason}")
+        return refusal.exit_code
+    print(f"\nrelease {RELEASE_SPEC}: verified, audited ({manifest['audit']['results'][0]['runs']} white-box runs per "
+          f"canary, no violation), released λ = {np.round(manifest['weights'], 3).tolist()}; manifest "
+          f"{OUT / 'release' / 'release.json'}, card {OUT / 'release' / 'release.html'}; "
+          f"{time.perf_counter() - start:.1f} s")
     return 3 if summary["violation"] else 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import html
+import os
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +31,14 @@ def save_figure(fig: plt.Figure, path: Path) -> Path:
     return path
 
 
-def _markdown(title: str, blocks: list[Block]) -> str:
+def _markdown(title: str, blocks: list[Block], out: Path) -> str:
     lines = [f"# {title}", ""]
     for kind, value in blocks:
         if kind == "table":
             lines += ["| " + " | ".join(value[0]) + " |", "|" + "---|" * len(value[0])]
             lines += ["| " + " | ".join(row) + " |" for row in value[1:]]
         elif kind == "figure":
-            lines.append(f"![{value.stem}]({value.name})")
+            lines.append(f"![{value.stem}]({os.path.relpath(value, out)})")
         else:
             lines.append({"h2": "## {}", "p": "{}", "strong": "**{}**"}[kind].format(value))
         lines.append("")
@@ -62,7 +63,7 @@ def _html(title: str, blocks: list[Block]) -> str:
             f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>{''.join(parts)}</body></html>")
 
 
-def write_pages(out: Path, title: str, blocks: list[Block]) -> None:
-    """report.md and report.html in ``out``."""
-    write_text(out / "report.md", _markdown(title, blocks))
-    write_text(out / "report.html", _html(title, blocks))
+def write_pages(out: Path, title: str, blocks: list[Block], name: str = "report") -> None:
+    """NAME.md and NAME.html in ``out``."""
+    write_text(out / f"{name}.md", _markdown(title, blocks, out))
+    write_text(out / f"{name}.html", _html(title, blocks))

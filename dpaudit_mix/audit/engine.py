@@ -51,6 +51,7 @@ class AuditSpec:
     clip: float = LearnerConfig.clip
     sample_rate: float = 1.0
     learning_rate: float = 1.0
+    user_level: bool = False  # neighbours differ by one user (the canary is one more user)
     canaries: tuple[str, ...] = CANARY_KINDS
     natural_policy: str = "most_influential"
     natural_index: int = 0
@@ -79,7 +80,7 @@ class AuditSpec:
         require(self.natural_policy in NATURAL_POLICIES,
                 f"natural_policy must be one of {NATURAL_POLICIES}, got {self.natural_policy!r}")
         LearnerConfig(steps=self.steps, clip=self.clip, sample_rate=self.sample_rate,
-                      learning_rate=self.learning_rate)
+                      learning_rate=self.learning_rate, user_level=self.user_level)
 
 
 def load_spec(path: str | Path, **overrides: Any) -> AuditSpec:
@@ -231,7 +232,7 @@ def run_audit(spec: AuditSpec, out: Path, noise_multiplier: float | None = None,
         canary_info["max_clip"] = {"norm": spec.clip, "direction": canaries["max_clip"].gradient.tolist()}
     settings = [Setting(c, noise) for c in spec.canaries for noise in ((True, False) if spec.controls else (True,))]
     base = LearnerConfig(steps=spec.steps, clip=spec.clip, sample_rate=spec.sample_rate,
-                         learning_rate=spec.learning_rate)
+                         learning_rate=spec.learning_rate, user_level=spec.user_level)
     args = {s: (data, replace(base, noise_multiplier=sigma if s.noise else 0.0), canaries[s.canary], include, spec.seed)
             for s in settings}
     store = ChunkStore(out, _spec_hash(spec, sigma, full))

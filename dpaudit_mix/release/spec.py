@@ -1,0 +1,65 @@
+"""A release spec (``releases/*.toml``): what is released, under which claim, audited how."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import accounting
+from ..audit.attack import STRATEGIES
+from ..audit.canaries import CANARY_KINDS, NATURAL_POLICIES
+from ..data import registry
+from ..errors import require
+from ..learner import LearnerConfig
+from ..specfile import load_spec_file
+
+
+@dataclass(frozen=True)
+class ReleaseSpec:
+    """Every key optional in the TOML file; unknown keys are rejected."""
+
+    problem: str = "mnist"  # an embedded problem name, or a path to a problem file
+    task: str = registry.DEFAULT_TASK
+    epsilon: float = 1.0
+    delta: float = 1e-5
+    steps: int = 100
+    clip: float = LearnerConfig.clip
+    sample_rate: float = 1.0
+    learning_rate: float = 1.0
+    user_level: bool = False
+    accountant: str = accounting.DEFAULT_ACCOUNTANT  # the one that calibrates σ
+    audit_runs: int = 20_000
+    audit_canaries: tuple[str, ...] = CANARY_KINDS
+    natural_policy: str = "most_influential"
+    threshold: str = STRATEGIES[0]
+    confidence: float = 0.95
+    seed: int = 0  # the audit's seed (the released λ's noise comes from the OS CSPRNG)
+    chunk_size: int = 4096
+    budget_epsilon: float | None = None  # total ε allowed on one problem file, composed in PLD (None: no cap)
+    ledger: str = ""  # default: ledger.json beside the output folder
+
+    def __post_init__(self) -> None:
+        accounting.check_epsilon(self.epsilon)
+        accounting.check_delta(self.delta)
+        LearnerConfig(steps=self.steps, clip=self.clip, sample_rate=self.sample_rate,
+                      learning_rate=self.learning_rate, user_level=self.user_level)
+        require(self.accountant in accounting.ACCOUNTANTS,
+                f"accountant must be one of {accounting.ACCOUNTANTS}, got {self.accountant!r}")
+        require(self.audit_runs >= 1000, f"audit_runs must be >= 1000, got {self.audit_runs}")
+        require(isinstance(self.audit_canaries, tuple) and len(self.audit_canaries) >= 1
+                and set(self.audit_canaries) <= set(CANARY_KINDS),
+                f"audit_canaries must be a non-empty subset of {CANARY_KINDS}, got {self.audit_canaries!r}")
+        require(self.natural_policy in NATURAL_POLICIES,
+                f"natural_policy must be one of {NATURAL_POLICIES}, got {self.natural_policy!r}")
+        require(self.threshold in STRATEGIES, f"threshold must be one of {STRATEGIES}, got {self.threshold!r}")
+        require(0 < self.confidence < 1, f"confidence must be in (0, 1), got {self.confidence}")
+        if self.budget_epsilon is not None:
+            require(math.isfinite(self.budget_epsilon) and self.budget_epsilon >= self.epsilon,
+                    f"budget_epsilon must be finite and at least this release's epsilon {self.epsilon:g}, "
+                    f"got {self.budget_epsilon}")
+
+
+def load_release_spec(path: str | Path, **overrides: Any) -> ReleaseSpec:
+    return load_spec_file(ReleaseSpec, path, **overrides)
