@@ -11,6 +11,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from .errors import InputError
+
 
 @contextmanager
 def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
@@ -40,3 +42,15 @@ def write_npz(path: str | os.PathLike[str], **arrays: np.ndarray) -> None:
     """``np.savez`` appends ``.npz`` to names lacking it, so the temp name keeps that suffix."""
     with atomic_path(path, suffix=".npz") as tmp:
         np.savez(tmp, **arrays)
+
+
+def writable_dir(path: str | os.PathLike[str]) -> Path:
+    """Create ``path`` as a folder and check it takes files; one InputError otherwise."""
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise InputError(f"cannot write to the output folder {folder}: {exc.strerror or exc}") from None
+    return folder

@@ -14,9 +14,9 @@ bounds to hold, the counts must stay binomial:
   EVAL half (one threshold for the strict ε_LB, one for μ_LB).
 
 Measured on exact Gaussian scores at ε = 1 (μ = 0.268), 20,000 runs, 100 trials (`python
-bench/tightness.py`, part 0): μ_LB/μ = 0.74 ± 0.07 for bonferroni against 0.67 ± 0.24 for split
+bench/tightness.py`, part 0): μ_LB/μ = 0.74 ± 0.07 for bonferroni against 0.63 ± 0.30 for split
 (the split's winner on SELECT is often a lucky tail threshold that EVAL does not confirm), and a
-1.5× leak is flagged in 100% against 86% of trials. Bonferroni over the empirical ROC convex hull
+1.5× leak is flagged in 100% against 87% of trials. Bonferroni over the empirical ROC convex hull
 instead gave 0.77 ± 0.06, but its candidates are picked with the labels, so its coverage would
 rest on simulation alone.
 """
