@@ -168,9 +168,9 @@ def gdp_delta(mu: float, epsilon: float | np.ndarray) -> float | np.ndarray:
 def gdp_epsilon_of_mu(mu: float, delta: float) -> float:
     """The ε at which a μ-GDP mechanism is (ε, δ)-DP (0 when μ ≤ 0 or δ(0) ≤ δ)."""
     check_delta(delta)
-    if not mu > 0 or gdp_delta(mu, 0.0) <= delta:
+    require(not np.isnan(mu) and mu != np.inf, f"mu must be a number below +inf, got {mu}")
+    if mu <= 0 or gdp_delta(mu, 0.0) <= delta:
         return 0.0
-    require(np.isfinite(mu), f"mu must be finite, got {mu}")
     high = 1.0
     while gdp_delta(mu, high) > delta:
         high *= 2

@@ -65,3 +65,17 @@ def test_calibration_after_a_prior_phase_composes_to_the_target() -> None:
 def test_calibration_refuses_meaningless_epsilon() -> None:
     with pytest.raises(InputError, match="epsilon must be in"):
         calibrate(1e4, 1e-5, 1.0, 1)
+
+
+@pytest.mark.parametrize("target", [0.01, 0.05, 0.1])
+@pytest.mark.parametrize("sample_rate, steps", [(1.0, 100), (0.01, 1000)])
+def test_calibration_reaches_small_epsilon(target: float, sample_rate: float, steps: int) -> None:
+    """PLD brackets on its own, so targets below RDP's conversion floor (≈ 0.1 at δ = 1e-5) work."""
+    sigma = calibrate(target, 1e-5, sample_rate, steps)
+    spent = epsilon([GaussianPhase(sigma, sample_rate, steps)], 1e-5)
+    assert 0.99 * target <= spent <= target
+
+
+def test_rdp_floor_is_named() -> None:
+    with pytest.raises(InputError, match="the rdp accountant cannot certify epsilon 0.05"):
+        calibrate(0.05, 1e-5, 1.0, 100, "rdp")
