@@ -12,19 +12,28 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import dp_accounting
+from typing import TYPE_CHECKING
+
 import numpy as np
-from absl import logging as absl_logging
-from opacus.accountants import PRVAccountant, RDPAccountant
 from scipy.optimize import brentq
 from scipy.stats import norm
 
 from .errors import InputError, require
+from .specfile import check_fields
+
+if TYPE_CHECKING:
+    import dp_accounting
+
+# dp_accounting and opacus (which loads torch) are imported where they are used: together they
+# take seconds, and commands like `bound` never need them.
 
 ACCOUNTANTS = ("rdp", "prv", "pld")
 #: the largest ε we calibrate for: beyond it a guarantee means little, and the PLD accountant's
 #: time and memory grow with ε (ε = 50 already takes ~17 s and 0.7 GB for a single step).
 MAX_EPSILON = 100.0
+#: the largest σ accepted: ε is already at every accountant's floor far below it, and the
+#: libraries overflow or fail their own checks on much larger values (opacus at 1e8, q = 0.01).
+MAX_NOISE_MULTIPLIER = 1e6
 #: the accountant used to calibrate σ for a release (a pessimistic PLD bound).
 DEFAULT_ACCOUNTANT = "pld"
 
@@ -38,7 +47,9 @@ class GaussianPhase:
     steps: int
 
     def __post_init__(self) -> None:
-        require(self.noise_multiplier > 0, f"noise multiplier must be > 0, got {self.noise_multiplier}")
+        check_fields(self)
+        require(0 < self.noise_multiplier <= MAX_NOISE_MULTIPLIER,
+                f"noise multiplier must be in (0, {MAX_NOISE_MULTIPLIER:g}], got {self.noise_multiplier}")
         require(0 < self.sample_rate <= 1, f"sample rate q must be in (0, 1], got {self.sample_rate}")
         require(self.steps >= 1, f"steps T must be >= 1, got {self.steps}")
 
@@ -51,7 +62,17 @@ def check_delta(delta: float) -> None:
     require(0 < delta < 1, f"delta must be in (0, 1), got {delta}")
 
 
+def _pld_accountant(phases: Sequence[GaussianPhase]) -> dp_accounting.pld.PLDAccountant:
+    import dp_accounting
+
+    pld = dp_accounting.pld.PLDAccountant()
+    pld.compose(dp_accounting.ComposedDpEvent([_pld_event(p) for p in phases]))
+    return pld
+
+
 def _pld_event(phase: GaussianPhase) -> dp_accounting.DpEvent:
+    import dp_accounting
+
     event: dp_accounting.DpEvent = dp_accounting.GaussianDpEvent(phase.noise_multiplier)
     if phase.sample_rate < 1:
         event = dp_accounting.PoissonSampledDpEvent(phase.sample_rate, event)
@@ -63,10 +84,19 @@ def epsilon(phases: Sequence[GaussianPhase], delta: float, accountant: str = DEF
     check_delta(delta)
     require(accountant in ACCOUNTANTS, f"unknown accountant {accountant!r}; choose from {ACCOUNTANTS}")
     require(len(phases) >= 1, "nothing to account")
+    try:
+        return _library_epsilon(phases, delta, accountant)
+    except InputError:
+        raise
+    except (ValueError, ArithmeticError) as exc:  # a library's own numeric failure, not a traceback
+        raise InputError(f"the {accountant} accountant failed on {list(phases)} at delta {delta:g}: {exc}") from None
+
+
+def _library_epsilon(phases: Sequence[GaussianPhase], delta: float, accountant: str) -> float:
+    from opacus.accountants import PRVAccountant, RDPAccountant
+
     if accountant == "pld":
-        pld = dp_accounting.pld.PLDAccountant()
-        pld.compose(dp_accounting.ComposedDpEvent([_pld_event(p) for p in phases]))
-        return float(pld.get_epsilon(delta))
+        return float(_pld_accountant(phases).get_epsilon(delta))
     opacus_acc = RDPAccountant() if accountant == "rdp" else PRVAccountant()
     opacus_acc.history = [(p.noise_multiplier, p.sample_rate, p.steps) for p in phases]
     # opacus' PRV takes log(1 − q) = −inf at q = 1 (harmless), and RDP warns when the best order
@@ -79,6 +109,9 @@ def epsilon(phases: Sequence[GaussianPhase], delta: float, accountant: str = DEF
 def google_rdp_epsilon(phases: Sequence[GaussianPhase], delta: float) -> float:
     """ε from dp_accounting's RDP accountant: a second, independent RDP implementation to check
     opacus' against (it logs a warning per order it drops; those are silenced)."""
+    import dp_accounting
+    from absl import logging as absl_logging
+
     check_delta(delta)
     verbosity = absl_logging.get_verbosity()
     absl_logging.set_verbosity(absl_logging.ERROR)
@@ -126,11 +159,11 @@ def calibrate(
     if excess(high) > 0:
         while excess(high) > 0:
             low, high = high, high * factor
-            if high >= 1e6:
-                floor = excess(1e6) + target_epsilon
+            if high >= MAX_NOISE_MULTIPLIER:
+                floor = excess(MAX_NOISE_MULTIPLIER) + target_epsilon
                 raise InputError(
                     f"the {accountant} accountant cannot certify epsilon {target_epsilon:g} at delta {delta:g}: even "
-                    f"noise multiplier 1e6 gives epsilon {floor:.4g} (its conversion to (epsilon, delta) has that "
+                    f"noise multiplier {MAX_NOISE_MULTIPLIER:g} gives epsilon {floor:.4g} (its conversion to (epsilon, delta) has that "
                     f"floor); use the pld or prv accountant")
     else:
         while excess(low) <= 0:
@@ -197,9 +230,7 @@ def privacy_profile(phases: Sequence[GaussianPhase], epsilons: np.ndarray) -> np
     (pessimistic: never below the true δ, so a trade-off curve built from it is never above the
     true one)."""
     require(len(phases) >= 1, "nothing to account")
-    pld = dp_accounting.pld.PLDAccountant()
-    pld.compose(dp_accounting.ComposedDpEvent([_pld_event(p) for p in phases]))
-    return np.asarray(pld.get_delta(np.asarray(epsilons, dtype=float)), dtype=float)
+    return np.asarray(_pld_accountant(phases).get_delta(np.asarray(epsilons, dtype=float)), dtype=float)
 
 
 def parallel(*costs: tuple[float, float]) -> tuple[float, float]:

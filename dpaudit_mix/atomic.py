@@ -11,19 +11,40 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .errors import InputError
+from .errors import require
+
+
+def _fsync(path: str | os.PathLike[str]) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 @contextmanager
 def atomic_path(path: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it onto ``path`` only on success."""
+    """Yield a temporary path beside ``path``; rename it onto ``path`` only on success.
+
+    The file gets the mode any tool would create (0666 less the umask; mkstemp's is 0600), and
+    it and then its folder are fsynced, so the rename survives a power loss, not only a kill.
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp" + suffix)
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
+        _fsync(tmp)
         os.replace(tmp, target)
+        _fsync(target.parent)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -44,13 +65,18 @@ def write_npz(path: str | os.PathLike[str], **arrays: np.ndarray) -> None:
         np.savez(tmp, **arrays)
 
 
-def writable_dir(path: str | os.PathLike[str]) -> Path:
-    """Create ``path`` as a folder and check it takes files; one InputError otherwise."""
-    folder = Path(path)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as exc:
-        raise InputError(f"cannot write to the output folder {folder}: {exc.strerror or exc}") from None
-    return folder
+def check_output(path: str | os.PathLike[str], folder: bool) -> Path:
+    """Check, writing nothing, that ``path`` can be created as an output folder (or file).
+
+    Commands call this before any computation, so a bad ``--out`` costs one line, not a run.
+    """
+    target = Path(path)
+    kind = "folder" if folder else "file"
+    if target.exists():
+        require(target.is_dir() == folder, f"output {kind} {target} exists and is a {'file' if folder else 'folder'}")
+    ancestor = target if folder and target.is_dir() else target.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    require(ancestor.is_dir(), f"cannot create the output {kind} {target}: {ancestor} is a file, not a folder")
+    require(os.access(ancestor, os.W_OK | os.X_OK), f"cannot create the output {kind} {target}: {ancestor} is not writable")
+    return target

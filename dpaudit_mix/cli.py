@@ -1,40 +1,33 @@
-"""The `dpaudit-mix` command line (DESIGN §10). Exit 0 success, 2 bad input, 3 audit violation."""
+"""The `dpaudit-mix` command line (DESIGN §10).
+
+Exit 0 success, 2 bad input, 3 audit violation (or a refused release / failed check), 4 an
+inconclusive audit (a σ = 0 control saw nothing, so the audit cannot see leakage).
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
 import sys
-from collections.abc import Sequence
-from dataclasses import asdict
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from . import accounting, problem as problem_io
-from .atomic import write_json
-from .audit.bounds import epsilon_lower_bound
-from .audit.engine import BACKENDS, load_spec, run_audit
-from .audit.profile import GaussianTradeOff
-from .audit.report import write_report
+from .atomic import check_output, write_json
+from .audit import BACKENDS
 from .data import registry
 from .errors import InputError, require
-from .learner import LearnerConfig, fit, fit_losses
-from .mixmin import mixmin
-from .pipeline.report import paired_differences, write_pipeline_report
-from .pipeline.run import build_world, run_pipeline
-from .pipeline.spec import load_pipeline_spec
-from .recovery.grid import run_recovery
-from .release.gate import Refused, check_release, release
-from .recovery.metrics import cos_similarity
-from .recovery.report import write_recovery_report
-from .recovery.spec import load_recovery_spec
-from .verify.checks import FULL, QUICK
-from .verify.suite import failures, verify, write_verification
+from .learner import LearnerConfig
+
+# Each command imports what it needs when it runs: torch, opacus, pandas and seaborn take seconds
+# to load, and `--help` or `bound` should not wait for them (bench/startup.py measures this).
 
 EXIT_BAD_INPUT = 2
 EXIT_VIOLATION = 3
+EXIT_INCONCLUSIVE = 4
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,17 +43,42 @@ def _emit(result: dict[str, Any], out: str | None) -> None:
     print(json.dumps(result, indent=2))
 
 
-def _positive_int(text: str) -> int:
+def _integer(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = "integer"  # argparse names the type in its message
+    return parse
+
+
+_positive_int, _count, _seed = _integer(1), _integer(0), _integer(0)
+
+
+def _finite(text: str) -> float:
+    """An argparse type: a finite float (ranges are checked where the value is used)."""
     try:
-        value = int(text)
+        value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
     return value
 
 
 def cmd_mix(args: argparse.Namespace) -> None:
+    from .learner import fit, fit_losses
+    from .mixmin import mixmin
+
+    if args.out:
+        check_output(args.out, folder=False)
     prob = problem_io.load(args.problem)
     if args.nonprivate:
         result = mixmin(prob.logp)
@@ -106,6 +124,12 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
 
 
 def cmd_problem(args: argparse.Namespace) -> None:
+    import numpy as np
+
+    from .mixmin import mixmin
+    from .recovery.metrics import cos_similarity
+
+    check_output(args.out, folder=False)
     prob = registry.build(args.name, args.task, args.seed)
     problem_io.save(prob, args.out)
     star = mixmin(prob.logp).weights
@@ -115,19 +139,25 @@ def cmd_problem(args: argparse.Namespace) -> None:
 
 
 def cmd_bound(args: argparse.Namespace) -> None:
+    from .audit.bounds import epsilon_lower_bound
+    from .audit.profile import GaussianTradeOff
+
     bound = epsilon_lower_bound(args.fp, args.fn, args.negatives, args.positives, args.delta, args.confidence)
-    result: dict[str, Any] = asdict(bound)
+    result: dict[str, Any] = dataclasses.asdict(bound)
     if args.claimed_mu is not None:
-        require(np.isfinite(args.claimed_mu) and args.claimed_mu > 0,
-                f"--claimed-mu must be a finite number > 0, got {args.claimed_mu}")
+        require(args.claimed_mu > 0,
+                f"--claimed-mu must be > 0, got {args.claimed_mu}")
         result["claimed_mu"] = args.claimed_mu
         result["profile_violation"] = bool(GaussianTradeOff(args.claimed_mu).violated(bound.fpr_upper, bound.fnr_upper))
     _emit(result, None)
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
+    from .audit.engine import load_spec, run_audit
+    from .audit.report import write_report
+
     spec = load_spec(args.spec, problem=args.problem, runs=args.runs, epsilon=args.epsilon)
-    out = Path(args.out or Path("reports") / Path(args.spec).stem)
+    out = check_output(args.out or Path("reports") / Path(args.spec).stem, folder=True)
     outcome = run_audit(spec, out, noise_multiplier=args.noise_multiplier, backend=args.backend,
                         scheduler=args.scheduler)
     write_report(outcome, out)
@@ -136,10 +166,17 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print(f"dpaudit-mix: VIOLATION: empirical epsilon exceeds the claimed {spec.epsilon:g}; see {out}/report.md",
               file=sys.stderr)
         return EXIT_VIOLATION
+    if outcome.summary["inconclusive"]:
+        print(f"dpaudit-mix: INCONCLUSIVE: the sigma=0 control(s) {', '.join(outcome.summary['blind_controls'])} "
+              f"stay within the claimed epsilon {spec.epsilon:g}: this audit cannot see leakage; see {out}/report.md",
+              file=sys.stderr)
+        return EXIT_INCONCLUSIVE
     return 0
 
 
 def cmd_release(args: argparse.Namespace) -> int:
+    from .release.gate import Refused, release
+
     out = Path(args.out or Path("reports") / f"release-{Path(args.spec).stem}")
     try:
         manifest = release(args.spec, out, noise_multiplier=args.noise_multiplier)
@@ -154,6 +191,8 @@ def cmd_release(args: argparse.Namespace) -> int:
 
 
 def cmd_check_release(args: argparse.Namespace) -> int:
+    from .release.gate import check_release
+
     problems = check_release(args.manifest, args.problem)
     print(json.dumps({"manifest": args.manifest, "ok": not problems, "problems": problems}, indent=2))
     if problems:
@@ -163,8 +202,12 @@ def cmd_check_release(args: argparse.Namespace) -> int:
 
 
 def cmd_recovery(args: argparse.Namespace) -> None:
+    from .recovery.grid import run_recovery
+    from .recovery.report import write_recovery_report
+    from .recovery.spec import load_recovery_spec
+
     spec = load_recovery_spec(args.spec)
-    out = Path(args.out or Path("reports") / f"recovery-{Path(args.spec).stem}")
+    out = check_output(args.out or Path("reports") / f"recovery-{Path(args.spec).stem}", folder=True)
     result = run_recovery(spec)
     write_recovery_report(result, out)
     ks = result["k_scaling"]
@@ -173,19 +216,26 @@ def cmd_recovery(args: argparse.Namespace) -> None:
 
 
 def cmd_pipeline(args: argparse.Namespace) -> None:
+    from .pipeline.report import paired_differences, write_pipeline_report
+    from .pipeline.run import build_world, run_pipeline
+    from .pipeline.spec import load_pipeline_spec
+
     spec = load_pipeline_spec(args.spec)
-    out = Path(args.out or Path("reports") / f"pipeline-{Path(args.spec).stem}")
+    out = check_output(args.out or Path("reports") / f"pipeline-{Path(args.spec).stem}", folder=True)
     world = build_world(spec)  # every data error is raised here, before anything is written
     records = run_pipeline(spec, out, world=world)
     frame = write_pipeline_report(records, spec, [s.name for s in world.sources], out)
     diffs = {other: paired_differences(frame, "dpmixmin", other)["mean"].to_dict()
-             for other in ("uniform", "random_search", "nonprivate_mixmin")}
+             for other in ("uniform", "random_search", "nonprivate_mixmin") if {"dpmixmin", other} <= set(spec.methods)}
     print(json.dumps({"out": str(out), "runs": len(records), "dpmixmin_minus": diffs}, indent=2))
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from .verify.checks import FULL, QUICK
+    from .verify.suite import failures, verify, write_verification
+
     level = QUICK if args.quick else FULL
-    out = Path(args.out or Path("reports") / "verify")
+    out = check_output(args.out or Path("reports") / "verify", folder=True)
     summary = verify(level, self_test=args.self_test)
     write_verification(summary, out)
     problems = failures(summary)
@@ -211,13 +261,13 @@ def build_parser() -> argparse.ArgumentParser:
     mix.add_argument("--problem", required=True)
     mode = mix.add_mutually_exclusive_group(required=True)
     mode.add_argument("--nonprivate", action="store_true")
-    mode.add_argument("--epsilon", type=float)
-    mix.add_argument("--delta", type=float)
+    mode.add_argument("--epsilon", type=_finite)
+    mix.add_argument("--delta", type=_finite)
     mix.add_argument("--runs", type=_positive_int, default=1)
-    mix.add_argument("--seed", type=int, default=0)
-    mix.add_argument("--steps", type=int, default=LearnerConfig.steps)
-    mix.add_argument("--clip", type=float, default=LearnerConfig.clip)
-    mix.add_argument("--sample-rate", type=float, default=1.0)
+    mix.add_argument("--seed", type=_seed, default=0)
+    mix.add_argument("--steps", type=_positive_int, default=LearnerConfig.steps)
+    mix.add_argument("--clip", type=_finite, default=LearnerConfig.clip)
+    mix.add_argument("--sample-rate", type=_finite, default=1.0)
     mix.add_argument("--user-level", action="store_true")
     mix.add_argument("--secure", action="store_true", help="noise from the OS CSPRNG (for releases)")
     mix.add_argument("--accountant", choices=accounting.ACCOUNTANTS, default=accounting.DEFAULT_ACCOUNTANT)
@@ -225,33 +275,33 @@ def build_parser() -> argparse.ArgumentParser:
     mix.set_defaults(func=cmd_mix)
 
     account = sub.add_parser("account", help="epsilon of DP-SGD under every accountant")
-    account.add_argument("--noise-multiplier", type=float, required=True)
-    account.add_argument("--sample-rate", type=float, required=True)
-    account.add_argument("--steps", type=int, required=True)
-    account.add_argument("--delta", type=float, required=True)
+    account.add_argument("--noise-multiplier", type=_finite, required=True)
+    account.add_argument("--sample-rate", type=_finite, required=True)
+    account.add_argument("--steps", type=_positive_int, required=True)
+    account.add_argument("--delta", type=_finite, required=True)
     account.set_defaults(func=cmd_account)
 
     calibrate = sub.add_parser("calibrate", help="noise multiplier for a target (epsilon, delta)")
-    calibrate.add_argument("--epsilon", type=float, required=True)
-    calibrate.add_argument("--delta", type=float, required=True)
-    calibrate.add_argument("--sample-rate", type=float, required=True)
-    calibrate.add_argument("--steps", type=int, required=True)
+    calibrate.add_argument("--epsilon", type=_finite, required=True)
+    calibrate.add_argument("--delta", type=_finite, required=True)
+    calibrate.add_argument("--sample-rate", type=_finite, required=True)
+    calibrate.add_argument("--steps", type=_positive_int, required=True)
     calibrate.add_argument("--accountant", choices=accounting.ACCOUNTANTS, default=accounting.DEFAULT_ACCOUNTANT)
     calibrate.set_defaults(func=cmd_calibrate)
 
     prob = sub.add_parser("problem", help="build a problem file from the embedded data")
     prob.add_argument("name", help=f"one of: {', '.join(registry.PROBLEMS)}")
     prob.add_argument("--task", default=registry.DEFAULT_TASK)
-    prob.add_argument("--seed", type=int, default=0)
+    prob.add_argument("--seed", type=_seed, default=0)
     prob.add_argument("--out", required=True)
     prob.set_defaults(func=cmd_problem)
 
     bound = sub.add_parser("bound", help="Clopper-Pearson strict and GDP lower bounds from attack counts")
     for flag in ("--fp", "--fn", "--negatives", "--positives"):
-        bound.add_argument(flag, type=int, required=True)
-    bound.add_argument("--delta", type=float, required=True)
-    bound.add_argument("--confidence", type=float, default=0.95)
-    bound.add_argument("--claimed-mu", type=float,
+        bound.add_argument(flag, type=_count, required=True)
+    bound.add_argument("--delta", type=_finite, required=True)
+    bound.add_argument("--confidence", type=_finite, default=0.95)
+    bound.add_argument("--claimed-mu", type=_finite,
                        help="the claim as mu-GDP: adds profile_violation (the CP point lies below its trade-off curve)")
     bound.set_defaults(func=cmd_bound)
 
@@ -259,9 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("spec")
     audit.add_argument("--problem", help="a problem file (overrides the spec)")
     audit.add_argument("--out", help="output folder (default reports/<spec name>)")
-    audit.add_argument("--runs", type=int)
-    audit.add_argument("--epsilon", type=float)
-    audit.add_argument("--noise-multiplier", type=float,
+    audit.add_argument("--runs", type=_positive_int)
+    audit.add_argument("--epsilon", type=_finite)
+    audit.add_argument("--noise-multiplier", type=_finite,
                        help="override the calibrated sigma while the claim stays epsilon (simulates a broken mechanism)")
     audit.add_argument("--backend", choices=BACKENDS, default="local")
     audit.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://host:8786")
@@ -270,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     release_cmd = sub.add_parser("release", help="verify, audit the exact configuration, then release λ (exit 3 if refused)")
     release_cmd.add_argument("spec")
     release_cmd.add_argument("--out", help="output folder (default reports/release-<spec name>)")
-    release_cmd.add_argument("--noise-multiplier", type=float,
+    release_cmd.add_argument("--noise-multiplier", type=_finite,
                              help="override the calibrated sigma while the claim stays (simulates a leaking mechanism)")
     release_cmd.set_defaults(func=cmd_release)
 

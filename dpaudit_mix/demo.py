@@ -31,7 +31,7 @@ def _verdict(result: dict) -> str:
     """A private result should stay on or above the claimed curve; a σ = 0 control should not."""
     if result["noise"]:
         return "profile VIOLATED" if result["profile_violation"] else "profile ok"
-    return "control sees the leak" if result["profile_violation"] else "control sees NOTHING"
+    return "control sees the leak" if result["exceeds_claim"] else "control sees NOTHING"
 
 
 def main() -> int:
@@ -63,7 +63,7 @@ def main() -> int:
         print(f"  {r['canary']:<9} {r['threat']:<10} {'private' if r['noise'] else 'σ=0 control':<12} "
               f"ε_LB = {r['epsilon_lower_bound']:.3f}  GDP ε_LB = {r['epsilon_lower_bound_gdp']:.3f}  "
               f"{_verdict(r)}")
-    print(f"violation: {summary['violation']}; report: {OUT / 'report.html'}")
+    print(f"violation: {summary['violation']}; inconclusive: {summary['inconclusive']}; report: {OUT / 'report.html'}")
     # A demonstration, not a real release: start its privacy ledger afresh on every run.
     (OUT / "ledger.json").unlink(missing_ok=True)
     try:
@@ -75,7 +75,7 @@ def main() -> int:
           f"canary, no violation), released λ = {np.round(manifest['weights'], 3).tolist()}; manifest "
           f"{OUT / 'release' / 'release.json'}, card {OUT / 'release' / 'release.html'}; "
           f"{time.perf_counter() - start:.1f} s")
-    return 3 if summary["violation"] else 0
+    return 3 if summary["violation"] else 4 if summary["inconclusive"] else 0
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from .errors import require
 from .mixmin import mixture_loss, scaled_likelihoods
 from .noise import RandomSource, SecureSource, run_stream
 from .problem import Problem
+from .specfile import check_fields
 
 #: runs per computational block; chunks of an audit are whole numbers of blocks.
 BLOCK = 64
@@ -42,6 +43,7 @@ class LearnerConfig:
     secure: bool = False
 
     def __post_init__(self) -> None:
+        check_fields(self)
         require(self.steps >= 1, f"steps T must be >= 1, got {self.steps}")
         require(self.clip > 0, f"clipping norm C must be > 0, got {self.clip}")
         require(self.noise_multiplier >= 0, f"noise multiplier must be >= 0, got {self.noise_multiplier}")
@@ -229,6 +231,7 @@ def fit(
     """
     run_ids = np.arange(runs) if isinstance(runs, (int, np.integer)) else np.asarray(runs)
     require(run_ids.ndim == 1 and len(run_ids) >= 1, "need at least one run")
+    require(isinstance(seed, (int, np.integer)) and seed >= 0, f"seed must be an integer >= 0, got {seed!r}")
     if include is not None:
         require(canary is not None, "include was given without a canary")
         require(include.shape == run_ids.shape, "include needs one flag per run")

@@ -84,23 +84,37 @@ def validate(problem: Problem) -> None:
         _check_logp("heldout_logp", problem.heldout_logp, logp.shape[1])
 
 
+def _real(path: Path, name: str, array: np.ndarray) -> np.ndarray:
+    """A log-likelihood array as float64: real floats and integers only (no bool, complex, text)."""
+    require(array.dtype.kind in "fiu", f"problem file {path}: '{name}' must hold real numbers, got dtype {array.dtype}")
+    return array.astype(np.float64, copy=False)
+
+
 def load(path: str | os.PathLike[str]) -> Problem:
     """Load and validate a problem file; every failure is an :class:`InputError`."""
     path = Path(path)
     require(path.is_file(), f"problem file not found: {path}")
     try:
-        with np.load(path, allow_pickle=False) as z:
+        loaded = np.load(path, allow_pickle=False)
+        require(isinstance(loaded, np.lib.npyio.NpzFile),
+                f"problem file {path} is a single .npy array, not an .npz archive of named arrays")
+        with loaded as z:
             data = {key: z[key] for key in z.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        if isinstance(exc, InputError):
+            raise
         raise InputError(f"cannot read problem file {path}: {exc}") from None
     for key in ("logp", "sources"):
         require(key in data, f"problem file {path} lacks the required array '{key}'")
     meta = {key[len("meta_"):]: str(value) for key, value in data.items() if key.startswith("meta_")}
+    users = data.get("users")
+    if users is not None:
+        require(users.dtype.kind in "iu", f"problem file {path}: 'users' must be integer ids, got dtype {users.dtype}")
     return Problem(
-        logp=data["logp"].astype(np.float64, copy=False),
+        logp=_real(path, "logp", data["logp"]),
         sources=tuple(str(s) for s in data["sources"]),
-        users=data.get("users"),
-        heldout_logp=None if "heldout_logp" not in data else data["heldout_logp"].astype(np.float64),
+        users=users,
+        heldout_logp=None if "heldout_logp" not in data else _real(path, "heldout_logp", data["heldout_logp"]),
         task=str(data.get("task", "")),
         meta=meta,
     )

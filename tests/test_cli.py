@@ -47,7 +47,7 @@ def test_account_and_calibrate(capsys) -> None:
     (["calibrate", "--epsilon", "1", "--delta", "1", "--sample-rate", "1", "--steps", "10"], "delta"),
     (["calibrate", "--epsilon", "1", "--delta", "1e-5", "--sample-rate", "0", "--steps", "10"], "sample rate"),
     (["account", "--noise-multiplier", "1", "--sample-rate", "1", "--steps", "0", "--delta", "1e-5"], "steps"),
-    (["account", "--noise-multiplier", "x", "--sample-rate", "1", "--steps", "1", "--delta", "1e-5"], "invalid"),
+    (["account", "--noise-multiplier", "x", "--sample-rate", "1", "--steps", "1", "--delta", "1e-5"], "expected a number"),
     (["mix", "--problem", "PROBLEM", "--epsilon", "1"], "--delta"),
     (["mix", "--problem", "PROBLEM", "--epsilon", "1", "--delta", "1e-5", "--clip", "0"], "clipping"),
     (["mix", "--problem", "/no/such/file.npz", "--nonprivate"], "not found"),

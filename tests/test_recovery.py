@@ -24,7 +24,7 @@ def problem_file(tmp_path: Path) -> Path:
 def write_spec(tmp_path: Path, problem_file: Path, text: str = "") -> Path:
     path = tmp_path / "spec.toml"
     path.write_text(f'problem = "{problem_file}"\nepsilons = [0.3, 10.0]\nrhos = [0.2, 1.0]\nseeds = 4\nsteps = 40\n'
-                    f'user_level_tasks = ["toy"]\nk_values = [2, 4, 6]\nk_tasks = []\nk_fit_min = 2\n{text}')
+                    f'user_level_tasks = ["toy"]\nk_values = [2, 4, 6]\nk_fit_min = 2\n{text}')
     return path
 
 

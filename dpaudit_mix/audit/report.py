@@ -110,6 +110,10 @@ def _verdict(summary: dict) -> str:
     if summary["violation"]:
         return (f"VIOLATION: a private result's CP point lies below the claimed trade-off curve, or its strict ε_LB "
                 f"exceeds the claimed ε = {eps:g}; the mechanism or its accounting is broken.")
+    if summary["inconclusive"]:
+        return (f"INCONCLUSIVE: the σ = 0 control(s) {', '.join(summary['blind_controls'])} stay within the claimed "
+                f"ε = {eps:g}, so this audit cannot see leakage there (too few runs, or a canary the attack cannot "
+                "detect); its private results prove nothing.")
     return (f"No violation: every private result's CP point lies on or above the claimed trade-off curve, and every "
             f"strict ε_LB is at most the claimed ε = {eps:g}.")
 

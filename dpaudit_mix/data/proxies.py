@@ -7,13 +7,15 @@ never saw a class still gives every label a finite log-likelihood.
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.linear_model import LogisticRegression
 
 from .images import features
 from .sources import PublicSource
+
+if TYPE_CHECKING:
+    from sklearn.linear_model import LogisticRegression
 
 CLASSES = 10
 SMOOTHING = 0.01
@@ -21,6 +23,9 @@ TASKS = tuple(f"digit-{d}" for d in range(CLASSES)) + ("multiclass",)
 
 
 def train_proxy(source: PublicSource) -> LogisticRegression:
+    from sklearn.exceptions import ConvergenceWarning  # imported here: sklearn is slow to load
+    from sklearn.linear_model import LogisticRegression
+
     model = LogisticRegression(C=1.0, max_iter=300)
     with warnings.catch_warnings():
         # Proxies are cheap by design (the paper: insensitive to proxy budget, Table 3).

@@ -60,8 +60,8 @@ def _summary_table(frame: pd.DataFrame) -> list[list[str]]:
 def paired_differences(frame: pd.DataFrame, method: str, other: str) -> pd.DataFrame:
     """Macro AUC of ``method`` minus ``other``, paired by (ε, seed); mean ± std per ε."""
     macro = frame[frame["task"] == "macro"].pivot_table(index=["epsilon", "seed"], columns="method", values="value")
-    if method not in macro or other not in macro:
-        return pd.DataFrame()
+    if method not in macro or other not in macro:  # a spec may ask for any subset of methods
+        return pd.DataFrame(columns=["mean", "std", "seeds"])
     diff = (macro[method] - macro[other]).groupby(level="epsilon")
     return pd.DataFrame({"mean": diff.mean(), "std": diff.std(ddof=1).fillna(0.0), "seeds": diff.size()})
 

@@ -9,7 +9,7 @@ from typing import Any
 from .. import accounting
 from ..errors import require
 from ..learner import LearnerConfig
-from ..specfile import load_spec_file
+from ..specfile import Seed, check_fields, load_spec_file
 
 METHODS = ("dpmixmin", "uniform", "random_search", "no_pretrain", "nonprivate_mixmin")
 COMPOSITIONS = ("parallel", "sequential")
@@ -23,7 +23,7 @@ class PipelineSpec:
     delta: float = 1e-5
     methods: tuple[str, ...] = METHODS
     seeds: int = 3
-    seed: int = 0  # the data seed: public sources, proxies and the A/B split
+    seed: Seed = 0  # the data seed: public sources, proxies and the A/B split
     rho: float = 0.1  # split A (the mixing data) as a fraction of the sensitive training set
     composition: str = "parallel"  # parallel: A and B disjoint; sequential: finetune on all, budgets composed
     mix_share: float = 0.1  # sequential: the share of ε the mixture phase gets alone
@@ -42,8 +42,7 @@ class PipelineSpec:
     finetune_clip: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("epsilons", "methods"):
-            require(isinstance(getattr(self, name), tuple), f"{name} must be a list")
+        check_fields(self)
         require(len(self.epsilons) >= 1, "the ε grid is empty: give at least one epsilon")
         for eps in self.epsilons:
             accounting.check_epsilon(eps)

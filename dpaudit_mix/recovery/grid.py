@@ -87,6 +87,7 @@ def score(target: Target, weights: np.ndarray) -> dict[str, Any]:
 class Plan:
     """Everything the spec asks for, resolved and validated before any fit runs."""
 
+    spec: RecoverySpec  # with its defaults fitted to the problem
     grid_targets: tuple[Target, ...]
     user_targets: tuple[Target, ...]
     k_pool: dict[str, Problem]  # task → the problem whose first k sources give the k-source problem
@@ -106,6 +107,8 @@ def plan(spec: RecoverySpec) -> Plan:
                 f"({', '.join(registry.PROBLEMS)}) nor an existing file")
         file_problem = load(spec.problem)
     available = _available_tasks(spec, file_problem)
+    spec = spec.fitted_to(available, registry.MAX_SHARDS if spec.embedded else file_problem.k,
+                          spec.embedded or file_problem.users is not None)
     for key in ("tasks", "user_level_tasks", "k_tasks"):
         unknown = [t for t in getattr(spec, key) if t not in available]
         require(not unknown, f"{key}: unknown task(s) {', '.join(unknown)}; available: {', '.join(available)}")
@@ -123,9 +126,9 @@ def plan(spec: RecoverySpec) -> Plan:
         largest = max(spec.k_values)
         offered = registry.MAX_SHARDS if spec.embedded else file_problem.k
         require(largest <= offered, f"k = {largest} is larger than the {offered} public sources available")
-        for t in spec.k_tasks if spec.embedded else available:
+        for t in spec.k_tasks:
             pool[t] = registry.build(spec.problem, t, spec.seed, shards=largest) if spec.embedded else file_problem
-    return Plan(grid, users, pool)
+    return Plan(spec, grid, users, pool)
 
 
 def _cells(spec: RecoverySpec, the_plan: Plan) -> Iterator[tuple[str, Target, float, float, bool]]:
@@ -142,6 +145,7 @@ def _cells(spec: RecoverySpec, the_plan: Plan) -> Iterator[tuple[str, Target, fl
 def run_recovery(spec: RecoverySpec, progress: bool = True) -> dict[str, Any]:
     """Every cell of the spec (recovery.json): the ε × ρ grid, user-level grid and k-scaling."""
     the_plan = plan(spec)
+    spec = the_plan.spec
     sigmas: dict[float, float] = {}
     jobs = list(_cells(spec, the_plan))
     grid, k_cells = [], []

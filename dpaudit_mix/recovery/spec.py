@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +10,7 @@ from .. import accounting
 from ..data import registry
 from ..errors import require
 from ..learner import LearnerConfig
-from ..specfile import load_spec_file
+from ..specfile import Seed, check_fields, load_spec_file
 
 
 @dataclass(frozen=True)
@@ -27,17 +27,17 @@ class RecoverySpec:
     clip: float = LearnerConfig.clip
     sample_rate: float = 1.0
     learning_rate: float = 1.0
-    seed: int = 0
-    user_level_tasks: tuple[str, ...] = ("digit-0",)  # the ε × ρ grid again under user-level DP
-    k_values: tuple[int, ...] = (2, 4, 8, 16, 32, 64)  # () skips k-scaling
-    k_tasks: tuple[str, ...] = tuple(f"digit-{d}" for d in range(10))
+    seed: Seed = 0
+    # None (the key left out) means a default that fits the problem; see fitted_to.
+    user_level_tasks: tuple[str, ...] | None = None  # the ε × ρ grid again under user-level DP
+    k_values: tuple[int, ...] | None = None  # () skips k-scaling
+    k_tasks: tuple[str, ...] | None = None
     k_epsilon: float = 1.0
     k_rho: float = 0.1
     k_fit_min: int = 16  # the log-log slope is fitted on k ≥ this
 
     def __post_init__(self) -> None:
-        for name in ("tasks", "epsilons", "rhos", "user_level_tasks", "k_values", "k_tasks"):
-            require(isinstance(getattr(self, name), tuple), f"{name} must be a list")
+        check_fields(self)
         require(len(self.epsilons) >= 1, "the ε grid is empty: give at least one epsilon")
         require(len(self.rhos) >= 1, "the ρ grid is empty: give at least one rho")
         for eps in self.epsilons + (self.k_epsilon,):
@@ -45,7 +45,7 @@ class RecoverySpec:
         for rho in self.rhos + (self.k_rho,):
             require(0 < rho <= 1, f"rho must be in (0, 1], got {rho}")
         require(self.seeds >= 1, f"seeds must be >= 1, got {self.seeds}")
-        require(all(k >= 2 for k in self.k_values), f"every k must be >= 2, got {list(self.k_values)}")
+        require(all(k >= 2 for k in self.k_values or ()), f"every k must be >= 2, got {list(self.k_values or ())}")
         accounting.check_delta(self.delta)
         LearnerConfig(steps=self.steps, clip=self.clip, sample_rate=self.sample_rate,
                       learning_rate=self.learning_rate)
@@ -53,6 +53,21 @@ class RecoverySpec:
     @property
     def embedded(self) -> bool:
         return self.problem in registry.PROBLEMS
+
+    def fitted_to(self, tasks: tuple[str, ...], sources: int, has_users: bool) -> "RecoverySpec":
+        """The spec with every None default resolved for a problem offering ``tasks`` and ``sources``.
+
+        Embedded: user-level on digit-0, k up to 64 shards on every digit task. A problem file: its
+        own task, user-level only when it has users, k = 2, 4, 8, … up to its k sources.
+        """
+        if self.embedded:
+            defaults = {"user_level_tasks": ("digit-0",), "k_values": (2, 4, 8, 16, 32, 64),
+                        "k_tasks": tuple(t for t in tasks if t.startswith("digit-"))}
+        else:
+            powers = tuple(2**e for e in range(1, sources.bit_length()) if 2**e < sources)
+            defaults = {"user_level_tasks": tasks if has_users else (), "k_values": (*powers, sources),
+                        "k_tasks": tasks}
+        return replace(self, **{key: value for key, value in defaults.items() if getattr(self, key) is None})
 
     def noise_multiplier(self, epsilon: float) -> float:
         """σ for (ε, δ) over T steps at rate q (one unit is an example, or a user)."""

@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from .. import accounting, problem as problem_io
-from ..atomic import writable_dir, write_json
+from ..atomic import check_output, write_json
 from ..audit.engine import AuditSpec, run_audit
 from ..audit.report import write_report
 from ..data import registry
@@ -176,7 +176,7 @@ def release(spec_path: str | Path, out: Path, noise_multiplier: float | None = N
             progress: bool = True) -> dict[str, Any]:
     """Run the gate; on refusal write ``out/refused.json`` and raise :class:`Refused`."""
     spec_path = Path(spec_path)
-    writable_dir(out)
+    check_output(out, folder=True)
     for name in OUTPUTS:
         (out / name).unlink(missing_ok=True)
     try:

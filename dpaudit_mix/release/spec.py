@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ from ..audit.canaries import CANARY_KINDS, NATURAL_POLICIES
 from ..data import registry
 from ..errors import require
 from ..learner import LearnerConfig
-from ..specfile import load_spec_file
+from ..specfile import Seed, check_fields, load_spec_file
 
 
 @dataclass(frozen=True)
@@ -35,12 +34,13 @@ class ReleaseSpec:
     natural_policy: str = "most_influential"
     threshold: str = STRATEGIES[0]
     confidence: float = 0.95
-    seed: int = 0  # the audit's seed (the released λ's noise comes from the OS CSPRNG)
+    seed: Seed = 0  # the audit's seed (the released λ's noise comes from the OS CSPRNG)
     chunk_size: int = 4096
     budget_epsilon: float | None = None  # total ε allowed on one problem file, composed in PLD (None: no cap)
     ledger: str = ""  # default: ledger.json beside the output folder
 
     def __post_init__(self) -> None:
+        check_fields(self)
         accounting.check_epsilon(self.epsilon)
         accounting.check_delta(self.delta)
         LearnerConfig(steps=self.steps, clip=self.clip, sample_rate=self.sample_rate,
@@ -48,7 +48,7 @@ class ReleaseSpec:
         require(self.accountant in accounting.ACCOUNTANTS,
                 f"accountant must be one of {accounting.ACCOUNTANTS}, got {self.accountant!r}")
         require(self.audit_runs >= 1000, f"audit_runs must be >= 1000, got {self.audit_runs}")
-        require(isinstance(self.audit_canaries, tuple) and len(self.audit_canaries) >= 1
+        require(len(self.audit_canaries) >= 1
                 and set(self.audit_canaries) <= set(CANARY_KINDS),
                 f"audit_canaries must be a non-empty subset of {CANARY_KINDS}, got {self.audit_canaries!r}")
         require(self.natural_policy in NATURAL_POLICIES,
@@ -56,8 +56,8 @@ class ReleaseSpec:
         require(self.threshold in STRATEGIES, f"threshold must be one of {STRATEGIES}, got {self.threshold!r}")
         require(0 < self.confidence < 1, f"confidence must be in (0, 1), got {self.confidence}")
         if self.budget_epsilon is not None:
-            require(math.isfinite(self.budget_epsilon) and self.budget_epsilon >= self.epsilon,
-                    f"budget_epsilon must be finite and at least this release's epsilon {self.epsilon:g}, "
+            require(self.budget_epsilon >= self.epsilon,
+                    f"budget_epsilon must be at least this release's epsilon {self.epsilon:g}, "
                     f"got {self.budget_epsilon}")
 
 
