@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import numpy as np
 import pytest
 
 from dpaudit_mix.problem import Problem
+
+
+# Built embedded problems are cached on disk: tests use a cache of their own, never the user's.
+os.environ["DPAUDIT_MIX_CACHE"] = tempfile.mkdtemp(prefix="dpaudit-mix-test-cache-")
 
 
 def random_problem(n: int, k: int, seed: int, users: bool = False) -> Problem:

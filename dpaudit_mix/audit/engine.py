@@ -3,8 +3,10 @@
 Half the runs train on D ∪ {canary}, half on D (assignment from the seed); everything else is
 identical. One batched fit per (canary, noise) setting yields both threat models' scores:
 black-box from the released λ, white-box from the noisy gradients of every step. Finished
-chunks are written as npz with a manifest, so a killed audit resumes where it stopped, and
-since run r's randomness is its own, any chunking and either backend give identical results.
+chunks go to disk as they complete (see :mod:`.chunks`), so fitting needs memory for a chunk
+only and a killed audit resumes where it stopped; since run r's randomness is its own, any
+chunking and either backend give identical results. The analysis then holds every run's scores
+and is refused up front where they cannot fit in memory.
 """
 
 from __future__ import annotations
@@ -22,16 +24,17 @@ from joblib import Parallel, delayed
 from tqdm import tqdm
 
 from .. import accounting
-from ..atomic import write_json, write_npz
 from ..data import registry
 from ..errors import InputError, require
 from ..learner import BLOCK, Canary, LearnerConfig, default_threads, fit
 from ..problem import Problem, load
+from ..resources import require_memory
 from ..specfile import Seed, check_fields, load_spec_file
 from . import BACKENDS
 from .attack import STRATEGIES, AttackResult, attack
 from .canaries import (CANARY_KINDS, NATURAL_POLICIES, black_box_scores, max_clip_canary, natural_canary,
                        natural_canary_index)
+from .chunks import ChunkStore
 from .diagnostics import diagnose
 from .profile import GaussianTradeOff, TradeOff, claimed_tradeoff
 
@@ -136,62 +139,63 @@ def _spec_hash(spec: AuditSpec, sigma: float, problem: Problem) -> str:
     return h.hexdigest()
 
 
-class ChunkStore:
-    """Finished chunks on disk: one npz each (no pickle), and a manifest naming the audit."""
+def _dask_client(scheduler: str | None) -> Any:
+    """A connected Dask client; checked before the audit writes anything."""
+    from dask.distributed import Client
 
-    def __init__(self, root: Path, spec_hash: str) -> None:
-        self.root = root / "chunks"
-        self.root.mkdir(parents=True, exist_ok=True)
-        manifest = self.root / "manifest.json"
-        if manifest.is_file() and json.loads(manifest.read_text()).get("spec_hash") != spec_hash:
-            for stale in self.root.glob("*.npz"):  # chunks of another audit: never mix them in
-                stale.unlink()
-        write_json(manifest, {"spec_hash": spec_hash, "format": "npz per chunk: run ids and scores"})
-
-    def path(self, setting: Setting, start: int) -> Path:
-        return self.root / f"{setting.name}-{start:09d}.npz"
-
-    def load(self, setting: Setting, start: int) -> dict[str, np.ndarray] | None:
-        path = self.path(setting, start)
-        if not path.is_file():
-            return None
-        with np.load(path, allow_pickle=False) as z:
-            return {key: z[key] for key in z.files}
-
-    def save(self, setting: Setting, start: int, scores: dict[str, np.ndarray]) -> None:
-        write_npz(self.path(setting, start), **scores)
+    require(scheduler is not None, "--backend dask needs --scheduler ADDR")
+    try:
+        return Client(scheduler, timeout="10s")
+    except (OSError, TimeoutError) as exc:
+        raise InputError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
 
 
-def _run_chunks(jobs: list[tuple[Setting, np.ndarray]], args: dict[Setting, tuple], backend: str,
-                scheduler: str | None, threads: int) -> Iterator[tuple[Setting, np.ndarray, dict[str, np.ndarray]]]:
+def _run_chunks(jobs: list[tuple[Setting, int, int]], args: dict[Setting, tuple], client: Any,
+                threads: int) -> Iterator[tuple[Setting, np.ndarray, dict[str, np.ndarray]]]:
     """Yield finished chunks as they complete, locally (joblib threads) or on a Dask cluster."""
-    if backend == "dask":
-        from dask.distributed import Client, as_completed
 
-        require(scheduler is not None, "--backend dask needs --scheduler ADDR")
-        try:
-            client = Client(scheduler, timeout="10s")
-        except (OSError, TimeoutError) as exc:
-            raise InputError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
+    def submit(job: tuple[Setting, int, int]) -> tuple[tuple, np.ndarray]:
+        setting, start, stop = job
+        problem, config, canary, include, seed = args[setting]
+        runs = np.arange(start, stop)
+        return (problem, config, canary, runs, include[runs], seed, 1), runs
+
+    if client is not None:
+        from dask.distributed import as_completed
+
         with client:
             futures = {}
-            for setting, runs in jobs:
-                problem, config, canary, include, seed = args[setting]
-                fut = client.submit(_chunk_scores, problem, config, canary, runs, include[runs], seed, 1, pure=False)
-                futures[fut] = (setting, runs)
+            for job in jobs:
+                call, runs = submit(job)
+                futures[client.submit(_chunk_scores, *call, pure=False)] = (job[0], runs)
             for fut in as_completed(futures):
                 setting, runs = futures[fut]
                 yield setting, runs, fut.result()
         return
 
-    def one(job: tuple[Setting, np.ndarray]) -> tuple[Setting, np.ndarray, dict[str, np.ndarray]]:
-        setting, runs = job
-        problem, config, canary, include, seed = args[setting]
-        return setting, runs, _chunk_scores(problem, config, canary, runs, include[runs], seed, 1)
+    def one(job: tuple[Setting, int, int]) -> tuple[Setting, np.ndarray, dict[str, np.ndarray]]:
+        call, runs = submit(job)
+        return job[0], runs, _chunk_scores(*call)
 
     # joblib threads: numpy and BLAS release the GIL, and nothing is pickled.
     yield from Parallel(n_jobs=threads, prefer="threads", return_as="generator_unordered")(
         delayed(one)(job) for job in jobs)
+
+
+#: bytes per run the analysis holds besides the scores (16 per setting, kept for the report):
+#: include and select, the attack's sorted copy, the diagnostics' ranks and bootstrap resamples.
+ANALYSIS_BYTES_PER_RUN = 72
+
+
+def _gather(store: ChunkStore, setting: Setting, bounds: list[tuple[int, int]], runs: int) -> dict[str, np.ndarray]:
+    """Every run's scores of one setting, read back from its (checked) chunks."""
+    scores = {t: np.empty(runs) for t in THREATS}
+    for a, b in bounds:
+        data = store.load(setting.name, np.arange(a, b))
+        require(data is not None, f"a chunk of {setting.name} changed on disk during the audit; run it again")
+        for t in THREATS:
+            scores[t][a:b] = data[t]
+    return scores
 
 
 @dataclass(frozen=True)
@@ -213,6 +217,8 @@ def run_audit(spec: AuditSpec, out: Path, noise_multiplier: float | None = None,
     ``problem`` replaces the spec's problem (callers that build one in memory, like verification).
     """
     require(backend in BACKENDS, f"unknown backend {backend!r}; choose from {BACKENDS}")
+    settings = [Setting(c, noise) for c in spec.canaries for noise in ((True, False) if spec.controls else (True,))]
+    require_memory(spec.runs * (ANALYSIS_BYTES_PER_RUN + 16 * len(settings)), f"an audit of {spec.runs} runs")
     threads = threads or default_threads()
     full = problem if problem is not None else resolve_problem(spec)
     data = mixing_data(full, spec)
@@ -229,31 +235,24 @@ def run_audit(spec: AuditSpec, out: Path, noise_multiplier: float | None = None,
     if "max_clip" in spec.canaries:
         canaries["max_clip"] = max_clip_canary(full.k, spec.clip)
         canary_info["max_clip"] = {"norm": spec.clip, "direction": canaries["max_clip"].gradient.tolist()}
-    settings = [Setting(c, noise) for c in spec.canaries for noise in ((True, False) if spec.controls else (True,))]
     base = LearnerConfig(steps=spec.steps, clip=spec.clip, sample_rate=spec.sample_rate,
                          learning_rate=spec.learning_rate, user_level=spec.user_level)
     args = {s: (data, replace(base, noise_multiplier=sigma if s.noise else 0.0), canaries[s.canary], include, spec.seed)
             for s in settings}
-    store = ChunkStore(out, _spec_hash(spec, sigma, full))
     chunk = -(-spec.chunk_size // BLOCK) * BLOCK  # whole blocks, so floats do not depend on chunking
-    scores = {s: {t: np.empty(spec.runs) for t in THREATS} for s in settings}
-    jobs = []
-    for s in settings:
-        for start in range(0, spec.runs, chunk):
-            runs = np.arange(start, min(start + chunk, spec.runs))
-            done = store.load(s, start)
-            if done is None:
-                jobs.append((s, runs))
-            else:
-                for t in THREATS:
-                    scores[s][t][runs] = done[t]
-    bar = tqdm(total=len(jobs), desc="audit chunks", unit="chunk", disable=not progress or not jobs, file=sys.stderr)
-    for s, runs, result in _run_chunks(jobs, args, backend, scheduler, threads):
-        store.save(s, int(runs[0]), {**result, "runs": runs})
-        for t in THREATS:
-            scores[s][t][runs] = result[t]
-        bar.update()
-    bar.close()
+    bounds = [(start, min(start + chunk, spec.runs)) for start in range(0, spec.runs, chunk)]
+    client = _dask_client(scheduler) if backend == "dask" else None  # every check before the first write
+    with ChunkStore(out, _spec_hash(spec, sigma, full), THREATS) as store:
+        # Fitting streams: a finished chunk goes to disk, and memory stays bounded by the chunk size.
+        jobs = [(s, a, b) for s in settings for a, b in bounds if store.load(s.name, np.arange(a, b)) is None]
+        store.warn()
+        bar = tqdm(total=len(jobs), desc="audit chunks", unit="chunk", disable=not progress or not jobs,
+                   file=sys.stderr)
+        for s, runs, result in _run_chunks(jobs, args, client, threads):
+            store.save(s.name, runs, result)
+            bar.update()
+        bar.close()
+        scores = {s: _gather(store, s, bounds, spec.runs) for s in settings}
     claimed = claimed_tradeoff(spec.epsilon, spec.delta, spec.sample_rate, spec.steps, calibrated)
     results = []
     attacks: dict[tuple[str, str, bool], tuple[AttackResult, np.ndarray]] = {}

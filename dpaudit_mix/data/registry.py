@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
+from ..atomic import write_npz
+from ..cache import cached, user_cache_dir
 from ..errors import require
 from ..problem import Problem
 from .proxies import TASKS, class_probabilities, task_log_likelihood, train_proxy
@@ -21,14 +26,45 @@ USER_SIZE = 3
 MAX_SHARDS = 64
 
 
-@lru_cache(maxsize=4)
-def mnist_probabilities(seed: int, shards: int = 0) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray,
-                                                                np.ndarray]:
+Probabilities = tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _compute_probabilities(seed: int, shards: int) -> Probabilities:
     sources, sensitive = public_shards(shards, seed) if shards else mnist_world(seed)
     models = [train_proxy(s) for s in sources]
     train = np.stack([class_probabilities(m, sensitive.train_images) for m in models])
     test = np.stack([class_probabilities(m, sensitive.test_images) for m in models])
     return tuple(s.name for s in sources), train, sensitive.train_labels, test, sensitive.test_labels
+
+
+def _cache_key(seed: int, shards: int) -> str:
+    """What the probabilities depend on: the arguments, the code that builds them and the data
+    it reads (this package's data modules), and the numeric libraries that train the proxies."""
+    import sklearn
+
+    digest = hashlib.sha256(json.dumps({"seed": seed, "shards": shards, "numpy": np.__version__,
+                                        "sklearn": sklearn.__version__}).encode())
+    for module in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(module.read_bytes())
+    return digest.hexdigest()[:24]
+
+
+def _save(path: Path, value: Probabilities) -> None:
+    names, train, train_y, test, test_y = value
+    write_npz(path, names=np.array(names, dtype=str), train=train, train_y=train_y, test=test, test_y=test_y)
+
+
+def _load(path: Path) -> Probabilities:
+    with np.load(path, allow_pickle=False) as z:
+        return tuple(str(n) for n in z["names"]), z["train"], z["train_y"], z["test"], z["test_y"]
+
+
+@lru_cache(maxsize=4)
+def mnist_probabilities(seed: int, shards: int = 0) -> Probabilities:
+    """Every proxy's class probabilities on the sensitive splits: training the proxies is most of
+    the cost of a problem, so the result is cached on disk (:func:`..cache.user_cache_dir`)."""
+    path = user_cache_dir() / "problems" / f"mnist-{_cache_key(seed, shards)}.npz"
+    return cached(path, lambda: _compute_probabilities(seed, shards), _save, _load)
 
 
 def build(name: str, task: str = DEFAULT_TASK, seed: int = 0, shards: int = 0) -> Problem:

@@ -91,10 +91,10 @@ def dp_finetune(model: SmallCNN, images: np.ndarray, labels: np.ndarray, epsilon
     data = _tensors(images, labels)
     loader = DataLoader(data, batch_size=min(batch, len(data)), generator=torch.Generator().manual_seed(seed))
     optimizer = torch.optim.SGD(model.parameters(), lr=learning_rate, momentum=0.9)
-    engine = PrivacyEngine(accountant="prv")
     noise_generator = torch.Generator().manual_seed(seed + 1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # opacus notes on secure RNG and on the batch-size estimate
+        engine = PrivacyEngine(accountant="prv")
         if prior:
             # Opacus samples at q = 1 / (batches per epoch) and takes that many steps per epoch.
             sigma = accounting.calibrate(epsilon, delta, 1 / len(loader), epochs * len(loader), prior=prior)

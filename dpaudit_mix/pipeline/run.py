@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from .. import accounting
 from ..atomic import write_json, write_npz
+from ..cache import cached
 from ..data.proxies import class_probabilities, task_log_likelihood, train_proxy
 from ..data.sources import PublicSource, mnist_world
 from ..errors import require
@@ -70,19 +71,32 @@ def _key(**parts: Any) -> str:
 
 
 class StageCache:
-    """Finished stage outputs under ``root/<stage>/<key>.<ext>``: JSON, npz or problem files."""
+    """Finished stage outputs under ``root/<stage>/<key>.<ext>`` (JSON, npz or problem files), each
+    reused only if it passes its checksum (:func:`..cache.cached`)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
 
     def get(self, stage: str, key: str, ext: str, compute: Callable[[], T], save: Callable[[Path, T], None],
             load: Callable[[Path], T]) -> T:
-        path = self.root / stage / f"{key}.{ext}"
-        if path.is_file():
-            return load(path)
-        value = compute()
-        save(path, value)
-        return value
+        return cached(self.root / stage / f"{key}.{ext}", compute, save, load)
+
+
+def preflight(spec: PipelineSpec, world: World) -> None:
+    """Calibrate every σ the run will need, so an unreachable ε fails before anything is written."""
+    sequential = spec.composition == "sequential"
+    n = len(world.train_labels) if sequential else len(world.split_b)
+    batches = math.ceil(n / min(spec.finetune_batch, n))  # Opacus: q = 1 / batches, batches steps per epoch
+    for eps in spec.epsilons:
+        eps_mix = spec.mix_share * eps if sequential else eps
+        mix_steps = {"dpmixmin": spec.mix_steps, "random_search": 1}
+        phases = [accounting.GaussianPhase(accounting.calibrate(eps_mix, spec.delta, 1.0, mix_steps[m]), 1.0,
+                                           mix_steps[m]) for m in spec.methods if m in mix_steps]
+        priors = [(p,) for p in phases] if sequential else []
+        if any(m not in mix_steps for m in spec.methods) or not sequential:
+            priors.append(())
+        for prior in priors:
+            accounting.calibrate(eps, spec.delta, 1 / batches, spec.finetune_epochs * batches, "prv", prior=prior)
 
 
 def _load_json(path: Path) -> Any:
@@ -119,6 +133,7 @@ def run_pipeline(spec: PipelineSpec, out: Path, progress: bool = True, world: Wo
                  ) -> list[dict[str, Any]]:
     """Every (method, ε, seed) of the spec: one record each with metrics, λ and accounting."""
     world = world or build_world(spec)
+    preflight(spec, world)
     cache = StageCache(out / "cache")
     show = {"disable": not progress, "file": sys.stderr}
     data_key = _key(seed=spec.seed, public_fraction=spec.public_fraction, sensitive_fraction=spec.sensitive_fraction)
