@@ -93,10 +93,10 @@ def epsilon(phases: Sequence[GaussianPhase], delta: float, accountant: str = DEF
 
 
 def _library_epsilon(phases: Sequence[GaussianPhase], delta: float, accountant: str) -> float:
-    from opacus.accountants import PRVAccountant, RDPAccountant
-
     if accountant == "pld":
         return float(_pld_accountant(phases).get_epsilon(delta))
+    from opacus.accountants import PRVAccountant, RDPAccountant  # loads torch: only when asked for
+
     opacus_acc = RDPAccountant() if accountant == "rdp" else PRVAccountant()
     opacus_acc.history = [(p.noise_multiplier, p.sample_rate, p.steps) for p in phases]
     # opacus' PRV takes log(1 − q) = −inf at q = 1 (harmless), and RDP warns when the best order

@@ -21,6 +21,7 @@ from .audit import BACKENDS
 from .data import registry
 from .errors import InputError, require
 from .learner import LearnerConfig
+from .resources import require_memory
 
 # Each command imports what it needs when it runs: torch, opacus, pandas and seaborn take seconds
 # to load, and `--help` or `bound` should not wait for them (bench/startup.py measures this).
@@ -37,9 +38,17 @@ class _Parser(argparse.ArgumentParser):
         raise InputError(message)
 
 
+#: bytes a fitted run costs `mix` (λ as float64, then as JSON lists of Python floats and text).
+MIX_BYTES_PER_WEIGHT = 100
+
+
 def _emit(result: dict[str, Any], out: str | None) -> None:
+    """JSON on stdout; with ``out``, the JSON goes to that file and stdout gets a short summary
+    (lists longer than a few entries are left out of it)."""
     if out:
         write_json(out, result)
+        result = {"out": out, **{key: value for key, value in result.items()
+                                 if not (isinstance(value, list) and len(value) > 64)}}
     print(json.dumps(result, indent=2))
 
 
@@ -90,6 +99,7 @@ def cmd_mix(args: argparse.Namespace) -> None:
     accounting.check_epsilon(args.epsilon)
     accounting.check_delta(args.delta)
     LearnerConfig(steps=args.steps, clip=args.clip, sample_rate=args.sample_rate)  # validate before calibrating
+    require_memory(args.runs * prob.k * MIX_BYTES_PER_WEIGHT, f"mix --runs {args.runs} (it returns every λ)")
     sigma = accounting.calibrate(args.epsilon, args.delta, args.sample_rate, args.steps, args.accountant)
     config = LearnerConfig(steps=args.steps, clip=args.clip, noise_multiplier=sigma, sample_rate=args.sample_rate,
                            user_level=args.user_level, secure=args.secure)
@@ -105,6 +115,8 @@ def cmd_mix(args: argparse.Namespace) -> None:
         "delta": args.delta,
         "noise_multiplier": sigma,
         "accountant": args.accountant,
+        "claim": f"(epsilon, delta) = ({args.epsilon:g}, {args.delta:g}) rests on the {args.accountant} accountant, "
+                 "which calibrated sigma; epsilon_by_accountant shows what the others certify for the same sigma",
         "epsilon_by_accountant": spent,
         "secure": args.secure,
     }, args.out)
@@ -347,8 +359,10 @@ def build_parser() -> argparse.ArgumentParser:
     verify_cmd.add_argument("--out", help="output folder for verify.json and verify.md (default reports/verify)")
     verify_cmd.set_defaults(func=cmd_verify)
 
-    for p in (mix, account, calibrate, prob, bound, audit, release_cmd, check, recovery, pipeline, verify_cmd):
+    for p in (mix, account, calibrate, prob, bound, audit, release_cmd, check, recovery, pipeline):
         common(p)
+    verify_cmd.add_argument("--json", action="store_true", help="print the whole summary as JSON instead of one "
+                            "line per check")
     return parser
 
 

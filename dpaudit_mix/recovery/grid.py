@@ -24,6 +24,7 @@ from ..errors import require
 from ..learner import fit, fit_losses
 from ..mixmin import mixmin
 from ..problem import Problem, load
+from ..resources import require_memory
 from .metrics import cos_similarity, l1_distance
 from .spec import RecoverySpec
 
@@ -142,12 +143,17 @@ def _cells(spec: RecoverySpec, the_plan: Plan) -> Iterator[tuple[str, Target, fl
             yield "k", _target(task, pool.select_sources(np.arange(k))), spec.k_epsilon, spec.k_rho, False
 
 
+#: bytes each (cell, run) keeps until the report: its per-run metrics as Python floats and JSON.
+BYTES_PER_CELL_RUN = 400
+
+
 def run_recovery(spec: RecoverySpec, progress: bool = True) -> dict[str, Any]:
     """Every cell of the spec (recovery.json): the ε × ρ grid, user-level grid and k-scaling."""
     the_plan = plan(spec)
     spec = the_plan.spec
     sigmas: dict[float, float] = {}
     jobs = list(_cells(spec, the_plan))
+    require_memory(len(jobs) * spec.seeds * BYTES_PER_CELL_RUN, f"recovery with seeds = {spec.seeds} over {len(jobs)} cells")
     grid, k_cells = [], []
     for index, (kind, target, eps, rho, user_level) in enumerate(
             tqdm(jobs, desc="recovery cells", unit="cell", disable=not progress, file=sys.stderr)):
