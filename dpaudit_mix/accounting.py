@@ -156,6 +156,8 @@ def calibrate(
     # from a start that is exact for full batch and close under Poisson sampling.
     factor = 1.5
     low = high = _start_sigma(target_epsilon, delta, sample_rate, steps)
+    require(high <= MAX_NOISE_MULTIPLIER, f"epsilon {target_epsilon:g} at delta {delta:g} over {steps} steps needs a "
+            f"noise multiplier of about {high:.3g}, above the largest accepted ({MAX_NOISE_MULTIPLIER:g})")
     if excess(high) > 0:
         while excess(high) > 0:
             low, high = high, high * factor

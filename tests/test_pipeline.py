@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 import numpy as np
@@ -92,3 +93,16 @@ def test_world_splits_are_disjoint() -> None:
     world = build_world(PipelineSpec(sensitive_fraction=0.5))
     assert len(np.intersect1d(world.split_a, world.split_b)) == 0
     assert len(world.split_a) + len(world.split_b) == len(world.train_labels) == 1200
+
+
+def test_any_subset_of_methods_renders(capsys, tmp_path: Path) -> None:
+    """No no_pretrain (the relative-gain base) and no random search or upper bound to compare with."""
+    spec = tmp_path / "subset.toml"
+    spec.write_text('methods = ["dpmixmin", "uniform"]\n' + "".join(
+        f"{key} = {list(value) if isinstance(value, tuple) else value}\n" for key, value in TINY.items()))
+    out = tmp_path / "out"
+    assert main(["pipeline", str(spec), "--out", str(out)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert set(printed["dpmixmin_minus"]) == {"uniform"}
+    assert set(pd.read_csv(out / "results.csv")["method"]) == {"dpmixmin", "uniform"}
+    assert "DP-MixMin" in (out / "report.md").read_text() and not (out / "relative_gain.png").exists()
