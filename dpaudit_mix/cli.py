@@ -235,7 +235,7 @@ def cmd_pipeline(args: argparse.Namespace) -> None:
     spec = load_pipeline_spec(args.spec)
     out = check_output(args.out or Path("reports") / f"pipeline-{Path(args.spec).stem}", folder=True)
     world = build_world(spec)  # every data error is raised here, before anything is written
-    records = run_pipeline(spec, out, world=world)
+    records = run_pipeline(spec, out, world=world, secure=args.secure)
     frame = write_pipeline_report(records, spec, [s.name for s in world.sources], out)
     diffs = {other: paired_differences(frame, "dpmixmin", other)["mean"].to_dict()
              for other in ("uniform", "random_search", "nonprivate_mixmin") if {"dpmixmin", other} <= set(spec.methods)}
@@ -349,6 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
     pipeline = sub.add_parser("pipeline", help="proxies → private mixture → pretrain → DP finetune → evaluate")
     pipeline.add_argument("spec")
     pipeline.add_argument("--out", help="output folder (default reports/pipeline-<spec name>)")
+    pipeline.add_argument("--secure", action="store_true",
+                          help="every private noise and Poisson batch from the OS CSPRNG (not reproducible)")
     pipeline.set_defaults(func=cmd_pipeline)
 
     verify_cmd = sub.add_parser("verify-accountant",

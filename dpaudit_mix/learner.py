@@ -264,6 +264,10 @@ def fit(
     pos = np.array([by_block[b] for b in run_ids // BLOCK])
     off = run_ids % BLOCK
     weights = np.stack([res[0] for res in results])[pos, off]
+    # A λ that overflowed is a silent wrong answer downstream (an audit that sees nothing, a
+    # release of garbage): refuse it here, for every caller.
+    require(bool(np.all(np.isfinite(weights))), f"{int(np.sum(~np.isfinite(weights).all(axis=1)))} of "
+            f"{len(run_ids)} fits gave a non-finite λ (learning rate {config.learning_rate:g} too large?)")
     scores = None
     if canary is not None:
         scores = np.stack([res[1] for res in results])[pos, off]

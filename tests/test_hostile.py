@@ -322,3 +322,17 @@ def test_a_rerun_removes_the_figures_it_no_longer_shows(tmp_path: Path) -> None:
     reporting.write_pages(tmp_path, "t", [("figure", second)])
     assert not first.exists() and second.exists()
     assert "old.png" not in (tmp_path / "report.md").read_text()
+
+
+def test_a_non_finite_lambda_is_an_error_for_every_caller(monkeypatch, small_problem: Problem) -> None:
+    from dpaudit_mix import learner
+
+    real = learner._fit_block
+
+    def overflowing(*args, **kwargs):
+        weights, scores = real(*args, **kwargs)
+        return np.full_like(weights, np.nan), scores
+
+    monkeypatch.setattr(learner, "_fit_block", overflowing)
+    with pytest.raises(InputError, match="non-finite λ"):
+        learner.fit(small_problem, learner.LearnerConfig(noise_multiplier=1.0, steps=3), 4)

@@ -106,3 +106,14 @@ def test_any_subset_of_methods_renders(capsys, tmp_path: Path) -> None:
     assert set(printed["dpmixmin_minus"]) == {"uniform"}
     assert set(pd.read_csv(out / "results.csv")["method"]) == {"dpmixmin", "uniform"}
     assert "DP-MixMin" in (out / "report.md").read_text() and not (out / "relative_gain.png").exists()
+
+
+def test_secure_runs_draw_fresh_noise_and_stay_within_the_budget(tmp_path: Path) -> None:
+    spec = PipelineSpec(methods=("dpmixmin", "random_search"), **TINY)
+    first = run_pipeline(spec, tmp_path / "a", progress=False, secure=True)
+    second = run_pipeline(spec, tmp_path / "b", progress=False, secure=True)
+    for a, b in zip(first, second):
+        # random search may well pick the same candidate twice; DP-MixMin's λ is continuous
+        assert a["secure"] and (a["method"] != "dpmixmin" or a["mixture"]["weights"] != b["mixture"]["weights"])
+        assert a["metrics"] != b["metrics"]  # the finetune's noise and batches are fresh too
+        assert a["releasable"] and a["epsilon_total"] <= spec.epsilons[0]

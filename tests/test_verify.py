@@ -6,6 +6,7 @@ import pytest
 
 from dpaudit_mix import accounting, cli, learner
 from dpaudit_mix.cli import main
+from dpaudit_mix.verify import checks
 from dpaudit_mix.verify.checks import CHECKS, AuditPoint, Level, noise_conformance
 from dpaudit_mix.verify.mechanism import HONEST, MUTANTS
 
@@ -35,7 +36,7 @@ def test_quick_verification_passes_and_catches_every_mutant(capsys, tmp_path: Pa
                          ids=lambda m: m.name)
 def test_broken_learner_in_the_package_fails_verification(capsys, monkeypatch, tmp_path: Path, mutant) -> None:
     """A bug shipped in the learner itself (not injected by the self-test) makes the CLI exit 3."""
-    monkeypatch.setattr(cli, "QUICK", TINY)
+    monkeypatch.setattr(checks, "QUICK", TINY)  # the CLI reads it when the command runs
     for module, attribute, replacement in mutant.patches:
         monkeypatch.setattr(module, attribute, replacement)
     assert main(["verify-accountant", "--quick", "--out", str(tmp_path)]) == cli.EXIT_VIOLATION

@@ -21,6 +21,7 @@ from .. import accounting
 from ..data.proxies import CLASSES, SMOOTHING
 from ..learner import LearnerConfig, fit
 from ..mixmin import mixmin
+from ..noise import SecureSource
 from ..problem import Problem
 from .spec import PipelineSpec
 
@@ -41,8 +42,12 @@ def _candidate_losses(problem: Problem, candidates: np.ndarray) -> np.ndarray:
     return np.clip(-np.log(np.exp(problem.logp) @ candidates.T), 0.0, LOSS_BOUND)
 
 
-def choose(method: str, split_a: Problem, full: Problem, epsilon: float, spec: PipelineSpec, seed: int) -> Mixture:
-    """λ for ``method`` with the mixing phase spending ``epsilon`` (at spec.delta) on split A."""
+def choose(method: str, split_a: Problem, full: Problem, epsilon: float, spec: PipelineSpec, seed: int,
+           secure: bool = False) -> Mixture:
+    """λ for ``method`` with the mixing phase spending ``epsilon`` (at spec.delta) on split A.
+
+    ``secure`` draws the private noise from the OS CSPRNG (not reproducible; for real releases).
+    """
     k = split_a.k
     if method == "no_pretrain":
         return Mixture(None, None)
@@ -53,7 +58,7 @@ def choose(method: str, split_a: Problem, full: Problem, epsilon: float, spec: P
     if method == "dpmixmin":
         sigma = accounting.calibrate(epsilon, spec.delta, 1.0, spec.mix_steps)
         config = LearnerConfig(steps=spec.mix_steps, clip=spec.mix_clip, noise_multiplier=sigma,
-                               learning_rate=spec.mix_learning_rate)
+                               learning_rate=spec.mix_learning_rate, secure=secure)
         weights = fit(split_a, config, np.array([seed]), seed=spec.seed).weights[0]
         return Mixture(weights, accounting.GaussianPhase(sigma, 1.0, spec.mix_steps))
     if method == "random_search":
@@ -61,7 +66,8 @@ def choose(method: str, split_a: Problem, full: Problem, epsilon: float, spec: P
         candidates = rng.dirichlet(np.ones(k), size=spec.search_candidates)
         losses = _candidate_losses(split_a, candidates)
         sigma = accounting.calibrate(epsilon, spec.delta, 1.0, 1)
-        noisy = losses.sum(axis=0) + rng.normal(0.0, sigma * LOSS_BOUND * np.sqrt(spec.search_candidates),
-                                                spec.search_candidates)
+        noise = SecureSource() if secure else rng
+        noisy = losses.sum(axis=0) + sigma * LOSS_BOUND * np.sqrt(spec.search_candidates) * noise.standard_normal(
+            spec.search_candidates)
         return Mixture(candidates[int(np.argmin(noisy))], accounting.GaussianPhase(sigma, 1.0, 1))
     raise ValueError(f"unknown method {method!r}")  # the spec validates methods; unreachable from it

@@ -8,7 +8,9 @@ same seed gives the same model.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,6 +20,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from .. import accounting
+from ..noise import SecureSource
 
 CLASSES = 10
 
@@ -79,13 +82,46 @@ class Finetuned:
     opacus_epsilon: float  # ε of the finetune alone, from the Opacus accountant that calibrated it
 
 
+def _secure_noise(optimizer: Any, source: SecureSource) -> None:
+    """Replace the optimizer's seeded Gaussian noise by draws from the OS CSPRNG.
+
+    Opacus' own secure mode needs torchcsprng, which no longer installs; so Opacus clips and sums
+    with σ set to 0 for the call (its bookkeeping unchanged), and the noise is added here. Its
+    accountant hook runs after the step and reads the restored σ.
+    """
+    clip_and_sum = optimizer.add_noise
+
+    def add_noise() -> None:
+        sigma = optimizer.noise_multiplier
+        optimizer.noise_multiplier = 0.0
+        try:
+            clip_and_sum()
+        finally:
+            optimizer.noise_multiplier = sigma
+        for p in optimizer.params:
+            noise = source.standard_normal(tuple(p.grad.shape)) * (sigma * optimizer.max_grad_norm)
+            p.grad = p.grad + torch.from_numpy(noise).to(p.grad.dtype)
+
+    optimizer.add_noise = add_noise
+
+
+def _secure_batches(data: TensorDataset, sample_rate: float, count: int, source: SecureSource
+                    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """``count`` Poisson batches drawn with the OS CSPRNG (Opacus' sampler uses a seeded generator)."""
+    images, labels = data.tensors
+    for _ in range(count):
+        rows = torch.from_numpy(np.flatnonzero(source.random(len(labels)) < sample_rate))
+        yield images[rows], labels[rows]
+
+
 def dp_finetune(model: SmallCNN, images: np.ndarray, labels: np.ndarray, epsilon: float, delta: float, epochs: int,
                 batch: int, learning_rate: float, clip: float, seed: int,
-                prior: tuple[accounting.GaussianPhase, ...] = ()) -> Finetuned:
+                prior: tuple[accounting.GaussianPhase, ...] = (), secure: bool = False) -> Finetuned:
     """DP-SGD finetuning with Poisson sampling at q = 1 / ⌈n / batch⌉ (Opacus' rate).
 
     Alone (no ``prior``), Opacus' ``make_private_with_epsilon`` calibrates σ for (ε, δ); after a
     ``prior`` phase on the same data, σ comes from our accountant so that both compose to ε.
+    ``secure`` draws the batches and the noise from the OS CSPRNG (not reproducible).
     """
     torch.manual_seed(seed)
     data = _tensors(images, labels)
@@ -106,6 +142,9 @@ def dp_finetune(model: SmallCNN, images: np.ndarray, labels: np.ndarray, epsilon
                 module=model, optimizer=optimizer, data_loader=loader, target_epsilon=epsilon,
                 target_delta=delta, epochs=epochs, max_grad_norm=clip, poisson_sampling=True,
                 noise_generator=noise_generator)
+    source = SecureSource()
+    if secure:
+        _secure_noise(optimizer, source)
     loss_fn = nn.CrossEntropyLoss()
     module.train()
     steps = 0
@@ -113,7 +152,8 @@ def dp_finetune(model: SmallCNN, images: np.ndarray, labels: np.ndarray, epsilon
         # torch notes that Opacus' backward hooks fire although the inputs need no gradient.
         warnings.filterwarnings("ignore", message="Full backward hook is firing")
         for _ in range(epochs):
-            for x, y in loader:
+            batches = _secure_batches(data, loader.sample_rate, len(loader), source) if secure else loader
+            for x, y in batches:
                 if len(y) == 0:  # an empty Poisson batch: skipped, so at most the accounted steps run
                     continue
                 optimizer.zero_grad()

@@ -129,9 +129,13 @@ def _pretrain_sample(world: World, weights: list[float], examples: int, rng: np.
     return np.concatenate(images), np.concatenate(labels)
 
 
-def run_pipeline(spec: PipelineSpec, out: Path, progress: bool = True, world: World | None = None
-                 ) -> list[dict[str, Any]]:
-    """Every (method, ε, seed) of the spec: one record each with metrics, λ and accounting."""
+def run_pipeline(spec: PipelineSpec, out: Path, progress: bool = True, world: World | None = None,
+                 secure: bool = False) -> list[dict[str, Any]]:
+    """Every (method, ε, seed) of the spec: one record each with metrics, λ and accounting.
+
+    ``secure`` draws every private noise and Poisson batch from the OS CSPRNG: the run is then
+    not reproducible, and its cached stages are kept apart from the seeded ones.
+    """
     world = world or build_world(spec)
     preflight(spec, world)
     cache = StageCache(out / "cache")
@@ -162,9 +166,9 @@ def run_pipeline(spec: PipelineSpec, out: Path, progress: bool = True, world: Wo
         private = method in ("dpmixmin", "random_search")
         key = _key(problem=problem_key, method=method, seed=seed, delta=spec.delta,
                    epsilon=eps_mix if private else None, steps=spec.mix_steps, clip=spec.mix_clip,
-                   lr=spec.mix_learning_rate, candidates=spec.search_candidates)
+                   lr=spec.mix_learning_rate, candidates=spec.search_candidates, secure=secure and private)
         mixtures[(method, eps, seed)] = cache.get(
-            "mixture", key, "json", lambda: _mixture_json(choose(method, split_a, full, eps_mix, spec, seed)),
+            "mixture", key, "json", lambda: _mixture_json(choose(method, split_a, full, eps_mix, spec, seed, secure)),
             write_json, _load_json)
 
     pretrained: dict[tuple[str, float, int], str | None] = {}
@@ -193,21 +197,22 @@ def run_pipeline(spec: PipelineSpec, out: Path, progress: bool = True, world: Wo
         base = pretrained[(method, eps, seed)]
         key = _key(pretrain=base, data=data_key, rho=spec.rho, composition=spec.composition, epsilon=eps,
                    delta=spec.delta, prior=[asdict(p) for p in prior], seed=seed, epochs=spec.finetune_epochs,
-                   batch=spec.finetune_batch, lr=spec.finetune_learning_rate, clip=spec.finetune_clip)
+                   batch=spec.finetune_batch, lr=spec.finetune_learning_rate, clip=spec.finetune_clip, secure=secure)
 
         def finetune(base: str | None = base, prior: tuple = prior, eps: float = eps, seed: int = seed
                      ) -> dict[str, Any]:
             arrays = None if base is None else _load_npz(cache.root / "pretrain" / f"{base}.npz")
             tuned = cnn.dp_finetune(cnn.from_arrays(arrays, seed), world.train_images[finetune_rows],
                                     world.train_labels[finetune_rows], eps, spec.delta, spec.finetune_epochs,
-                                    spec.finetune_batch, spec.finetune_learning_rate, spec.finetune_clip, seed, prior)
+                                    spec.finetune_batch, spec.finetune_learning_rate, spec.finetune_clip, seed, prior,
+                                    secure)
             return {"metrics": cnn.evaluate(tuned.model, world.test_images, world.test_labels),
                     "finetune_phase": asdict(accounting.GaussianPhase(tuned.noise_multiplier, tuned.sample_rate,
                                                                       tuned.steps)),
                     "finetune_opacus_epsilon": tuned.opacus_epsilon}
 
         result = cache.get("finetune", key, "json", finetune, write_json, _load_json)
-        records.append({"method": method, "epsilon": eps, "seed": seed, **result, "mixture": mixture,
+        records.append({"method": method, "epsilon": eps, "seed": seed, "secure": secure, **result, "mixture": mixture,
                         **_privacy(spec, mixture, result)})
     return records
 
