@@ -7,9 +7,11 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test bench clean
 
 # torch==2.13.0 is named in the same pip call, so pip takes the local CPU wheel, never a CUDA build.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check "torch==2.13.0" -e ".[test]"
+	# Animal-MNIST's data (the mnist-shift distractors); --no-deps, since it declares tensorflow.
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps "animal-mnist==0.4"
 	touch $(STAMP)
 
 demo: $(STAMP)

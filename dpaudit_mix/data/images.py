@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import gzip
+import pickle
+from pathlib import Path
+
 import numpy as np
+from scipy import ndimage
 from scipy.ndimage import zoom
 
 SIDE = 28
@@ -16,14 +21,51 @@ def mnist() -> tuple[np.ndarray, np.ndarray]:
     return (x / 255.0).reshape(-1, SIDE, SIDE).astype(np.float32), y.astype(np.int64)
 
 
-def uci_digits() -> tuple[np.ndarray, np.ndarray]:
-    """UCI hand-written digits from scikit-learn, 8×8 upsampled to 28×28 in [0, 1]."""
+def uci_digits(framed: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """UCI hand-written digits from scikit-learn, 8×8 upsampled to 28×28 in [0, 1].
+
+    ``framed`` upsamples to 20×20 inside a 4-pixel border, MNIST's framing, so that only the
+    writers and the resolution differ (the whole-frame version shares almost no pixels with MNIST).
+    """
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
     small = bunch.images / 16.0
-    big = zoom(small, (1, SIDE / 8, SIDE / 8), order=1)
+    inner = SIDE - 8 if framed else SIDE
+    big = zoom(small, (1, inner / 8, inner / 8), order=1)
+    if framed:
+        big = np.pad(big, ((0, 0), (4, 4), (4, 4)))
     return np.clip(big, 0, 1).astype(np.float32), bunch.target.astype(np.int64)
+
+
+class _ArraysOnly(pickle.Unpickler):
+    """An unpickler that rebuilds numpy arrays and nothing else (no code runs from the file)."""
+
+    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+               ("numpy", "ndarray"), ("numpy", "dtype")}
+
+    def find_class(self, module: str, name: str) -> object:
+        if (module, name) not in self.ALLOWED:
+            raise pickle.UnpicklingError(f"refusing {module}.{name} in a data file")
+        return super().find_class(module, name)
+
+
+def animals() -> tuple[np.ndarray, np.ndarray]:
+    """Animal-MNIST (PyPI ``animal-mnist``): 10,000 animal silhouettes, 28×28 in [0, 1], labels 0–9
+    for ten animal classes. Its gz pickles are read with an arrays-only unpickler; its own loader
+    is not imported (it needs tensorflow)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("animal_mnist")
+    if spec is None or spec.origin is None:
+        raise ImportError("the animal-mnist package is not installed (pip install --no-deps animal-mnist)")
+    folder = Path(spec.origin).parent / "data" / "Animal_MNIST"
+    arrays = []
+    for name in ("animal_data_version_3.gz", "animal_label_version_3.gz"):
+        with gzip.open(folder / name, "rb") as f:
+            arrays.append(np.asarray(_ArraysOnly(f).load()))
+    x, y = arrays
+    return (x.reshape(-1, SIDE, SIDE) / 255.0).astype(np.float32), y.astype(np.int64)
 
 
 def add_noise(x: np.ndarray, rng: np.random.Generator, scale: float = 0.5) -> np.ndarray:
@@ -43,6 +85,55 @@ def blur(x: np.ndarray, factor: int = 4) -> np.ndarray:
     n = x.shape[0]
     pooled = x.reshape(n, SIDE // factor, factor, SIDE // factor, factor).mean(axis=(2, 4))
     return np.repeat(np.repeat(pooled, factor, axis=1), factor, axis=2)
+
+
+def thicken(x: np.ndarray, size: int) -> np.ndarray:
+    """Stroke width: grey dilation (size > 0) or erosion (size < 0) with a |size|+1 square."""
+    footprint = (1, abs(size) + 1, abs(size) + 1)
+    op = ndimage.grey_dilation if size > 0 else ndimage.grey_erosion
+    return op(x, size=footprint).astype(np.float32)
+
+
+def rescale(x: np.ndarray, factor: float) -> np.ndarray:
+    """Scale the digit about the image centre by ``factor`` (zoom, then crop or pad to 28×28)."""
+    centre = (SIDE - 1) / 2
+    matrix = np.diag([1.0, 1 / factor, 1 / factor])
+    offset = np.array([0.0, centre - centre / factor, centre - centre / factor])
+    return np.clip(ndimage.affine_transform(x, matrix, offset=offset, order=1), 0, 1).astype(np.float32)
+
+
+def translate(x: np.ndarray, pixels: float, rng: np.random.Generator) -> np.ndarray:
+    """Shift each image by ``pixels`` in a random direction."""
+    angle = rng.uniform(0, 2 * np.pi, len(x))
+    out = np.empty_like(x)
+    for i, a in enumerate(angle):
+        out[i] = ndimage.shift(x[i], (pixels * np.sin(a), pixels * np.cos(a)), order=1)
+    return out
+
+
+def rotate_by(x: np.ndarray, degrees: float) -> np.ndarray:
+    return np.clip(ndimage.rotate(x, degrees, axes=(1, 2), reshape=False, order=1), 0, 1).astype(np.float32)
+
+
+def elastic(x: np.ndarray, alpha: float, rng: np.random.Generator, sigma: float = 4.0) -> np.ndarray:
+    """Elastic distortion (Simard et al. 2003): a smooth random displacement field of strength α."""
+    out = np.empty_like(x)
+    rows, cols = np.meshgrid(np.arange(SIDE), np.arange(SIDE), indexing="ij")
+    for i in range(len(x)):
+        dr = ndimage.gaussian_filter(rng.uniform(-1, 1, (SIDE, SIDE)), sigma) * alpha
+        dc = ndimage.gaussian_filter(rng.uniform(-1, 1, (SIDE, SIDE)), sigma) * alpha
+        out[i] = ndimage.map_coordinates(x[i], [rows + dr, cols + dc], order=1)
+    return out
+
+
+def contrast(x: np.ndarray, level: float) -> np.ndarray:
+    """Intensities squeezed towards mid-grey: ``level`` 1 keeps them, 0 leaves a flat image."""
+    return (0.5 + level * (x - 0.5)).astype(np.float32)
+
+
+def smooth(x: np.ndarray, sigma: float) -> np.ndarray:
+    """Gaussian blur of width ``sigma`` pixels."""
+    return ndimage.gaussian_filter(x, (0, sigma, sigma)).astype(np.float32)
 
 
 def features(x: np.ndarray) -> np.ndarray:

@@ -1,4 +1,9 @@
-"""`dpaudit-mix problem NAME`: problem files built from the embedded data."""
+"""`dpaudit-mix problem NAME`: problem files built from the embedded worlds (DESIGN §8–9).
+
+A world is a sensitive set and its public sources: ``mnist-labels`` (sources split by label;
+MixMin's premise fails there) and ``mnist-shift`` (sources shifted by degrees; it holds). The
+old name ``mnist`` is ``mnist-labels``.
+"""
 
 from __future__ import annotations
 
@@ -14,9 +19,12 @@ from ..cache import cached, user_cache_dir
 from ..errors import require
 from ..problem import Problem
 from .proxies import TASKS, class_probabilities, task_log_likelihood, train_proxy
-from .sources import mnist_world, public_shards
+from .shift import graded_sources, public_validation, shift_world
+from .sources import PublicSource, SensitiveData, mnist_world, public_shards, validation_slice
 
-PROBLEMS = ("mnist",)
+WORLDS = ("mnist-labels", "mnist-shift")
+ALIASES = {"mnist": "mnist-labels"}
+PROBLEMS = (*WORLDS, *ALIASES)
 DEFAULT_TASK = "digit-0"
 #: examples per synthetic user: MNIST has no writer ids here, so users are seeded groups.
 USER_SIZE = 3
@@ -29,20 +37,43 @@ MAX_SHARDS = 64
 Probabilities = tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
-def _compute_probabilities(seed: int, shards: int) -> Probabilities:
-    sources, sensitive = public_shards(shards, seed) if shards else mnist_world(seed)
+def canonical(name: str) -> str:
+    require(name in PROBLEMS, f"unknown problem {name!r}; available: {', '.join(PROBLEMS)}")
+    return ALIASES.get(name, name)
+
+
+def world_sources(name: str, seed: int, shards: int = 0) -> tuple[list[PublicSource], SensitiveData]:
+    """The world's public sources (or, with ``shards`` = K > 0, its K k-scaling sources: class-skewed
+    shards for mnist-labels, random compositions of graded shifts for mnist-shift)."""
+    if canonical(name) == "mnist-labels":
+        return public_shards(shards, seed) if shards else mnist_world(seed)
+    if shards:
+        return graded_sources(shards, seed)
+    sources, sensitive, _ = shift_world(seed)
+    return sources, sensitive
+
+
+def world_validation(name: str, seed: int) -> PublicSource:
+    """The world's clean public validation slice (never private: free to choose hyper-parameters on)."""
+    if canonical(name) == "mnist-labels":
+        return validation_slice(seed)
+    return public_validation(seed)
+
+
+def _compute_probabilities(name: str, seed: int, shards: int) -> Probabilities:
+    sources, sensitive = world_sources(name, seed, shards)
     models = [train_proxy(s) for s in sources]
     train = np.stack([class_probabilities(m, sensitive.train_images) for m in models])
     test = np.stack([class_probabilities(m, sensitive.test_images) for m in models])
     return tuple(s.name for s in sources), train, sensitive.train_labels, test, sensitive.test_labels
 
 
-def _cache_key(seed: int, shards: int) -> str:
+def _cache_key(name: str, seed: int, shards: int) -> str:
     """What the probabilities depend on: the arguments, the code that builds them and the data
     it reads (this package's data modules), and the numeric libraries that train the proxies."""
     import sklearn
 
-    digest = hashlib.sha256(json.dumps({"seed": seed, "shards": shards, "numpy": np.__version__,
+    digest = hashlib.sha256(json.dumps({"world": name, "seed": seed, "shards": shards, "numpy": np.__version__,
                                         "sklearn": sklearn.__version__}).encode())
     for module in sorted(Path(__file__).parent.glob("*.py")):
         digest.update(module.read_bytes())
@@ -60,11 +91,12 @@ def _load(path: Path) -> Probabilities:
 
 
 @lru_cache(maxsize=4)
-def mnist_probabilities(seed: int, shards: int = 0) -> Probabilities:
+def world_probabilities(name: str, seed: int, shards: int = 0) -> Probabilities:
     """Every proxy's class probabilities on the sensitive splits: training the proxies is most of
     the cost of a problem, so the result is cached on disk (:func:`..cache.user_cache_dir`)."""
-    path = user_cache_dir() / "problems" / f"mnist-{_cache_key(seed, shards)}.npz"
-    return cached(path, lambda: _compute_probabilities(seed, shards), _save, _load)
+    name = canonical(name)
+    path = user_cache_dir() / "problems" / f"{name}-{_cache_key(name, seed, shards)}.npz"
+    return cached(path, lambda: _compute_probabilities(name, seed, shards), _save, _load)
 
 
 def build(name: str, task: str = DEFAULT_TASK, seed: int = 0, shards: int = 0) -> Problem:
@@ -72,10 +104,10 @@ def build(name: str, task: str = DEFAULT_TASK, seed: int = 0, shards: int = 0) -
 
     ``shards`` = K > 0 replaces the named sources by K class-skewed shards of the public pool.
     """
-    require(name in PROBLEMS, f"unknown problem {name!r}; available: {', '.join(PROBLEMS)}")
+    name = canonical(name)
     require(task in TASKS, f"unknown task {task!r} for {name}; available: {', '.join(TASKS)}")
     require(0 <= shards <= MAX_SHARDS, f"{name} offers at most {MAX_SHARDS} shard sources, asked for {shards}")
-    names, train, train_y, test, test_y = mnist_probabilities(seed, shards)
+    names, train, train_y, test, test_y = world_probabilities(name, seed, shards)
     n = len(train_y)
     users = np.random.default_rng(seed).permutation(n) // USER_SIZE
     return Problem(
@@ -89,5 +121,5 @@ def build(name: str, task: str = DEFAULT_TASK, seed: int = 0, shards: int = 0) -
 
 
 def tasks(name: str) -> tuple[str, ...]:
-    require(name in PROBLEMS, f"unknown problem {name!r}; available: {', '.join(PROBLEMS)}")
+    canonical(name)
     return TASKS

@@ -47,7 +47,7 @@ def _only(x: np.ndarray, y: np.ndarray, digits: tuple[int, ...]) -> tuple[np.nda
     return x[keep], y[keep]
 
 
-def _split(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, SensitiveData]:
+def split_pool(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, SensitiveData]:
     """The public pool (images, labels) and the disjoint sensitive data."""
     x, y = im.mnist()
     order = rng.permutation(len(y))
@@ -60,7 +60,7 @@ def _split(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, SensitiveD
 def mnist_world(seed: int = 0) -> tuple[list[PublicSource], SensitiveData]:
     """The public sources and the sensitive split, deterministic in ``seed``."""
     rng = np.random.default_rng(seed)
-    px, py, sensitive = _split(rng)
+    px, py, sensitive = split_pool(rng)
 
     def sample(m: int) -> tuple[np.ndarray, np.ndarray]:
         idx = rng.choice(PUBLIC_POOL, size=m, replace=False)
@@ -86,6 +86,14 @@ def mnist_world(seed: int = 0) -> tuple[list[PublicSource], SensitiveData]:
     return sources, sensitive
 
 
+def validation_slice(seed: int = 0, size: int = 500) -> PublicSource:
+    """Clean public images drawn like the sensitive data (a seeded sample of the public pool),
+    for choices that must spend no privacy; in mnist-labels they also appear in some sources."""
+    px, py, _ = split_pool(np.random.default_rng(seed))
+    idx = np.random.default_rng([seed, 9]).choice(PUBLIC_POOL, size=size, replace=False)
+    return PublicSource("public-validation", px[idx], py[idx])
+
+
 #: images per shard, and the Dirichlet concentration of a shard's class weights.
 SHARD_SIZE, SHARD_CONCENTRATION = 200, 0.5
 
@@ -97,7 +105,7 @@ def public_shards(count: int, seed: int = 0) -> tuple[list[PublicSource], Sensit
     class weights ~ Dirichlet(SHARD_CONCENTRATION): sources that differ in which digits they
     know well, as many as needed, from the same 2,000 public images (shards overlap).
     """
-    px, py, sensitive = _split(np.random.default_rng(seed))
+    px, py, sensitive = split_pool(np.random.default_rng(seed))
     rng = np.random.default_rng([seed, 2])
     shards = []
     for s in range(count):

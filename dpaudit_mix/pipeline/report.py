@@ -14,6 +14,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.weightstats import DescrStatsW
 
 from ..atomic import atomic_path
 from ..reporting import Block, save_figure, write_pages
@@ -21,6 +23,8 @@ from .model import CLASSES
 from .spec import PipelineSpec
 
 TASKS = tuple(f"digit-{d}" for d in range(CLASSES))
+#: the family-wise error rate of each comparison's Holm-corrected tests across ε.
+ALPHA = 0.05
 
 
 def results_frame(records: list[dict[str, Any]], composition: str) -> pd.DataFrame:
@@ -58,29 +62,51 @@ def _summary_table(frame: pd.DataFrame) -> list[list[str]]:
 
 
 def paired_differences(frame: pd.DataFrame, method: str, other: str) -> pd.DataFrame:
-    """Macro AUC of ``method`` minus ``other``, paired by (ε, seed); mean ± std per ε."""
+    """Macro AUC of ``method`` minus ``other``, paired by (ε, seed): per ε the mean, std, seeds, the
+    two-sided paired t-test p-value (statsmodels) and that p Holm-corrected across the ε grid."""
+    columns = ["mean", "std", "seeds", "p", "p_holm"]
     macro = frame[frame["task"] == "macro"].pivot_table(index=["epsilon", "seed"], columns="method", values="value")
     if method not in macro or other not in macro:  # a spec may ask for any subset of methods
-        return pd.DataFrame(columns=["mean", "std", "seeds"])
-    diff = (macro[method] - macro[other]).groupby(level="epsilon")
-    return pd.DataFrame({"mean": diff.mean(), "std": diff.std(ddof=1).fillna(0.0), "seeds": diff.size()})
+        return pd.DataFrame(columns=columns)
+    rows = {}
+    for eps, diff in (macro[method] - macro[other]).groupby(level="epsilon"):
+        values = diff.to_numpy()
+        p = DescrStatsW(values).ttest_mean(0.0)[1] if len(values) > 1 and np.std(values) > 0 else math.nan
+        rows[eps] = {"mean": values.mean(), "std": values.std(ddof=1) if len(values) > 1 else 0.0,
+                     "seeds": len(values), "p": p}
+    table = pd.DataFrame.from_dict(rows, orient="index", columns=columns[:4])
+    tested = table["p"].notna()
+    table["p_holm"] = math.nan
+    if tested.any():
+        table.loc[tested, "p_holm"] = multipletests(table.loc[tested, "p"], method="holm")[1]
+    return table
 
 
 def _findings(frame: pd.DataFrame) -> list[str]:
     lines = []
-    for other, label in (("uniform", "uniform"), ("random_search", "random search"),
+    for other, label in (("uniform", "uniform"), ("random_search", "random search"), ("no_pretrain", "no pretraining"),
                          ("nonprivate_mixmin", "the non-private upper bound")):
         diff = paired_differences(frame, "dpmixmin", other)
         for eps, row in diff.iterrows():
-            if row["seeds"] < 2:
-                lines.append(f"ε = {eps:g}: DP-MixMin − {label}: macro AUC difference {row['mean']:+.4f} "
-                             "(one seed: no spread, no verdict).")
+            if math.isnan(row["p"]):
+                lines.append(f"ε = {eps:g}: DP-MixMin − {label}: macro AUC difference {row['mean']:+.4f} over "
+                             f"{int(row['seeds'])} seed(s): no spread, no test.")
                 continue
-            verdict = "beats" if row["mean"] - row["std"] > 0 else (
-                "trails" if row["mean"] + row["std"] < 0 else "is within one std of")
-            lines.append(f"ε = {eps:g}: DP-MixMin {verdict} {label}: macro AUC difference "
-                         f"{row['mean']:+.4f} ± {row['std']:.4f} over {int(row['seeds'])} seeds.")
+            verdict = ("beats" if row["mean"] > 0 else "trails") if row["p_holm"] < ALPHA else "is not distinguishable from"
+            lines.append(f"ε = {eps:g}: DP-MixMin {verdict} {label}: macro AUC difference {row['mean']:+.4f} ± "
+                         f"{row['std']:.4f} over {int(row['seeds'])} seeds, paired t-test p = {row['p']:.3g}, "
+                         f"Holm-corrected across ε p = {row['p_holm']:.3g} (α = {ALPHA:g}).")
     return lines
+
+
+def _choice_table(records: list[dict[str, Any]]) -> list[list[str]]:
+    """The finetune learning rate and epochs each run chose on the public validation slice."""
+    chosen: dict[tuple[str, float], list[str]] = {}
+    for r in records:
+        c = r["finetune_choice"]
+        chosen.setdefault((r["method"], r["epsilon"]), []).append(f"{c['learning_rate']:g}/{c['epochs']}")
+    return [["method", "ε", "learning rate / epochs, by seed"]] + [
+        [method, f"{eps:g}", ", ".join(values)] for (method, eps), values in chosen.items()]
 
 
 def _lambda_table(records: list[dict[str, Any]], sources: list[str]) -> list[list[str]]:
@@ -122,14 +148,22 @@ def write_pipeline_report(records: list[dict[str, Any]], spec: PipelineSpec, sou
     frame = results_frame(records, spec.composition)
     with atomic_path(out / "results.csv", suffix=".csv") as tmp:
         frame.to_csv(tmp, index=False)
-    head = (f"MNIST world, seed {spec.seed}: {len(sources)} public sources, split A = ρ = {spec.rho:g} of the "
+    head = (f"World {spec.world}, seed {spec.seed}: {len(sources)} public sources, split A = ρ = {spec.rho:g} of the "
             f"sensitive training set; {spec.composition} composition"
             + (f" (mixture gets {spec.mix_share:g} of ε alone)" if spec.composition == "sequential" else "")
             + f"; δ = {spec.delta:g}; seeds: {spec.seeds}. Finetune: Opacus DP-SGD, Poisson sampling, "
-            f"{spec.finetune_epochs} epochs, expected batch {spec.finetune_batch}, C = {spec.finetune_clip:g}.")
+            + (f"{spec.finetune_epochs} epochs at learning rate {spec.finetune_learning_rate:g}"
+               if len(spec.finetune_grid) == 1 else
+               f"learning rate and epochs chosen per run from {len(spec.finetune_grid)} candidates on the public "
+               "validation slice")
+            + f", expected batch {spec.finetune_batch}, C = {spec.finetune_clip:g}. p-values: two-sided paired "
+            "t-tests over seeds (statsmodels), Holm-corrected across ε per comparison.")
     blocks: list[Block] = [("p", head), ("table", _summary_table(frame)), ("h2", "What the data says")]
     blocks += [("p", line) for line in _findings(frame)]
     blocks += [("p", "nonprivate_mixmin picks λ from all private data: an upper bound, NOT releasable.")]
+    if len(spec.finetune_grid) > 1:
+        blocks += [("h2", "Finetune hyper-parameters, chosen on the public validation slice (no privacy spent)"),
+                   ("table", _choice_table(records))]
     blocks += [("h2", "Mixture weights λ (seed 0)"), ("table", _lambda_table(records, sources))]
     blocks += [("figure", path) for path in _figures(frame, out)]
     write_pages(out, "dpaudit-mix pipeline (image track)", blocks)

@@ -24,7 +24,8 @@ from .. import accounting
 from ..atomic import write_json, write_npz
 from ..cache import cached
 from ..data.proxies import class_probabilities, task_log_likelihood, train_proxy
-from ..data.sources import PublicSource, mnist_world
+from ..data import registry
+from ..data.sources import PublicSource
 from ..errors import require
 from ..problem import Problem
 from ..problem import load as load_problem
@@ -47,11 +48,12 @@ class World:
     test_labels: np.ndarray
     split_a: np.ndarray  # rows of the training set DP-MixMin sees
     split_b: np.ndarray  # the disjoint rest, for finetuning under parallel composition
+    validation: PublicSource  # clean public images drawn like the sensitive data: choices here are free
 
 
 def build_world(spec: PipelineSpec) -> World:
     """Load and cut the data; every empty source or split is an input error, raised before any output."""
-    public, sensitive = mnist_world(spec.seed)
+    public, sensitive = registry.world_sources(spec.world, spec.seed)
     sources = []
     for source in public:
         keep = round(spec.public_fraction * len(source.labels))
@@ -63,7 +65,8 @@ def build_world(spec: PipelineSpec) -> World:
     require(size_a < n, f"split B would be empty: rho = {spec.rho:g} of {n} training examples")
     order = np.random.default_rng([spec.seed, 4]).permutation(n)
     return World(tuple(sources), sensitive.train_images[:n], sensitive.train_labels[:n], sensitive.test_images,
-                 sensitive.test_labels, np.sort(order[:size_a]), np.sort(order[size_a:]))
+                 sensitive.test_labels, np.sort(order[:size_a]), np.sort(order[size_a:]),
+                 registry.world_validation(spec.world, spec.seed))
 
 
 def _key(**parts: Any) -> str:
@@ -96,7 +99,8 @@ def preflight(spec: PipelineSpec, world: World) -> None:
         if any(m not in mix_steps for m in spec.methods) or not sequential:
             priors.append(())
         for prior in priors:
-            accounting.calibrate(eps, spec.delta, 1 / batches, spec.finetune_epochs * batches, "prv", prior=prior)
+            for epochs in {e for _, e in spec.finetune_grid}:
+                accounting.calibrate(eps, spec.delta, 1 / batches, epochs * batches, "prv", prior=prior)
 
 
 def _load_json(path: Path) -> Any:
@@ -140,7 +144,8 @@ def run_pipeline(spec: PipelineSpec, out: Path, progress: bool = True, world: Wo
     preflight(spec, world)
     cache = StageCache(out / "cache")
     show = {"disable": not progress, "file": sys.stderr}
-    data_key = _key(seed=spec.seed, public_fraction=spec.public_fraction, sensitive_fraction=spec.sensitive_fraction)
+    data_key = _key(seed=spec.seed, public_fraction=spec.public_fraction, sensitive_fraction=spec.sensitive_fraction,
+                    **({} if registry.canonical(spec.world) == "mnist-labels" else {"world": spec.world}))
 
     def proxies() -> dict[str, np.ndarray]:
         models = [train_proxy(s) for s in tqdm(world.sources, desc="proxies", unit="source", **show)]
@@ -195,26 +200,53 @@ def run_pipeline(spec: PipelineSpec, out: Path, progress: bool = True, world: Wo
         mixture = mixtures[(method, eps, seed)]
         prior = (accounting.GaussianPhase(**mixture["phase"]),) if sequential and mixture["phase"] else ()
         base = pretrained[(method, eps, seed)]
+        grid = spec.finetune_grid
         key = _key(pretrain=base, data=data_key, rho=spec.rho, composition=spec.composition, epsilon=eps,
-                   delta=spec.delta, prior=[asdict(p) for p in prior], seed=seed, epochs=spec.finetune_epochs,
-                   batch=spec.finetune_batch, lr=spec.finetune_learning_rate, clip=spec.finetune_clip, secure=secure)
+                   delta=spec.delta, prior=[asdict(p) for p in prior], seed=seed,
+                   **({"epochs": grid[0][1], "lr": grid[0][0]} if len(grid) == 1 else {"grid": grid}),
+                   batch=spec.finetune_batch, clip=spec.finetune_clip, secure=secure)
 
         def finetune(base: str | None = base, prior: tuple = prior, eps: float = eps, seed: int = seed
                      ) -> dict[str, Any]:
             arrays = None if base is None else _load_npz(cache.root / "pretrain" / f"{base}.npz")
+            choice = _choose_finetune(spec, world, len(finetune_rows), arrays, eps, prior, seed)
             tuned = cnn.dp_finetune(cnn.from_arrays(arrays, seed), world.train_images[finetune_rows],
-                                    world.train_labels[finetune_rows], eps, spec.delta, spec.finetune_epochs,
-                                    spec.finetune_batch, spec.finetune_learning_rate, spec.finetune_clip, seed, prior,
+                                    world.train_labels[finetune_rows], eps, spec.delta, choice["epochs"],
+                                    spec.finetune_batch, choice["learning_rate"], spec.finetune_clip, seed, prior,
                                     secure)
             return {"metrics": cnn.evaluate(tuned.model, world.test_images, world.test_labels),
                     "finetune_phase": asdict(accounting.GaussianPhase(tuned.noise_multiplier, tuned.sample_rate,
                                                                       tuned.steps)),
-                    "finetune_opacus_epsilon": tuned.opacus_epsilon}
+                    "finetune_opacus_epsilon": tuned.opacus_epsilon, "finetune_choice": choice}
 
         result = cache.get("finetune", key, "json", finetune, write_json, _load_json)
         records.append({"method": method, "epsilon": eps, "seed": seed, "secure": secure, **result, "mixture": mixture,
                         **_privacy(spec, mixture, result)})
     return records
+
+
+def _choose_finetune(spec: PipelineSpec, world: World, n_private: int, arrays: dict[str, np.ndarray] | None,
+                     epsilon: float, prior: tuple[accounting.GaussianPhase, ...], seed: int) -> dict[str, Any]:
+    """The finetune's learning rate and epochs, by one rule for every method, at no privacy cost.
+
+    Each candidate is rehearsed: the same DP finetune (ε, δ, clip, prior, and the same number of
+    batches per epoch, so the same q, T and σ) on half the public validation slice, scored by
+    macro AUC on the other half. The test set is never looked at.
+    """
+    grid = spec.finetune_grid
+    if len(grid) == 1:
+        return {"learning_rate": grid[0][0], "epochs": grid[0][1]}
+    v = world.validation
+    half = len(v.labels) // 2
+    batch = max(1, round(spec.finetune_batch * half / n_private))
+    scores = {}
+    for lr, epochs in grid:
+        tuned = cnn.dp_finetune(cnn.from_arrays(arrays, seed), v.images[:half], v.labels[:half], epsilon, spec.delta,
+                                epochs, batch, lr, spec.finetune_clip, seed, prior)
+        scores[(lr, epochs)] = cnn.evaluate(tuned.model, v.images[half:], v.labels[half:])["macro_auc"]
+    lr, epochs = max(scores, key=lambda c: scores[c])
+    return {"learning_rate": lr, "epochs": epochs,
+            "validation_macro_auc": [{"learning_rate": c[0], "epochs": c[1], "macro_auc": a} for c, a in scores.items()]}
 
 
 def _privacy(spec: PipelineSpec, mixture: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import accounting
+from ..data import registry
 from ..errors import require
 from ..learner import LearnerConfig
 from ..specfile import Seed, check_fields, load_spec_file
@@ -19,6 +20,7 @@ COMPOSITIONS = ("parallel", "sequential")
 class PipelineSpec:
     """Every key optional in the TOML file; unknown keys are rejected."""
 
+    world: str = "mnist-labels"  # mnist-labels (sources split by label) or mnist-shift (graded covariate shift)
     epsilons: tuple[float, ...] = (1.0, 2.0, 5.0)
     delta: float = 1e-5
     methods: tuple[str, ...] = METHODS
@@ -40,6 +42,10 @@ class PipelineSpec:
     finetune_batch: int = 256  # expected batch size: q = batch / n
     finetune_learning_rate: float = 0.1
     finetune_clip: float = 1.0
+    # A fair finetune: with grids given, every method picks its learning rate and epochs by the same
+    # rule, the DP finetune rehearsed on the public validation slice (no privacy spent); () = fixed.
+    finetune_learning_rates: tuple[float, ...] = ()
+    finetune_epochs_grid: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -62,6 +68,17 @@ class PipelineSpec:
         for name in ("pretrain_learning_rate", "finetune_learning_rate", "finetune_clip"):
             require(getattr(self, name) > 0, f"{name} must be > 0, got {getattr(self, name)}")
         LearnerConfig(steps=self.mix_steps, clip=self.mix_clip, learning_rate=self.mix_learning_rate)
+        registry.canonical(self.world)
+        require(all(lr > 0 for lr in self.finetune_learning_rates),
+                f"finetune_learning_rates must be > 0, got {list(self.finetune_learning_rates)}")
+        require(all(e >= 1 for e in self.finetune_epochs_grid),
+                f"finetune_epochs_grid must be >= 1, got {list(self.finetune_epochs_grid)}")
+
+    @property
+    def finetune_grid(self) -> list[tuple[float, int]]:
+        """(learning rate, epochs) candidates; one (the fixed values) when no grid is given."""
+        return [(lr, e) for lr in self.finetune_learning_rates or (self.finetune_learning_rate,)
+                for e in self.finetune_epochs_grid or (self.finetune_epochs,)]
 
 
 def load_pipeline_spec(path: str | Path, **overrides: Any) -> PipelineSpec:
