@@ -41,8 +41,13 @@ def test_recovery_cli_writes_every_cell_and_report(capsys, tmp_path: Path, probl
         assert min(cell["alpha_1e3"]["runs"]) >= -1e-6  # λ★ minimises L on the full data
         assert cell["l1"]["mean"] >= 0 and cell["n"] >= 1
     assert [a["k"] for a in result["k_scaling"]["average"]] == [2, 4, 6]
-    assert result["k_scaling"]["slope"] is not None and result["k_scaling"]["fit_range"] == [2, 4, 6]
-    assert "▲" in (out / "report.md").read_text()
+    ks = result["k_scaling"]
+    assert ks["slope"] is not None and ks["fit_range"] == [2, 4, 6]
+    assert ks["slope_ci95"][0] < ks["slope"] < ks["slope_ci95"][1] and ks["fits"]["all_k"]["points"] == 3
+    # the σ = 0 reference: one cell per (task, ρ, level), the bias floor the report shows
+    assert len(result["noiseless"]) == 2 * 2 and all(c["noise_multiplier"] == 0 for c in result["noiseless"])
+    report = (out / "report.md").read_text()
+    assert "▲" in report and "| σ = 0 |" in report
 
 
 def test_more_budget_recovers_lambda_star_better(tmp_path: Path, problem_file: Path) -> None:

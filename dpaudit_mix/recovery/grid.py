@@ -132,12 +132,14 @@ def plan(spec: RecoverySpec) -> Plan:
     return Plan(spec, grid, users, pool)
 
 
-def _cells(spec: RecoverySpec, the_plan: Plan) -> Iterator[tuple[str, Target, float, float, bool]]:
+def _cells(spec: RecoverySpec, the_plan: Plan) -> Iterator[tuple[str, Target, float | None, float, bool]]:
     for user_level, targets in ((False, the_plan.grid_targets), (True, the_plan.user_targets)):
         for target in targets:
             for eps in spec.epsilons:
                 for rho in spec.rhos:
                     yield "grid", target, eps, rho, user_level
+            for rho in spec.rhos:  # the σ = 0 reference: same C, T, η; what is left is bias, not privacy
+                yield "noiseless", target, None, rho, user_level
     for task, pool in the_plan.k_pool.items():
         for k in spec.k_values:
             yield "k", _target(task, pool.select_sources(np.arange(k))), spec.k_epsilon, spec.k_rho, False
@@ -151,43 +153,58 @@ def run_recovery(spec: RecoverySpec, progress: bool = True) -> dict[str, Any]:
     """Every cell of the spec (recovery.json): the ε × ρ grid, user-level grid and k-scaling."""
     the_plan = plan(spec)
     spec = the_plan.spec
-    sigmas: dict[float, float] = {}
+    sigmas: dict[float | None, float] = {}
     jobs = list(_cells(spec, the_plan))
     require_memory(len(jobs) * spec.seeds * BYTES_PER_CELL_RUN, f"recovery with seeds = {spec.seeds} over {len(jobs)} cells")
-    grid, k_cells = [], []
+    cells: dict[str, list[dict[str, Any]]] = {"grid": [], "noiseless": [], "k": []}
     for index, (kind, target, eps, rho, user_level) in enumerate(
             tqdm(jobs, desc="recovery cells", unit="cell", disable=not progress, file=sys.stderr)):
         if eps not in sigmas:
-            sigmas[eps] = spec.noise_multiplier(eps)
+            sigmas[eps] = 0.0 if eps is None else spec.noise_multiplier(eps)
         config = spec.config(sigmas[eps], user_level)
         data = _subset(target.problem, rho, user_level, spec.seed)
         weights = fit(data, config, spec.seeds, seed=_run_seed(spec, index)).weights
         cell = {"task": target.task, "k": len(target.lambda_star), "epsilon": eps, "rho": rho,
                 "user_level": user_level, "n": data.n, "noise_multiplier": config.noise_multiplier,
                 **score(target, weights)}
-        (grid if kind == "grid" else k_cells).append(cell)
+        cells[kind].append(cell)
     return {
         "spec": {key: list(v) if isinstance(v, tuple) else v for key, v in vars(spec).items()},
         "lambda_star": {t.task: t.lambda_star.tolist() for t in the_plan.grid_targets},
         "sources": list(the_plan.grid_targets[0].problem.sources) if the_plan.grid_targets else [],
-        "cells": grid,
-        "k_scaling": k_scaling_summary(spec, k_cells),
+        "cells": cells["grid"],
+        "noiseless": cells["noiseless"],
+        "k_scaling": k_scaling_summary(spec, cells["k"]),
     }
 
 
+def log_log_slope(cells: list[dict[str, Any]], k_min: int) -> dict[str, Any] | None:
+    """OLS of log α on log k (statsmodels) over every (task, k) cell with k ≥ ``k_min`` and mean α > 0:
+    the slope and its 95% interval; None with fewer than three points or one k."""
+    import statsmodels.api as sm
+
+    points = [(c["k"], c["alpha_1e3"]["mean"]) for c in cells if c["k"] >= k_min and c["alpha_1e3"]["mean"] > 0]
+    if len(points) < 3 or len({k for k, _ in points}) < 2:
+        return None
+    k, alpha = np.log(np.array(points, dtype=float)).T
+    fit = sm.OLS(alpha, sm.add_constant(k)).fit()
+    low, high = fit.conf_int(0.05)[1]
+    return {"k_min": k_min, "slope": float(fit.params[1]), "ci95": [float(low), float(high)], "points": len(points),
+            "dropped_nonpositive": sum(1 for c in cells if c["k"] >= k_min and c["alpha_1e3"]["mean"] <= 0)}
+
+
 def k_scaling_summary(spec: RecoverySpec, cells: list[dict[str, Any]]) -> dict[str, Any]:
-    """α against k, averaged over tasks (± std across tasks), and the log-log slope for k ≥ k_fit_min."""
+    """α against k, averaged over tasks (± std across tasks), and the log-log slope with its 95%
+    interval for k ≥ k_fit_min and for all k (every task's cell is a point of the fit)."""
     average = []
     for k in spec.k_values:
         alphas = np.array([c["alpha_1e3"]["mean"] for c in cells if c["k"] == k])
         if len(alphas):
             average.append({"k": k, "alpha_1e3_mean": float(alphas.mean()),
                             "alpha_1e3_std_across_tasks": float(alphas.std(ddof=1)) if len(alphas) > 1 else 0.0})
-    fit_points = [a for a in average if a["k"] >= spec.k_fit_min and a["alpha_1e3_mean"] > 0]
-    slope = None
-    if len(fit_points) >= 2:
-        logk = np.log([a["k"] for a in fit_points])
-        loga = np.log([a["alpha_1e3_mean"] for a in fit_points])
-        slope = float(np.polyfit(logk, loga, 1)[0])
-    return {"epsilon": spec.k_epsilon, "rho": spec.k_rho, "cells": cells, "average": average, "slope": slope,
-            "fit_range": [a["k"] for a in fit_points]}
+    fits = {"fit_range": log_log_slope(cells, spec.k_fit_min), "all_k": log_log_slope(cells, 0)}
+    main = fits["fit_range"]
+    return {"epsilon": spec.k_epsilon, "rho": spec.k_rho, "cells": cells, "average": average,
+            "slope": None if main is None else main["slope"], "slope_ci95": None if main is None else main["ci95"],
+            "fits": fits, "fit_range": sorted({c["k"] for c in cells if c["k"] >= spec.k_fit_min
+                                               and c["alpha_1e3"]["mean"] > 0}) if main else []}
