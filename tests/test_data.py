@@ -22,3 +22,30 @@ def test_lambda_star_far_from_uniform_on_most_tasks() -> None:
         star = mixmin(prob.logp).weights
         cosines.append(star.sum() / (np.linalg.norm(star) * np.sqrt(prob.k)))
     assert np.mean(np.array(cosines) < 0.6) >= 0.8
+
+
+def test_mnist_shift_sources_cover_every_digit_and_lambda_star_is_interior() -> None:
+    from dpaudit_mix.data.shift import shift_world
+
+    sources, sensitive, validation = shift_world(0)
+    digits = [s for s in sources if not s.name.startswith("animals")]
+    assert len(sources) == 21 and all(set(s.labels) == set(range(10)) for s in digits)
+    assert {s.name for s in sources} >= {"uci", "animals-a", "animals-b"}
+    # the validation slice is public and in-distribution, and disjoint from the sensitive data
+    private = {image.tobytes() for image in np.concatenate([sensitive.train_images, sensitive.test_images])}
+    assert len(validation.labels) == 500 and not {image.tobytes() for image in validation.images} & private
+    interior = 0
+    for task in registry.tasks("mnist-shift"):
+        star = mixmin(registry.build("mnist-shift", task).logp).weights
+        interior += star.max() <= 0.7 and (star > 0.05).sum() >= 3
+        names = registry.build("mnist-shift", task).sources
+        assert star[[names.index("animals-a"), names.index("animals-b")]].sum() < 0.01  # distractors avoided
+    assert interior >= 10  # measured: 10 of 11 tasks (digit-1 puts 0.78 on elastic-2)
+
+
+def test_world_names_and_the_old_alias() -> None:
+    assert registry.canonical("mnist") == "mnist-labels"
+    old = registry.build("mnist", "digit-3")
+    new = registry.build("mnist-labels", "digit-3")
+    np.testing.assert_array_equal(old.logp, new.logp)
+    assert old.meta["name"] == "mnist-labels"

@@ -117,3 +117,13 @@ def test_secure_runs_draw_fresh_noise_and_stay_within_the_budget(tmp_path: Path)
         assert a["secure"] and (a["method"] != "dpmixmin" or a["mixture"]["weights"] != b["mixture"]["weights"])
         assert a["metrics"] != b["metrics"]  # the finetune's noise and batches are fresh too
         assert a["releasable"] and a["epsilon_total"] <= spec.epsilons[0]
+
+
+def test_finetune_hyper_parameters_are_chosen_on_public_data(tmp_path: Path) -> None:
+    spec = PipelineSpec(methods=("uniform",), finetune_learning_rates=(0.02, 0.2), **TINY)
+    record = run_pipeline(spec, tmp_path, progress=False)[0]
+    choice = record["finetune_choice"]
+    scores = {(c["learning_rate"], c["epochs"]): c["macro_auc"] for c in choice["validation_macro_auc"]}
+    assert set(scores) == {(0.02, 1), (0.2, 1)}
+    assert scores[(choice["learning_rate"], choice["epochs"])] == max(scores.values())
+    assert record["epsilon_total"] <= 2.0  # the rehearsals ran on public data: no extra privacy
