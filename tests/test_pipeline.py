@@ -10,7 +10,7 @@ from dpaudit_mix.cli import main
 from dpaudit_mix.pipeline import model as cnn
 from dpaudit_mix.pipeline.methods import _candidate_losses, choose
 from dpaudit_mix.pipeline.run import build_world, run_pipeline
-from dpaudit_mix.pipeline.spec import METHODS, PipelineSpec
+from dpaudit_mix.pipeline.spec import DEFAULT_METHODS, PipelineSpec
 
 from .conftest import random_problem
 
@@ -24,7 +24,7 @@ def test_quick_spec_end_to_end(capsys, tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert main(["pipeline", str(QUICK), "--out", str(out)]) == 0
     frame = pd.read_csv(out / "results.csv")
-    assert set(frame["method"]) == set(METHODS) and len(frame) == len(METHODS) * 1 * 1 * 12
+    assert set(frame["method"]) == set(DEFAULT_METHODS) and len(frame) == len(DEFAULT_METHODS) * 1 * 1 * 12
     assert set(frame["task"]) == {f"digit-{d}" for d in range(10)} | {"macro", "multiclass"}
     private = frame[frame["releasable"]]
     assert (private["epsilon_total"] <= private["epsilon"]).all()
@@ -120,8 +120,10 @@ def test_secure_runs_draw_fresh_noise_and_stay_within_the_budget(tmp_path: Path)
 
 
 def test_finetune_hyper_parameters_are_chosen_on_public_data(tmp_path: Path) -> None:
-    spec = PipelineSpec(methods=("uniform",), finetune_learning_rates=(0.02, 0.2), **TINY)
-    record = run_pipeline(spec, tmp_path, progress=False)[0]
+    spec = PipelineSpec(methods=("uniform", "warm"), finetune_learning_rates=(0.02, 0.2), **TINY)
+    record, warm = run_pipeline(spec, tmp_path, progress=False)
+    assert warm["mixture"]["weights"] is None and warm["releasable"]  # pretrained on the public slice alone
+    assert len(list((tmp_path / "cache" / "pretrain").glob("*.npz"))) == 2
     choice = record["finetune_choice"]
     scores = {(c["learning_rate"], c["epochs"]): c["macro_auc"] for c in choice["validation_macro_auc"]}
     assert set(scores) == {(0.02, 1), (0.2, 1)}

@@ -97,3 +97,15 @@ def test_bad_specs_exit_2_without_output(capsys, tmp_path: Path, problem_file: P
 def test_mnist_k_beyond_the_shards_is_an_input_error() -> None:
     with pytest.raises(InputError, match="larger than the 64"):
         run_recovery(RecoverySpec(tasks=("digit-0",), k_values=(2, 128), user_level_tasks=()), progress=False)
+
+
+def test_c_and_eta_are_chosen_on_public_data(small_problem) -> None:
+    from dpaudit_mix.recovery.tuning import CLIPS, LEARNING_RATES, tune
+
+    choice = tune(small_problem, 1.0, 1e-5, 20, 1.0, seed=0)
+    assert len(choice["candidates"]) == len(CLIPS) * len(LEARNING_RATES)
+    best = min(c["alpha_1e3"] for c in choice["candidates"])
+    assert {"clip": choice["clip"], "learning_rate": choice["learning_rate"], "alpha_1e3": best} in choice["candidates"]
+    assert best >= -1e-6  # λ★ of the public problem is its minimiser
+    with pytest.raises(InputError, match="tune_on_public needs an embedded world"):
+        RecoverySpec(problem="some/file.npz", tune_on_public=True)

@@ -34,7 +34,10 @@ USER_SIZE = 3
 MAX_SHARDS = 64
 
 
-Probabilities = tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+#: source names, then (class probabilities, labels) on the sensitive train split, the sensitive
+#: test split and the public validation slice.
+Probabilities = tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+PARTS = ("train", "train_y", "test", "test_y", "public", "public_y")
 
 
 def canonical(name: str) -> str:
@@ -62,10 +65,13 @@ def world_validation(name: str, seed: int) -> PublicSource:
 
 def _compute_probabilities(name: str, seed: int, shards: int) -> Probabilities:
     sources, sensitive = world_sources(name, seed, shards)
+    public = world_validation(name, seed)
     models = [train_proxy(s) for s in sources]
-    train = np.stack([class_probabilities(m, sensitive.train_images) for m in models])
-    test = np.stack([class_probabilities(m, sensitive.test_images) for m in models])
-    return tuple(s.name for s in sources), train, sensitive.train_labels, test, sensitive.test_labels
+    parts = [(sensitive.train_images, sensitive.train_labels), (sensitive.test_images, sensitive.test_labels),
+             (public.images, public.labels)]
+    arrays = [a for images, labels in parts for a in (np.stack([class_probabilities(m, images) for m in models]),
+                                                      labels)]
+    return (tuple(s.name for s in sources), *arrays)
 
 
 def _cache_key(name: str, seed: int, shards: int) -> str:
@@ -81,13 +87,12 @@ def _cache_key(name: str, seed: int, shards: int) -> str:
 
 
 def _save(path: Path, value: Probabilities) -> None:
-    names, train, train_y, test, test_y = value
-    write_npz(path, names=np.array(names, dtype=str), train=train, train_y=train_y, test=test, test_y=test_y)
+    write_npz(path, names=np.array(value[0], dtype=str), **dict(zip(PARTS, value[1:])))
 
 
 def _load(path: Path) -> Probabilities:
     with np.load(path, allow_pickle=False) as z:
-        return tuple(str(n) for n in z["names"]), z["train"], z["train_y"], z["test"], z["test_y"]
+        return (tuple(str(n) for n in z["names"]), *(z[part] for part in PARTS))
 
 
 @lru_cache(maxsize=4)
@@ -107,7 +112,7 @@ def build(name: str, task: str = DEFAULT_TASK, seed: int = 0, shards: int = 0) -
     name = canonical(name)
     require(task in TASKS, f"unknown task {task!r} for {name}; available: {', '.join(TASKS)}")
     require(0 <= shards <= MAX_SHARDS, f"{name} offers at most {MAX_SHARDS} shard sources, asked for {shards}")
-    names, train, train_y, test, test_y = world_probabilities(name, seed, shards)
+    names, train, train_y, test, test_y, _, _ = world_probabilities(name, seed, shards)
     n = len(train_y)
     users = np.random.default_rng(seed).permutation(n) // USER_SIZE
     return Problem(
@@ -118,6 +123,16 @@ def build(name: str, task: str = DEFAULT_TASK, seed: int = 0, shards: int = 0) -
         task=task,
         meta={"name": name, "seed": str(seed)},
     )
+
+
+def build_public(name: str, task: str = DEFAULT_TASK, seed: int = 0, shards: int = 0) -> Problem:
+    """The same proxies on the world's public validation slice: a problem that mirrors the
+    sensitive one and costs no privacy, for choosing the learner's settings."""
+    name = canonical(name)
+    require(task in TASKS, f"unknown task {task!r} for {name}; available: {', '.join(TASKS)}")
+    names, *_, public, public_y = world_probabilities(name, seed, shards)
+    return Problem(task_log_likelihood(public, public_y, task), names, task=task,
+                   meta={"name": name, "seed": str(seed), "split": "public validation"})
 
 
 def tasks(name: str) -> tuple[str, ...]:

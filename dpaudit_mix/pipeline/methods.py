@@ -7,6 +7,8 @@
   and the best is kept (post-processing). A per-example loss lies in [0, B], B = −log of the
   smallest smoothed proxy probability (a public constant), so the sums have L2 sensitivity B√M.
 - ``no_pretrain``: no λ at all.
+- ``warm``: no λ either; pretraining uses the world's clean public in-distribution slice alone
+  (the WarmSyn paper's warm-up on public in-distribution data), free.
 - ``nonprivate_mixmin``: MixMin on all the private training data, an upper bound that is not
   releasable (it spends no accounted budget because it is not private at all).
 """
@@ -49,7 +51,7 @@ def choose(method: str, split_a: Problem, full: Problem, epsilon: float, spec: P
     ``secure`` draws the private noise from the OS CSPRNG (not reproducible; for real releases).
     """
     k = split_a.k
-    if method == "no_pretrain":
+    if method in ("no_pretrain", "warm"):
         return Mixture(None, None)
     if method == "uniform":
         return Mixture(np.full(k, 1.0 / k), None)

@@ -133,6 +133,14 @@ def _pretrain_sample(world: World, weights: list[float], examples: int, rng: np.
     return np.concatenate(images), np.concatenate(labels)
 
 
+def _warm_sample(world: World, examples: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``examples`` images drawn from the half of the public validation slice that the finetune
+    rehearsals train on (the other half, which scores them, stays unseen)."""
+    half = len(world.validation.labels) // 2
+    pick = rng.integers(half, size=examples)
+    return world.validation.images[pick], world.validation.labels[pick]
+
+
 def run_pipeline(spec: PipelineSpec, out: Path, progress: bool = True, world: World | None = None,
                  secure: bool = False) -> list[dict[str, Any]]:
     """Every (method, ε, seed) of the spec: one record each with metrics, λ and accounting.
@@ -179,15 +187,16 @@ def run_pipeline(spec: PipelineSpec, out: Path, progress: bool = True, world: Wo
     pretrained: dict[tuple[str, float, int], str | None] = {}
     for method, eps, seed in tqdm(jobs, desc="pretrain", unit="model", **show):
         weights = mixtures[(method, eps, seed)]["weights"]
-        if weights is None:
+        if weights is None and method != "warm":
             pretrained[(method, eps, seed)] = None
             continue
-        key = _key(data=data_key, weights=[round(w, 12) for w in weights], seed=seed, n=spec.pretrain_examples,
-                   epochs=spec.pretrain_epochs, lr=spec.pretrain_learning_rate)
+        key = _key(data=data_key, weights="warm" if weights is None else [round(w, 12) for w in weights], seed=seed,
+                   n=spec.pretrain_examples, epochs=spec.pretrain_epochs, lr=spec.pretrain_learning_rate)
 
-        def train(weights: list[float] = weights, seed: int = seed) -> dict[str, np.ndarray]:
+        def train(weights: list[float] | None = weights, seed: int = seed) -> dict[str, np.ndarray]:
             rng = np.random.default_rng([spec.seed, 6, seed])
-            images, labels = _pretrain_sample(world, weights, spec.pretrain_examples, rng)
+            images, labels = (_warm_sample(world, spec.pretrain_examples, rng) if weights is None
+                              else _pretrain_sample(world, weights, spec.pretrain_examples, rng))
             return cnn.state_arrays(cnn.pretrain(images, labels, spec.pretrain_epochs, spec.pretrain_learning_rate,
                                                  seed))
 

@@ -12,7 +12,9 @@ from ..errors import require
 from ..learner import LearnerConfig
 from ..specfile import Seed, check_fields, load_spec_file
 
-METHODS = ("dpmixmin", "uniform", "random_search", "no_pretrain", "nonprivate_mixmin")
+#: every method; a spec runs DEFAULT_METHODS unless it names others.
+METHODS = ("dpmixmin", "uniform", "random_search", "no_pretrain", "nonprivate_mixmin", "warm")
+DEFAULT_METHODS = METHODS[:5]
 COMPOSITIONS = ("parallel", "sequential")
 
 
@@ -23,7 +25,7 @@ class PipelineSpec:
     world: str = "mnist-labels"  # mnist-labels (sources split by label) or mnist-shift (graded covariate shift)
     epsilons: tuple[float, ...] = (1.0, 2.0, 5.0)
     delta: float = 1e-5
-    methods: tuple[str, ...] = METHODS
+    methods: tuple[str, ...] = DEFAULT_METHODS
     seeds: int = 3
     seed: Seed = 0  # the data seed: public sources, proxies and the A/B split
     rho: float = 0.1  # split A (the mixing data) as a fraction of the sensitive training set

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from ..problem import Problem, load
 from ..resources import require_memory
 from .metrics import cos_similarity, l1_distance
 from .spec import RecoverySpec
+from .tuning import tune
 
 #: α is reported in units of 1e-3, like the paper's Table 4.
 ALPHA_UNIT = 1e-3
@@ -88,10 +89,11 @@ def score(target: Target, weights: np.ndarray) -> dict[str, Any]:
 class Plan:
     """Everything the spec asks for, resolved and validated before any fit runs."""
 
-    spec: RecoverySpec  # with its defaults fitted to the problem
+    spec: RecoverySpec  # with its defaults fitted to the problem (and C, η tuned on public data if asked)
     grid_targets: tuple[Target, ...]
     user_targets: tuple[Target, ...]
     k_pool: dict[str, Problem]  # task → the problem whose first k sources give the k-source problem
+    tuning: dict[str, Any] | None  # how C and η were chosen on public data, if they were
 
 
 def _available_tasks(spec: RecoverySpec, file_problem: Problem | None) -> tuple[str, ...]:
@@ -110,6 +112,11 @@ def plan(spec: RecoverySpec) -> Plan:
     available = _available_tasks(spec, file_problem)
     spec = spec.fitted_to(available, registry.MAX_SHARDS if spec.embedded else file_problem.k,
                           spec.embedded or file_problem.users is not None)
+    tuning = None
+    if spec.tune_on_public:
+        tuning = tune(registry.build_public(spec.problem, "multiclass", spec.seed), spec.k_epsilon, spec.delta,
+                      spec.steps, spec.sample_rate, spec.seed)
+        spec = replace(spec, clip=tuning["clip"], learning_rate=tuning["learning_rate"])
     for key in ("tasks", "user_level_tasks", "k_tasks"):
         unknown = [t for t in getattr(spec, key) if t not in available]
         require(not unknown, f"{key}: unknown task(s) {', '.join(unknown)}; available: {', '.join(available)}")
@@ -129,7 +136,7 @@ def plan(spec: RecoverySpec) -> Plan:
         require(largest <= offered, f"k = {largest} is larger than the {offered} public sources available")
         for t in spec.k_tasks:
             pool[t] = registry.build(spec.problem, t, spec.seed, shards=largest) if spec.embedded else file_problem
-    return Plan(spec, grid, users, pool)
+    return Plan(spec, grid, users, pool, tuning)
 
 
 def _cells(spec: RecoverySpec, the_plan: Plan) -> Iterator[tuple[str, Target, float | None, float, bool]]:
@@ -174,6 +181,7 @@ def run_recovery(spec: RecoverySpec, progress: bool = True) -> dict[str, Any]:
         "sources": list(the_plan.grid_targets[0].problem.sources) if the_plan.grid_targets else [],
         "cells": cells["grid"],
         "noiseless": cells["noiseless"],
+        "tuning": the_plan.tuning,
         "k_scaling": k_scaling_summary(spec, cells["k"]),
     }
 

@@ -110,6 +110,12 @@ def write_recovery_report(result: dict[str, Any], out: Path) -> None:
         f"q = {spec['sample_rate']:g}, η = {spec['learning_rate']:g}; {spec['seeds']} DP runs per cell. λ★ is "
         "MixMin on the full mixing data; DP-MixMin sees a fraction ρ of it. Cells pool tasks × seeds "
         f"(mean ± std); {BEATS} marks a mean better than the uniform reference."))]
+    if result["tuning"]:
+        t = result["tuning"]
+        blocks.append(("p", f"C = {t['clip']:g} and η = {t['learning_rate']:g} were chosen on public data (no "
+                            f"privacy spent): DP-MixMin rehearsed at ε = {t['epsilon']:g} on the world's public "
+                            f"validation problem ({t['task']}, n = {t['public_n']}), lowest mean α over "
+                            f"{len(t['candidates'])} (C, η) candidates."))
     if result["cells"]:
         frame = pooled(result["cells"])
         floor = pooled(result["noiseless"])

@@ -35,6 +35,9 @@ class RecoverySpec:
     k_epsilon: float = 1.0
     k_rho: float = 0.1
     k_fit_min: int = 16  # the log-log slope is fitted on k ≥ this
+    # Choose C and η on the world's public validation problem (no privacy spent) instead of
+    # clip and learning_rate; embedded worlds only (a problem file has no public slice).
+    tune_on_public: bool = False
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -49,6 +52,8 @@ class RecoverySpec:
         accounting.check_delta(self.delta)
         LearnerConfig(steps=self.steps, clip=self.clip, sample_rate=self.sample_rate,
                       learning_rate=self.learning_rate)
+        require(not self.tune_on_public or self.embedded,
+                "tune_on_public needs an embedded world (a problem file has no public validation slice)")
 
     @property
     def embedded(self) -> bool:
