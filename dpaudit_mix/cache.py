@@ -7,13 +7,16 @@ the check is recomputed, with one warning line, never trusted and never a traceb
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from .atomic import write_text
+import numpy as np
+
+from .atomic import write_npz, write_text
 from .errors import InputError, require
 
 T = TypeVar("T")
@@ -25,6 +28,24 @@ def sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def content_key(**parts: object) -> str:
+    """A short hash of a stage's parameters and its inputs' keys: the name of its cached output."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def load_json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def load_npz(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as z:
+        return {name: z[name] for name in z.files}
+
+
+def save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    write_npz(path, **arrays)
 
 
 def user_cache_dir() -> Path:

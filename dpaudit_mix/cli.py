@@ -242,6 +242,19 @@ def cmd_pipeline(args: argparse.Namespace) -> None:
     print(json.dumps({"out": str(out), "runs": len(records), "dpmixmin_minus": diffs}, indent=2))
 
 
+def cmd_warmsyn(args: argparse.Namespace) -> None:
+    from .synth.report import write_warmsyn_report
+    from .synth.run import run_warmsyn
+    from .synth.spec import load_warmsyn_spec
+
+    spec = load_warmsyn_spec(args.spec)
+    out = check_output(args.out or Path("reports") / f"warmsyn-{Path(args.spec).stem}", folder=True)
+    result = run_warmsyn(spec, out)
+    write_warmsyn_report(result, out)
+    print(json.dumps({"out": str(out), "runs": len(result["records"]),
+                      "effects": {f"{e['row']}@{e['epsilon']:g}": e["here"] for e in result["effects"]}}, indent=2))
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     from .verify.checks import FULL, QUICK
     from .verify.suite import failures, verify, write_verification
@@ -353,6 +366,12 @@ def build_parser() -> argparse.ArgumentParser:
                           help="every private noise and Poisson batch from the OS CSPRNG (not reproducible)")
     pipeline.set_defaults(func=cmd_pipeline)
 
+    warmsyn = sub.add_parser("warmsyn", help="EDM synthetic data from a small public set, warm-up, DP finetune: "
+                                          "the seed paper's ablation")
+    warmsyn.add_argument("spec")
+    warmsyn.add_argument("--out", help="output folder (default reports/warmsyn-<spec name>)")
+    warmsyn.set_defaults(func=cmd_warmsyn)
+
     verify_cmd = sub.add_parser("verify-accountant",
                                 help="check accountants, calibration, the learner's noise and an audit (exit 3 on failure)")
     verify_cmd.add_argument("--quick", action="store_true", help="the CI-sized run (about 40 s on 2 cores)")
@@ -361,7 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify_cmd.add_argument("--out", help="output folder for verify.json and verify.md (default reports/verify)")
     verify_cmd.set_defaults(func=cmd_verify)
 
-    for p in (mix, account, calibrate, prob, bound, audit, release_cmd, check, recovery, pipeline):
+    for p in (mix, account, calibrate, prob, bound, audit, release_cmd, check, recovery, pipeline, warmsyn):
         common(p)
     verify_cmd.add_argument("--json", action="store_true", help="print the whole summary as JSON instead of one "
                             "line per check")

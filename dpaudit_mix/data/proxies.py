@@ -22,15 +22,19 @@ SMOOTHING = 0.01
 TASKS = tuple(f"digit-{d}" for d in range(CLASSES)) + ("multiclass",)
 
 
-def train_proxy(source: PublicSource) -> LogisticRegression:
+def fit_logistic(x: np.ndarray, labels: np.ndarray) -> LogisticRegression:
+    """Multinomial logistic regression, C = 1, 300 iterations: cheap by design (the paper's proxies
+    are insensitive to their budget, Table 3), so its convergence warnings are silenced."""
     from sklearn.exceptions import ConvergenceWarning  # imported here: sklearn is slow to load
     from sklearn.linear_model import LogisticRegression
 
-    model = LogisticRegression(C=1.0, max_iter=300)
     with warnings.catch_warnings():
-        # Proxies are cheap by design (the paper: insensitive to proxy budget, Table 3).
         warnings.simplefilter("ignore", ConvergenceWarning)
-        return model.fit(features(source.images), source.labels)
+        return LogisticRegression(C=1.0, max_iter=300).fit(x, labels)
+
+
+def train_proxy(source: PublicSource) -> LogisticRegression:
+    return fit_logistic(features(source.images), source.labels)
 
 
 def class_probabilities(model: LogisticRegression, images: np.ndarray) -> np.ndarray:

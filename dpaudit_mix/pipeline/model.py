@@ -10,6 +10,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -82,6 +83,16 @@ class Finetuned:
     opacus_epsilon: float  # ε of the finetune alone, from the Opacus accountant that calibrated it
 
 
+@lru_cache(maxsize=None)
+def opacus_sigma(epsilon: float, delta: float, sample_rate: float, epochs: int) -> float:
+    """The σ that Opacus' ``make_private_with_epsilon`` picks (its PRV calibration, same call), once
+    per setting: it takes seconds, and every seed, method and row of a run asks for the same few."""
+    from opacus.accountants.utils import get_noise_multiplier
+
+    return float(get_noise_multiplier(target_epsilon=epsilon, target_delta=delta, sample_rate=sample_rate,
+                                      epochs=epochs, accountant="prv"))
+
+
 def _secure_noise(optimizer: Any, source: SecureSource) -> None:
     """Replace the optimizer's seeded Gaussian noise by draws from the OS CSPRNG.
 
@@ -119,7 +130,7 @@ def dp_finetune(model: SmallCNN, images: np.ndarray, labels: np.ndarray, epsilon
                 prior: tuple[accounting.GaussianPhase, ...] = (), secure: bool = False) -> Finetuned:
     """DP-SGD finetuning with Poisson sampling at q = 1 / ⌈n / batch⌉ (Opacus' rate).
 
-    Alone (no ``prior``), Opacus' ``make_private_with_epsilon`` calibrates σ for (ε, δ); after a
+    Alone (no ``prior``), σ is Opacus' own calibration for (ε, δ) (:func:`opacus_sigma`); after a
     ``prior`` phase on the same data, σ comes from our accountant so that both compose to ε.
     ``secure`` draws the batches and the noise from the OS CSPRNG (not reproducible).
     """
@@ -138,10 +149,10 @@ def dp_finetune(model: SmallCNN, images: np.ndarray, labels: np.ndarray, epsilon
                 module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=sigma,
                 max_grad_norm=clip, poisson_sampling=True, noise_generator=noise_generator)
         else:
-            module, optimizer, loader = engine.make_private_with_epsilon(
-                module=model, optimizer=optimizer, data_loader=loader, target_epsilon=epsilon,
-                target_delta=delta, epochs=epochs, max_grad_norm=clip, poisson_sampling=True,
-                noise_generator=noise_generator)
+            module, optimizer, loader = engine.make_private(
+                module=model, optimizer=optimizer, data_loader=loader,
+                noise_multiplier=opacus_sigma(epsilon, delta, 1 / len(loader), epochs), max_grad_norm=clip,
+                poisson_sampling=True, noise_generator=noise_generator)
     source = SecureSource()
     if secure:
         _secure_noise(optimizer, source)

@@ -14,17 +14,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
-from statsmodels.stats.multitest import multipletests
-from statsmodels.stats.weightstats import DescrStatsW
 
 from ..atomic import atomic_path
 from ..reporting import Block, save_figure, write_pages
+from ..stats import ALPHA, COLUMNS, paired_tests
 from .model import CLASSES
 from .spec import PipelineSpec
 
 TASKS = tuple(f"digit-{d}" for d in range(CLASSES))
-#: the family-wise error rate of each comparison's Holm-corrected tests across ε.
-ALPHA = 0.05
 
 
 def results_frame(records: list[dict[str, Any]], composition: str) -> pd.DataFrame:
@@ -62,24 +59,11 @@ def _summary_table(frame: pd.DataFrame) -> list[list[str]]:
 
 
 def paired_differences(frame: pd.DataFrame, method: str, other: str) -> pd.DataFrame:
-    """Macro AUC of ``method`` minus ``other``, paired by (ε, seed): per ε the mean, std, seeds, the
-    two-sided paired t-test p-value (statsmodels) and that p Holm-corrected across the ε grid."""
-    columns = ["mean", "std", "seeds", "p", "p_holm"]
+    """Macro AUC of ``method`` minus ``other``, paired by (ε, seed), tested per ε (:mod:`..stats`)."""
     macro = frame[frame["task"] == "macro"].pivot_table(index=["epsilon", "seed"], columns="method", values="value")
     if method not in macro or other not in macro:  # a spec may ask for any subset of methods
-        return pd.DataFrame(columns=columns)
-    rows = {}
-    for eps, diff in (macro[method] - macro[other]).groupby(level="epsilon"):
-        values = diff.to_numpy()
-        p = DescrStatsW(values).ttest_mean(0.0)[1] if len(values) > 1 and np.std(values) > 0 else math.nan
-        rows[eps] = {"mean": values.mean(), "std": values.std(ddof=1) if len(values) > 1 else 0.0,
-                     "seeds": len(values), "p": p}
-    table = pd.DataFrame.from_dict(rows, orient="index", columns=columns[:4])
-    tested = table["p"].notna()
-    table["p_holm"] = math.nan
-    if tested.any():
-        table.loc[tested, "p_holm"] = multipletests(table.loc[tested, "p"], method="holm")[1]
-    return table
+        return pd.DataFrame(columns=COLUMNS)
+    return paired_tests({eps: diff.to_numpy() for eps, diff in (macro[method] - macro[other]).groupby(level="epsilon")})
 
 
 def _findings(frame: pd.DataFrame) -> list[str]:

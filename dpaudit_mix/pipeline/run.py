@@ -8,8 +8,6 @@ under ``OUT/cache/<stage>/<key>``: a rerun (or an interrupted run) skips every f
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import sys
 from collections.abc import Callable
@@ -21,8 +19,8 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import accounting
-from ..atomic import write_json, write_npz
-from ..cache import cached
+from ..atomic import write_json
+from ..cache import cached, content_key, load_json, load_npz, save_npz
 from ..data.proxies import class_probabilities, task_log_likelihood, train_proxy
 from ..data import registry
 from ..data.sources import PublicSource
@@ -69,10 +67,6 @@ def build_world(spec: PipelineSpec) -> World:
                  registry.world_validation(spec.world, spec.seed))
 
 
-def _key(**parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
-
-
 class StageCache:
     """Finished stage outputs under ``root/<stage>/<key>.<ext>`` (JSON, npz or problem files), each
     reused only if it passes its checksum (:func:`..cache.cached`)."""
@@ -101,19 +95,6 @@ def preflight(spec: PipelineSpec, world: World) -> None:
         for prior in priors:
             for epochs in {e for _, e in spec.finetune_grid}:
                 accounting.calibrate(eps, spec.delta, 1 / batches, epochs * batches, "prv", prior=prior)
-
-
-def _load_json(path: Path) -> Any:
-    return json.loads(path.read_text())
-
-
-def _load_npz(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path, allow_pickle=False) as z:
-        return {name: z[name] for name in z.files}
-
-
-def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    write_npz(path, **arrays)
 
 
 def _mixture_json(mixture: Mixture) -> dict[str, Any]:
@@ -152,21 +133,21 @@ def run_pipeline(spec: PipelineSpec, out: Path, progress: bool = True, world: Wo
     preflight(spec, world)
     cache = StageCache(out / "cache")
     show = {"disable": not progress, "file": sys.stderr}
-    data_key = _key(seed=spec.seed, public_fraction=spec.public_fraction, sensitive_fraction=spec.sensitive_fraction,
+    data_key = content_key(seed=spec.seed, public_fraction=spec.public_fraction, sensitive_fraction=spec.sensitive_fraction,
                     **({} if registry.canonical(spec.world) == "mnist-labels" else {"world": spec.world}))
 
     def proxies() -> dict[str, np.ndarray]:
         models = [train_proxy(s) for s in tqdm(world.sources, desc="proxies", unit="source", **show)]
         return {"train": np.stack([class_probabilities(m, world.train_images) for m in models])}
 
-    probs = cache.get("proxies", data_key, "npz", proxies, _save_npz, _load_npz)["train"]
+    probs = cache.get("proxies", data_key, "npz", proxies, save_npz, load_npz)["train"]
     names = tuple(s.name for s in world.sources)
 
     def multiclass(rows: np.ndarray, task: str) -> Problem:
         logp = task_log_likelihood(probs[:, rows], world.train_labels[rows], "multiclass")
         return Problem(logp, names, task=task)
 
-    problem_key = _key(data=data_key, rho=spec.rho)
+    problem_key = content_key(data=data_key, rho=spec.rho)
     split_a = cache.get("problem", problem_key, "npz", lambda: multiclass(world.split_a, "multiclass (split A)"),
                         lambda path, problem: save_problem(problem, path), load_problem)
     full = multiclass(np.arange(len(world.train_labels)), "multiclass (all training data)")
@@ -177,12 +158,12 @@ def run_pipeline(spec: PipelineSpec, out: Path, progress: bool = True, world: Wo
     for method, eps, seed in tqdm(jobs, desc="mixtures", unit="λ", **show):
         eps_mix = spec.mix_share * eps if sequential else eps
         private = method in ("dpmixmin", "random_search")
-        key = _key(problem=problem_key, method=method, seed=seed, delta=spec.delta,
+        key = content_key(problem=problem_key, method=method, seed=seed, delta=spec.delta,
                    epsilon=eps_mix if private else None, steps=spec.mix_steps, clip=spec.mix_clip,
                    lr=spec.mix_learning_rate, candidates=spec.search_candidates, secure=secure and private)
         mixtures[(method, eps, seed)] = cache.get(
             "mixture", key, "json", lambda: _mixture_json(choose(method, split_a, full, eps_mix, spec, seed, secure)),
-            write_json, _load_json)
+            write_json, load_json)
 
     pretrained: dict[tuple[str, float, int], str | None] = {}
     for method, eps, seed in tqdm(jobs, desc="pretrain", unit="model", **show):
@@ -190,7 +171,7 @@ def run_pipeline(spec: PipelineSpec, out: Path, progress: bool = True, world: Wo
         if weights is None and method != "warm":
             pretrained[(method, eps, seed)] = None
             continue
-        key = _key(data=data_key, weights="warm" if weights is None else [round(w, 12) for w in weights], seed=seed,
+        key = content_key(data=data_key, weights="warm" if weights is None else [round(w, 12) for w in weights], seed=seed,
                    n=spec.pretrain_examples, epochs=spec.pretrain_epochs, lr=spec.pretrain_learning_rate)
 
         def train(weights: list[float] | None = weights, seed: int = seed) -> dict[str, np.ndarray]:
@@ -200,7 +181,7 @@ def run_pipeline(spec: PipelineSpec, out: Path, progress: bool = True, world: Wo
             return cnn.state_arrays(cnn.pretrain(images, labels, spec.pretrain_epochs, spec.pretrain_learning_rate,
                                                  seed))
 
-        cache.get("pretrain", key, "npz", train, _save_npz, _load_npz)
+        cache.get("pretrain", key, "npz", train, save_npz, load_npz)
         pretrained[(method, eps, seed)] = key
 
     finetune_rows = np.arange(len(world.train_labels)) if sequential else world.split_b
@@ -210,14 +191,14 @@ def run_pipeline(spec: PipelineSpec, out: Path, progress: bool = True, world: Wo
         prior = (accounting.GaussianPhase(**mixture["phase"]),) if sequential and mixture["phase"] else ()
         base = pretrained[(method, eps, seed)]
         grid = spec.finetune_grid
-        key = _key(pretrain=base, data=data_key, rho=spec.rho, composition=spec.composition, epsilon=eps,
+        key = content_key(pretrain=base, data=data_key, rho=spec.rho, composition=spec.composition, epsilon=eps,
                    delta=spec.delta, prior=[asdict(p) for p in prior], seed=seed,
                    **({"epochs": grid[0][1], "lr": grid[0][0]} if len(grid) == 1 else {"grid": grid}),
                    batch=spec.finetune_batch, clip=spec.finetune_clip, secure=secure)
 
         def finetune(base: str | None = base, prior: tuple = prior, eps: float = eps, seed: int = seed
                      ) -> dict[str, Any]:
-            arrays = None if base is None else _load_npz(cache.root / "pretrain" / f"{base}.npz")
+            arrays = None if base is None else load_npz(cache.root / "pretrain" / f"{base}.npz")
             choice = _choose_finetune(spec, world, len(finetune_rows), arrays, eps, prior, seed)
             tuned = cnn.dp_finetune(cnn.from_arrays(arrays, seed), world.train_images[finetune_rows],
                                     world.train_labels[finetune_rows], eps, spec.delta, choice["epochs"],
@@ -228,7 +209,7 @@ def run_pipeline(spec: PipelineSpec, out: Path, progress: bool = True, world: Wo
                                                                       tuned.steps)),
                     "finetune_opacus_epsilon": tuned.opacus_epsilon, "finetune_choice": choice}
 
-        result = cache.get("finetune", key, "json", finetune, write_json, _load_json)
+        result = cache.get("finetune", key, "json", finetune, write_json, load_json)
         records.append({"method": method, "epsilon": eps, "seed": seed, "secure": secure, **result, "mixture": mixture,
                         **_privacy(spec, mixture, result)})
     return records

@@ -1,0 +1,43 @@
+"""Paired comparisons over seeds, as every report states them (statsmodels).
+
+A comparison is a set of paired differences per ε (one per seed); each ε gets the mean, the
+std, a two-sided one-sample t-test of the differences against 0, and that p-value corrected by
+Holm's method across the ε grid (the family is one comparison at every ε).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.weightstats import DescrStatsW
+
+COLUMNS = ["mean", "std", "seeds", "p", "p_holm"]
+#: the family-wise error rate of each comparison's Holm-corrected tests across ε.
+ALPHA = 0.05
+
+
+def paired_tests(differences: Mapping[float, np.ndarray]) -> pd.DataFrame:
+    """One row per ε (index); p is NaN with fewer than two seeds or no spread."""
+    rows = {}
+    for eps, values in differences.items():
+        values = np.asarray(values, dtype=float)
+        testable = len(values) > 1 and np.std(values) > 0
+        rows[eps] = {"mean": values.mean(), "std": values.std(ddof=1) if len(values) > 1 else 0.0,
+                     "seeds": len(values), "p": DescrStatsW(values).ttest_mean(0.0)[1] if testable else math.nan}
+    table = pd.DataFrame.from_dict(rows, orient="index", columns=COLUMNS[:4])
+    table["p_holm"] = math.nan
+    tested = table["p"].notna()
+    if tested.any():
+        table.loc[tested, "p_holm"] = multipletests(table.loc[tested, "p"], method="holm")[1]
+    return table
+
+
+def verdict(row: pd.Series) -> str:
+    """"helped" / "hurt" when the Holm-corrected p is below ALPHA, else "no significant change"."""
+    if math.isnan(row["p_holm"]) or row["p_holm"] >= ALPHA:
+        return "no significant change"
+    return "helped" if row["mean"] > 0 else "hurt"

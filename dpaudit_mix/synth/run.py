@@ -1,0 +1,84 @@
+"""`dpaudit-mix warmsyn`: the seed paper's ablation, every stage cached by content hash.
+
+Per seed: an EDM trained on the small public slice → a synthetic set → four warm-ups (the real
+slice; synthetic; synthetic + augmentation/Cutout; the same with SAM) → for each ε, the
+pipeline's Opacus DP finetune of every row (and of a cold start) on the whole sensitive
+training set → accuracy and macro AUC on the sensitive test set. Stages live under
+``OUT/cache/<stage>/<key>`` with checksums (:func:`..cache.cached`), so a rerun recomputes nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from ..atomic import write_json
+from ..cache import cached, content_key, load_json, load_npz, save_npz
+from ..data import registry
+from ..pipeline import model as cnn
+from . import edm, quality
+from .spec import ROWS, WarmSynSpec
+from .warmup import WarmUp, warm_up
+
+#: what each warm-up row trains on, and how.
+WARMUPS = {"warm": ("real", WarmUp()), "warmsyn": ("synthetic", WarmUp()),
+           "augment": ("synthetic", WarmUp(augment=True)), "sam": ("synthetic", WarmUp(augment=True, sam=True))}
+
+
+def run_warmsyn(spec: WarmSynSpec, out: Path, progress: bool = True) -> dict[str, Any]:
+    """Every row × ε × seed of the ablation, the synthetic sets' quality, and the wall-clock parts."""
+    public = registry.world_validation(spec.world, spec.seed)
+    real_x, real_y = public.images[:spec.public_size], public.labels[:spec.public_size]
+    holdout = public.images[len(public.labels) // 2:]  # never trains anything: the memorisation reference
+    _, sensitive = registry.world_sources(spec.world, spec.seed)
+    n = max(1, round(spec.sensitive_fraction * len(sensitive.train_labels)))
+    train_x, train_y = sensitive.train_images[:n], sensitive.train_labels[:n]
+    root = out / "cache"
+    base = content_key(world=spec.world, seed=spec.seed, public=spec.public_size)
+    show = {"disable": not progress, "file": sys.stderr}
+    records, quality_rows = [], []
+    real_cas = quality.cas(real_x, real_y, sensitive.test_images, sensitive.test_labels)
+    for run in tqdm(range(spec.seeds), desc="warmsyn seeds", unit="seed", **show):
+        edm_key = content_key(base=base, run=run, steps=spec.edm_steps, size=spec.synthetic_size)
+
+        def synthesise(run: int = run) -> dict[str, np.ndarray]:
+            net = edm.train(real_x, real_y, edm.TrainConfig(steps=spec.edm_steps), seed=run)
+            labels = np.arange(spec.synthetic_size) % edm.CLASSES
+            return {"images": edm.sample(net, labels, seed=run + 1_000), "labels": labels}
+
+        synthetic = cached(root / "synthetic" / f"{edm_key}.npz", synthesise, save_npz, load_npz)
+        quality_rows.append({"seed": run, "cas": quality.cas(synthetic["images"], synthetic["labels"],
+                                                             sensitive.test_images, sensitive.test_labels),
+                             **quality.memorisation(synthetic["images"], real_x, holdout)})
+        data = {"real": (real_x, real_y), "synthetic": (synthetic["images"], synthetic["labels"])}
+        starts: dict[str, str | None] = {"cold": None}
+        for row, (source, config) in WARMUPS.items():
+            key = content_key(edm=edm_key if source == "synthetic" else base, run=run, source=source,
+                              steps=spec.warmup_steps, lr=spec.warmup_learning_rate, augment=config.augment,
+                              sam=config.sam)
+            settings = WarmUp(spec.warmup_steps, spec.warmup_learning_rate, config.augment, config.sam)
+            cached(root / "warmup" / f"{key}.npz",
+                   lambda source=source, settings=settings, run=run: cnn.state_arrays(
+                       warm_up(*data[source], settings, seed=run)), save_npz, load_npz)
+            starts[row] = key
+        for eps in spec.epsilons:
+            for row in ROWS:
+                key = content_key(start=starts[row], base=base, run=run, n=n, epsilon=eps, delta=spec.delta,
+                                  epochs=spec.finetune_epochs, batch=spec.finetune_batch,
+                                  lr=spec.finetune_learning_rate, clip=spec.finetune_clip)
+
+                def finetune(start: str | None = starts[row], eps: float = eps, run: int = run) -> dict[str, Any]:
+                    arrays = None if start is None else load_npz(root / "warmup" / f"{start}.npz")
+                    tuned = cnn.dp_finetune(cnn.from_arrays(arrays, run), train_x, train_y, eps, spec.delta, spec.finetune_epochs,
+                                            spec.finetune_batch, spec.finetune_learning_rate, spec.finetune_clip, run)
+                    return {"metrics": cnn.evaluate(tuned.model, sensitive.test_images, sensitive.test_labels),
+                            "opacus_epsilon": tuned.opacus_epsilon, "noise_multiplier": tuned.noise_multiplier}
+
+                result = cached(root / "finetune" / f"{key}.json", finetune, write_json, load_json)
+                records.append({"row": row, "epsilon": eps, "seed": run, **result})
+    return {"spec": {k: list(v) if isinstance(v, tuple) else v for k, v in vars(spec).items()}, "sensitive_train": n,
+            "records": records, "quality": {"real_slice_cas": real_cas, "synthetic": quality_rows}}

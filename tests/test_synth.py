@@ -1,0 +1,100 @@
+"""WarmSyn: EDM's formulas against their definitions, the warm-up pieces, and a tiny end-to-end run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dpaudit_mix.cli import main
+from dpaudit_mix.synth import edm, quality
+from dpaudit_mix.synth.warmup import CUTOUT, SAM, augment
+
+
+def test_preconditioning_matches_its_definitions() -> None:
+    sigma = torch.tensor([1e-6, 0.1, 0.5, 2.0, 80.0])
+    d = edm.SIGMA_DATA
+    torch.testing.assert_close(edm.c_skip(sigma), d**2 / (sigma**2 + d**2))
+    torch.testing.assert_close(edm.c_out(sigma), sigma * d / torch.sqrt(sigma**2 + d**2))
+    torch.testing.assert_close(edm.c_in(sigma), 1 / torch.sqrt(sigma**2 + d**2))
+    torch.testing.assert_close(edm.c_noise(sigma), torch.log(sigma) / 4)
+    torch.testing.assert_close(edm.loss_weight(sigma), (sigma**2 + d**2) / (sigma * d) ** 2)
+
+
+class Identity(torch.nn.Module):
+    def forward(self, x: torch.Tensor, noise: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+def test_denoiser_is_the_input_at_zero_noise_and_the_weighted_identity() -> None:
+    x = torch.randn(4, 196)
+    labels = torch.arange(4)
+    net = edm.MLPNet()
+    tiny = torch.full((4,), 1e-8)
+    torch.testing.assert_close(edm.denoise(net, x, tiny, labels), x, atol=1e-6, rtol=0)  # σ → 0: D(x) = x
+    sigma = torch.tensor([0.05, 0.5, 3.0, 40.0])
+    expected = (edm.c_skip(sigma) + edm.c_out(sigma) * edm.c_in(sigma))[:, None] * x  # F = identity
+    torch.testing.assert_close(edm.denoise(Identity(), x, sigma, labels), expected)
+
+
+def test_the_sampler_schedule_runs_from_sigma_max_to_sigma_min_then_zero() -> None:
+    t = edm.sigma_steps()
+    assert len(t) == edm.STEPS + 1 and t[-1] == 0
+    assert t[0].item() == pytest.approx(edm.SIGMA_MAX) and t[-2].item() == pytest.approx(edm.SIGMA_MIN)
+    assert bool(torch.all(t[:-1][1:] < t[:-1][:-1]))
+    i = 5  # Eq. 5 at an interior step
+    rho = edm.RHO
+    expected = (edm.SIGMA_MAX ** (1 / rho) + i / (edm.STEPS - 1) * (edm.SIGMA_MIN ** (1 / rho)
+                                                                    - edm.SIGMA_MAX ** (1 / rho))) ** rho
+    assert t[i].item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_sampled_image_comes_from_a_trained_denoiser() -> None:
+    rng = np.random.default_rng(0)
+    images = np.zeros((20, 28, 28), np.float32)
+    images[:, 8:20, 8:20] = 1.0  # one bright square per image: easy to learn
+    images += 0.02 * rng.random(images.shape).astype(np.float32)
+    net = edm.train(images, np.zeros(20, np.int64), edm.TrainConfig(steps=1000, batch=20), seed=0)
+    sample = edm.sample(net, np.zeros(8, np.int64), seed=1)
+    assert sample.shape == (8, 28, 28) and sample.min() >= 0 and sample.max() <= 1
+    assert sample[:, 10:18, 10:18].mean() > sample[:, :4, :4].mean() + 0.5  # the square, not noise
+
+
+def test_augmentation_cuts_out_one_square_and_sam_restores_the_weights() -> None:
+    x = torch.ones(6, 1, 28, 28)
+    out = augment(x, torch.Generator().manual_seed(0))
+    assert out.shape == x.shape and bool(torch.all((out == 0).flatten(1).sum(1) >= CUTOUT * CUTOUT))
+    model = torch.nn.Linear(3, 1)
+    before = [p.detach().clone() for p in model.parameters()]
+    base = torch.optim.SGD(model.parameters(), lr=0.0)  # a zero step: the weights must come back unchanged
+    SAM(list(model.parameters()), base).step(lambda: model(torch.ones(2, 3)).pow(2).sum().backward())
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_memorisation_flags_copies() -> None:
+    rng = np.random.default_rng(1)
+    train, holdout = rng.random((30, 28, 28)), rng.random((30, 28, 28))
+    copies = quality.memorisation(train + 1e-3, train, holdout)
+    fresh = quality.memorisation(rng.random((30, 28, 28)), train, holdout)
+    assert copies["ratio"] < 0.01 and copies["synthetic_closer_than_any_real_share"] == 1.0
+    assert 0.8 < fresh["ratio"] < 1.2
+
+
+def test_warmsyn_end_to_end_and_cached(capsys, tmp_path: Path) -> None:
+    spec = tmp_path / "tiny.toml"
+    spec.write_text("public_size = 40\nsynthetic_size = 200\nedm_steps = 30\nepsilons = [2.0]\nseeds = 2\n"
+                    "warmup_steps = 10\nfinetune_epochs = 1\nsensitive_fraction = 0.2\n")
+    out = tmp_path / "out"
+    assert main(["warmsyn", str(spec), "--out", str(out)]) == 0
+    result = json.loads((out / "warmsyn.json").read_text())
+    assert len(result["records"]) == 5 * 2 and {e["row"] for e in result["effects"]} == {"warm", "warmsyn",
+                                                                                           "augment", "sam"}
+    assert all(r["opacus_epsilon"] <= 2.0 + 1e-9 for r in result["records"])
+    assert "Cold" in (out / "report.md").read_text() and (out / "ablation.png").exists()
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "cache").rglob("*") if p.is_file()}
+    assert main(["warmsyn", str(spec), "--out", str(out)]) == 0  # a rerun recomputes nothing
+    assert {p: p.stat().st_mtime_ns for p in (out / "cache").rglob("*") if p.is_file()} == stamps
+    assert json.loads((out / "warmsyn.json").read_text())["records"] == result["records"]
