@@ -91,10 +91,19 @@ RELEASE_KEYS = [
 ]
 
 
+WARMSYN_KEYS = [
+    ("seeds = 2.0", "seeds = 2.0: expected an integer"),
+    ("epsilons = [inf]", "epsilons = [inf]: expected a list of finite numbers"),
+    ('world = "mars"', "unknown problem 'mars'"),
+    ("public_size = 400", "public_size must be in [1, 250]"),
+]
+
+
 @pytest.mark.parametrize("command, line, message",
                          [("audit", *case) for case in AUDIT_KEYS] + [("recovery", *case) for case in RECOVERY_KEYS]
                          + [("pipeline", *case) for case in PIPELINE_KEYS]
-                         + [("release", *case) for case in RELEASE_KEYS])
+                         + [("release", *case) for case in RELEASE_KEYS]
+                         + [("warmsyn", *case) for case in WARMSYN_KEYS])
 def test_wrong_types_in_every_spec(capsys, tmp_path: Path, command: str, line: str, message: str) -> None:
     spec = tmp_path / "spec.toml"
     spec.write_text(line + "\n")

@@ -98,3 +98,16 @@ def test_warmsyn_end_to_end_and_cached(capsys, tmp_path: Path) -> None:
     assert main(["warmsyn", str(spec), "--out", str(out)]) == 0  # a rerun recomputes nothing
     assert {p: p.stat().st_mtime_ns for p in (out / "cache").rglob("*") if p.is_file()} == stamps
     assert json.loads((out / "warmsyn.json").read_text())["records"] == result["records"]
+
+
+def test_the_synthetic_set_is_one_more_source_for_dp_mixmin(monkeypatch, tmp_path: Path) -> None:
+    from dpaudit_mix.pipeline.run import run_pipeline
+    from dpaudit_mix.pipeline.spec import PipelineSpec
+    from dpaudit_mix.synth import run as synth_run
+
+    monkeypatch.setattr(synth_run, "SOURCE_EDM_STEPS", 30)
+    monkeypatch.setattr(synth_run, "SOURCE_SIZE", 100)
+    spec = PipelineSpec(methods=("dpmixmin",), synthetic_source=True, epsilons=(2.0,), seeds=1, sensitive_fraction=0.25,
+                        public_fraction=0.25, pretrain_examples=300, pretrain_epochs=1, finetune_epochs=1)
+    record = run_pipeline(spec, tmp_path, progress=False)[0]
+    assert len(record["mixture"]["weights"]) == 15  # mnist-labels' 14 sources and the synthetic one

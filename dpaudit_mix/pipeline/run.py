@@ -52,6 +52,10 @@ class World:
 def build_world(spec: PipelineSpec) -> World:
     """Load and cut the data; every empty source or split is an input error, raised before any output."""
     public, sensitive = registry.world_sources(spec.world, spec.seed)
+    if spec.synthetic_source:
+        from ..synth.run import synthetic_source  # torch-heavy; only when asked for
+
+        public = [*public, synthetic_source(spec.world, spec.seed)]
     sources = []
     for source in public:
         keep = round(spec.public_fraction * len(source.labels))
@@ -134,7 +138,8 @@ def run_pipeline(spec: PipelineSpec, out: Path, progress: bool = True, world: Wo
     cache = StageCache(out / "cache")
     show = {"disable": not progress, "file": sys.stderr}
     data_key = content_key(seed=spec.seed, public_fraction=spec.public_fraction, sensitive_fraction=spec.sensitive_fraction,
-                    **({} if registry.canonical(spec.world) == "mnist-labels" else {"world": spec.world}))
+                    **({} if registry.canonical(spec.world) == "mnist-labels" else {"world": spec.world}),
+                    **({"synthetic": True} if spec.synthetic_source else {}))
 
     def proxies() -> dict[str, np.ndarray]:
         models = [train_proxy(s) for s in tqdm(world.sources, desc="proxies", unit="source", **show)]

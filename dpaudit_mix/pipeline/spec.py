@@ -23,6 +23,7 @@ class PipelineSpec:
     """Every key optional in the TOML file; unknown keys are rejected."""
 
     world: str = "mnist-labels"  # mnist-labels (sources split by label) or mnist-shift (graded covariate shift)
+    synthetic_source: bool = False  # add EDM samples of the world's small public slice as one more source
     epsilons: tuple[float, ...] = (1.0, 2.0, 5.0)
     delta: float = 1e-5
     methods: tuple[str, ...] = DEFAULT_METHODS

@@ -75,7 +75,7 @@ def write_warmsyn_report(result: dict[str, Any], out: Path) -> pd.DataFrame:
     blocks: list[Block] = [
         ("p", f"World {spec['world']}: a public in-distribution slice of {spec['public_size']} images "
               f"({spec['public_size'] / result['sensitive_train']:.0%} of the {result['sensitive_train']} sensitive "
-              "training images) trains a class-conditional EDM (MLP denoiser at 14×14, {spec['edm_steps']} "
+              f"training images) trains a class-conditional EDM (MLP denoiser at 14×14, {spec['edm_steps']} "
               f"steps), which samples {spec['synthetic_size']} images. Warm-ups: {spec['warmup_steps']} SGD steps "
               f"of 64. Then the pipeline's Opacus DP finetune ({spec['finetune_epochs']} epochs, expected batch "
               f"{spec['finetune_batch']}, C = {spec['finetune_clip']:g}) on the sensitive training images; "

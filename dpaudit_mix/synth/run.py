@@ -17,8 +17,9 @@ import numpy as np
 from tqdm import tqdm
 
 from ..atomic import write_json
-from ..cache import cached, content_key, load_json, load_npz, save_npz
+from ..cache import cached, content_key, load_json, load_npz, save_npz, sha256, user_cache_dir
 from ..data import registry
+from ..data.sources import PublicSource
 from ..pipeline import model as cnn
 from . import edm, quality
 from .spec import ROWS, WarmSynSpec
@@ -27,6 +28,27 @@ from .warmup import WarmUp, warm_up
 #: what each warm-up row trains on, and how.
 WARMUPS = {"warm": ("real", WarmUp()), "warmsyn": ("synthetic", WarmUp()),
            "augment": ("synthetic", WarmUp(augment=True)), "sam": ("synthetic", WarmUp(augment=True, sam=True))}
+
+
+#: the synthetic source offered to the pipeline: its public slice, EDM steps and size.
+SOURCE_PUBLIC, SOURCE_EDM_STEPS, SOURCE_SIZE = 96, 2000, 2000
+
+
+def synthetic_source(world: str, seed: int) -> PublicSource:
+    """EDM samples from the world's small public slice, as one more public source for DP-MixMin
+    (cached on disk like the built problems)."""
+    public = registry.world_validation(world, seed)
+    x, y = public.images[:SOURCE_PUBLIC], public.labels[:SOURCE_PUBLIC]
+    key = content_key(world=registry.canonical(world), seed=seed, public=SOURCE_PUBLIC, steps=SOURCE_EDM_STEPS,
+                      size=SOURCE_SIZE, code=sha256(Path(edm.__file__)))
+
+    def synthesise() -> dict[str, np.ndarray]:
+        labels = np.arange(SOURCE_SIZE) % edm.CLASSES
+        net = edm.train(x, y, edm.TrainConfig(steps=SOURCE_EDM_STEPS), seed=seed)
+        return {"images": edm.sample(net, labels, seed=seed + 1_000), "labels": labels}
+
+    arrays = cached(user_cache_dir() / "synthetic" / f"{key}.npz", synthesise, save_npz, load_npz)
+    return PublicSource("synthetic", arrays["images"], arrays["labels"])
 
 
 def run_warmsyn(spec: WarmSynSpec, out: Path, progress: bool = True) -> dict[str, Any]:
