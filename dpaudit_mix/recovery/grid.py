@@ -110,7 +110,7 @@ def plan(spec: RecoverySpec) -> Plan:
                 f"({', '.join(registry.PROBLEMS)}) nor an existing file")
         file_problem = load(spec.problem)
     available = _available_tasks(spec, file_problem)
-    spec = spec.fitted_to(available, registry.MAX_SHARDS if spec.embedded else file_problem.k,
+    spec = spec.fitted_to(available, registry.max_sources(spec.problem) if spec.embedded else file_problem.k,
                           spec.embedded or file_problem.users is not None)
     tuning = None
     if spec.tune_on_public:
@@ -132,7 +132,7 @@ def plan(spec: RecoverySpec) -> Plan:
     pool: dict[str, Problem] = {}
     if spec.k_values:
         largest = max(spec.k_values)
-        offered = registry.MAX_SHARDS if spec.embedded else file_problem.k
+        offered = registry.max_sources(spec.problem) if spec.embedded else file_problem.k
         require(largest <= offered, f"k = {largest} is larger than the {offered} public sources available")
         for t in spec.k_tasks:
             pool[t] = registry.build(spec.problem, t, spec.seed, shards=largest) if spec.embedded else file_problem
@@ -172,7 +172,9 @@ def run_recovery(spec: RecoverySpec, progress: bool = True) -> dict[str, Any]:
         data = _subset(target.problem, rho, user_level, spec.seed)
         weights = fit(data, config, spec.seeds, seed=_run_seed(spec, index)).weights
         cell = {"task": target.task, "k": len(target.lambda_star), "epsilon": eps, "rho": rho,
-                "user_level": user_level, "n": data.n, "noise_multiplier": config.noise_multiplier,
+                "user_level": user_level, "n": data.n,
+                "users": None if data.users is None else int(len(np.unique(data.users))),
+                "noise_multiplier": config.noise_multiplier,
                 **score(target, weights)}
         cells[kind].append(cell)
     return {

@@ -123,7 +123,11 @@ def write_recovery_report(result: dict[str, Any], out: Path) -> None:
             part = frame[frame["user_level"] == user_level]
             part_floor = floor[floor["user_level"] == user_level] if not floor.empty else floor
             tasks = sorted({c["task"] for c in result["cells"] if c["user_level"] == user_level})
-            blocks += [("h2", f"{'User' if user_level else 'Example'}-level DP: cos★, L1 and α over ε × ρ"),
+            counts = {c["rho"]: c["users"] if user_level else c["n"] for c in result["cells"]
+                      if c["user_level"] == user_level}
+            unit = "users" if user_level else "examples"
+            blocks += [("h2", f"{'User' if user_level else 'Example'}-level DP: cos★, L1 and α over ε × ρ "
+                              f"({', '.join(f'ρ = {r:g}: {n} {unit}' for r, n in sorted(counts.items()))})"),
                        ("p", f"Tasks: {', '.join(tasks)}. Uniform references: cos_u = {part['cos_uniform'].mean():.3f}, "
                              f"L1_u = {part['l1_uniform'].mean():.3f}, α_u = {part['alpha_uniform_1e3'].mean():.1f}e-3."),
                        ("table", _grid_table(part, spec["rhos"], part_floor))]

@@ -62,12 +62,13 @@ class RecoverySpec:
     def fitted_to(self, tasks: tuple[str, ...], sources: int, has_users: bool) -> "RecoverySpec":
         """The spec with every None default resolved for a problem offering ``tasks`` and ``sources``.
 
-        Embedded: user-level on digit-0, k up to 64 shards on every digit task. A problem file: its
-        own task, user-level only when it has users, k = 2, 4, 8, … up to its k sources.
+        An image world: user-level on digit-0, k up to 64 shards on every digit task. A problem
+        file or the text world: its own task, user-level only when it has users, k = 2, 4, 8, …
+        up to its k sources.
         """
-        if self.embedded:
-            defaults = {"user_level_tasks": ("digit-0",), "k_values": (2, 4, 8, 16, 32, 64),
-                        "k_tasks": tuple(t for t in tasks if t.startswith("digit-"))}
+        digits = tuple(t for t in tasks if t.startswith("digit-"))
+        if self.embedded and digits:
+            defaults = {"user_level_tasks": ("digit-0",), "k_values": (2, 4, 8, 16, 32, 64), "k_tasks": digits}
         else:
             powers = tuple(2**e for e in range(1, sources.bit_length()) if 2**e < sources)
             defaults = {"user_level_tasks": tasks if has_users else (), "k_values": (*powers, sources),
