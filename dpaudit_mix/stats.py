@@ -37,7 +37,10 @@ def paired_tests(differences: Mapping[float, np.ndarray]) -> pd.DataFrame:
 
 
 def verdict(row: pd.Series) -> str:
-    """"helped" / "hurt" when the Holm-corrected p is below ALPHA, else "no significant change"."""
-    if math.isnan(row["p_holm"]) or row["p_holm"] >= ALPHA:
+    """"helped" / "hurt" when the Holm-corrected p is below ALPHA, "not tested" without a p-value
+    (one seed, or no spread), else "no significant change"."""
+    if math.isnan(row["p_holm"]):
+        return "not tested"
+    if row["p_holm"] >= ALPHA:
         return "no significant change"
     return "helped" if row["mean"] > 0 else "hurt"

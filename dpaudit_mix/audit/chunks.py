@@ -10,7 +10,6 @@ lock on the output folder keeps a second live audit out, so two audits never sha
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import sys
@@ -21,17 +20,10 @@ from typing import Any
 import numpy as np
 
 from ..atomic import write_npz
+from ..cache import sha256
 from ..errors import require
 
 FORMAT = "dpaudit-mix audit chunks v2: one npz per chunk (runs, scores, audit_id); manifest.jsonl lines"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class ChunkStore:
@@ -112,7 +104,7 @@ class ChunkStore:
         return problem
 
     def _check(self, path: Path, entry: dict[str, Any], runs: np.ndarray) -> dict[str, np.ndarray] | str:
-        if _sha256(path) != entry.get("sha256"):
+        if sha256(path) != entry.get("sha256"):
             return "checksum mismatch"
         if (entry.get("start"), entry.get("stop")) != (int(runs[0]), int(runs[-1]) + 1):
             return "manifest run range mismatch"
@@ -132,7 +124,7 @@ class ChunkStore:
     def save(self, setting: str, runs: np.ndarray, scores: dict[str, np.ndarray]) -> None:
         name = self.name(setting, int(runs[0]))
         write_npz(self.root / name, runs=runs, audit_id=np.array(self.audit_id), **scores)
-        entry = {"file": name, "start": int(runs[0]), "stop": int(runs[-1]) + 1, "sha256": _sha256(self.root / name)}
+        entry = {"file": name, "start": int(runs[0]), "stop": int(runs[-1]) + 1, "sha256": sha256(self.root / name)}
         self._write_line(entry)
         self.entries[name] = entry
 

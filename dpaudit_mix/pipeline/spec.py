@@ -71,7 +71,7 @@ class PipelineSpec:
         for name in ("pretrain_learning_rate", "finetune_learning_rate", "finetune_clip"):
             require(getattr(self, name) > 0, f"{name} must be > 0, got {getattr(self, name)}")
         LearnerConfig(steps=self.mix_steps, clip=self.mix_clip, learning_rate=self.mix_learning_rate)
-        registry.canonical(self.world)
+        registry.image_world(self.world)
         require(all(lr > 0 for lr in self.finetune_learning_rates),
                 f"finetune_learning_rates must be > 0, got {list(self.finetune_learning_rates)}")
         require(all(e >= 1 for e in self.finetune_epochs_grid),

@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import accounting, problem as problem_io
 from ..atomic import check_output, write_json
+from ..cache import sha256
 from ..audit.engine import AuditSpec, run_audit
 from ..audit.report import write_report
 from ..data import registry
@@ -46,14 +47,6 @@ class Refused(Exception):
     def __init__(self, stage: str, reason: str, exit_code: int = EXIT_REFUSED) -> None:
         super().__init__(reason)
         self.stage, self.reason, self.exit_code = stage, reason, exit_code
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def manifest_digest(manifest: dict[str, Any]) -> str:
@@ -114,8 +107,8 @@ def _release(spec_path: Path, out: Path, noise_multiplier: float | None, progres
     calibrated = accounting.calibrate(spec.epsilon, spec.delta, spec.sample_rate, spec.steps, spec.accountant)
     sigma = calibrated if noise_multiplier is None else noise_multiplier
     require(np.isfinite(sigma) and sigma > 0, f"noise multiplier must be finite and > 0, got {sigma}")
-    inputs = {"problem_path": str(path.resolve()), "problem_sha256": sha256_file(path),
-              "spec_path": str(spec_path.resolve()), "spec_sha256": sha256_file(spec_path),
+    inputs = {"problem_path": str(path.resolve()), "problem_sha256": sha256(path),
+              "spec_path": str(spec_path.resolve()), "spec_sha256": sha256(spec_path),
               "package_version": version("dpaudit-mix")}
     ledger_path = Path(spec.ledger) if spec.ledger else out.resolve().parent / "ledger.json"
     phase = accounting.GaussianPhase(sigma, spec.sample_rate, spec.steps)
@@ -217,6 +210,6 @@ def check_release(manifest_path: str | Path, problem: str | Path | None = None) 
     path = Path(problem) if problem is not None else Path(inputs["problem_path"])
     if not path.is_file():
         problems.append(f"problem file {path} not found")
-    elif sha256_file(path) != inputs["problem_sha256"]:
+    elif sha256(path) != inputs["problem_sha256"]:
         problems.append(f"problem file {path} does not match the released problem's sha256")
     return problems

@@ -37,7 +37,7 @@ class WarmSynSpec:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        registry.canonical(self.world)
+        registry.image_world(self.world)
         require(1 <= self.public_size <= 250, f"public_size must be in [1, 250] (half the public validation "
                 f"slice; the rest is the memorisation hold-out), got {self.public_size}")
         require(len(self.epsilons) >= 1, "the ε grid is empty: give at least one epsilon")
