@@ -228,6 +228,11 @@ def cmd_recovery(args: argparse.Namespace) -> None:
 
 
 def cmd_pipeline(args: argparse.Namespace) -> None:
+    from .specfile import spec_value
+
+    world = spec_value(args.spec, "world", "mnist-labels")
+    if isinstance(world, str) and world in registry.PROBLEMS and registry.canonical(world) == registry.TEXT_WORLD:
+        return _text_pipeline(args)
     from .pipeline.report import paired_differences, write_pipeline_report
     from .pipeline.run import build_world, run_pipeline
     from .pipeline.spec import load_pipeline_spec
@@ -240,6 +245,24 @@ def cmd_pipeline(args: argparse.Namespace) -> None:
     diffs = {other: paired_differences(frame, "dpmixmin", other)["mean"].to_dict()
              for other in ("uniform", "random_search", "nonprivate_mixmin") if {"dpmixmin", other} <= set(spec.methods)}
     print(json.dumps({"out": str(out), "runs": len(records), "dpmixmin_minus": diffs}, indent=2))
+
+
+def _text_pipeline(args: argparse.Namespace) -> None:
+    """The pipeline on the text world: the same stages with users as the privacy unit."""
+    from .lm.report import relative_reduction, write_text_report
+    from .lm.run import build_text_world, run_text_pipeline
+    from .lm.spec import load_text_pipeline_spec
+
+    spec = load_text_pipeline_spec(args.spec)
+    out = check_output(args.out or Path("reports") / f"pipeline-{Path(args.spec).stem}", folder=True)
+    world = build_text_world(spec)  # every data error is raised here, before anything is written
+    records = run_text_pipeline(spec, out, world=world, secure=args.secure)
+    finetune = len(world.user_windows) if spec.composition == "sequential" else len(world.split_b)
+    users = {"split_a": len(world.split_a), "finetune": finetune, "test": len(set(world.problem.heldout_users))}
+    frame = write_text_report(records, spec, list(world.sources), users, out)
+    reductions = {other: relative_reduction(frame, "dpmixmin", other)["mean"].to_dict()
+                  for other in ("uniform", "random_search", "nonprivate_mixmin") if {"dpmixmin", other} <= set(spec.methods)}
+    print(json.dumps({"out": str(out), "runs": len(records), "dpmixmin_perplexity_reduction_vs": reductions}, indent=2))
 
 
 def cmd_warmsyn(args: argparse.Namespace) -> None:

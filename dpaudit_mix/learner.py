@@ -59,8 +59,9 @@ class LearnerConfig:
 class Canary:
     """An extra contribution present only in runs that include the canary (DESIGN §6).
 
-    Exactly one of ``logp`` (a natural canary: a real example's proxy log-likelihoods, clipped
-    like any example) and ``gradient`` (a fixed max-clip gradient, injected as is) is set.
+    Exactly one of ``logp`` (a natural canary: a real example's proxy log-likelihoods, (k,),
+    clipped like any example; or a real user's, (m, k), whose summed gradient is clipped like any
+    user's) and ``gradient`` (a fixed max-clip gradient, injected as is) is set.
     """
 
     logp: np.ndarray | None = None
@@ -154,6 +155,11 @@ def _canary_gradient(canary: Canary, lam: np.ndarray, clip: float) -> np.ndarray
     """The canary's clipped gradient in every run, (k, R), whether or not it is included."""
     if canary.gradient is not None:
         return np.broadcast_to(canary.gradient.astype(np.float32)[:, None], lam.shape)
+    if canary.logp.ndim == 2:  # a user: the rows' gradients summed, then clipped as one
+        p, _ = scaled_likelihoods(canary.logp)
+        summed = -((p - p.mean(axis=1, keepdims=True)).T @ (1.0 / (p @ lam)))  # (k, R)
+        norms = np.linalg.norm(summed, axis=0)
+        return (summed * np.minimum(1.0, clip / np.maximum(norms, 1e-30))).astype(np.float32)
     p, _ = scaled_likelihoods(canary.logp[None, :])
     centred = (p - p.mean())[0]
     weight = _clip_weights(p[0] @ lam, float(np.linalg.norm(centred)) / clip)
@@ -237,7 +243,9 @@ def fit(
         require(include.shape == run_ids.shape, "include needs one flag per run")
     if canary is not None:
         vec = canary.gradient if canary.gradient is not None else canary.logp
-        require(vec.shape == (problem.k,), f"canary must have k = {problem.k} entries")
+        require(vec.shape[-1:] == (problem.k,) and vec.ndim <= 2 and len(vec) >= 1,
+                f"canary must have k = {problem.k} entries per row")
+        require(vec.ndim == 1 or config.user_level, "a canary of several examples (a user) needs user-level DP")
         if include is None:
             include = np.zeros(len(run_ids), dtype=bool)
     prep = _prepare(problem, config.user_level)

@@ -30,6 +30,7 @@ class Problem:
     heldout_logp: np.ndarray | None = None
     task: str = ""
     meta: dict[str, str] = field(default_factory=dict)
+    heldout_users: np.ndarray | None = None  # a user id per held-out row: user-level natural canaries
 
     def __post_init__(self) -> None:
         validate(self)
@@ -45,13 +46,14 @@ class Problem:
     def subset(self, rows: np.ndarray) -> "Problem":
         """The problem restricted to the examples ``rows`` (held-out part unchanged)."""
         users = None if self.users is None else self.users[rows]
-        return Problem(self.logp[rows], self.sources, users, self.heldout_logp, self.task, self.meta)
+        return Problem(self.logp[rows], self.sources, users, self.heldout_logp, self.task, self.meta,
+                       self.heldout_users)
 
     def select_sources(self, columns: np.ndarray) -> "Problem":
         """The problem over a subset of the public sources."""
         held = None if self.heldout_logp is None else self.heldout_logp[:, columns]
         names = tuple(self.sources[c] for c in columns)
-        return Problem(self.logp[:, columns], names, self.users, held, self.task, self.meta)
+        return Problem(self.logp[:, columns], names, self.users, held, self.task, self.meta, self.heldout_users)
 
 
 def _check_logp(name: str, logp: np.ndarray, k: int | None) -> None:
@@ -76,12 +78,18 @@ def validate(problem: Problem) -> None:
     require(len(problem.sources) == logp.shape[1],
             f"sources has {len(problem.sources)} names but logp has {logp.shape[1]} columns")
     if problem.users is not None:
-        users = problem.users
-        require(users.ndim == 1 and users.shape[0] == logp.shape[0],
-                f"users must have one id per example ({logp.shape[0]}), got shape {users.shape}")
-        require(np.issubdtype(users.dtype, np.integer), "users must be integer ids")
+        _check_users("users", problem.users, logp.shape[0])
     if problem.heldout_logp is not None:
         _check_logp("heldout_logp", problem.heldout_logp, logp.shape[1])
+    if problem.heldout_users is not None:
+        require(problem.heldout_logp is not None, "heldout_users given without heldout_logp")
+        _check_users("heldout_users", problem.heldout_users, problem.heldout_logp.shape[0])
+
+
+def _check_users(name: str, users: np.ndarray, rows: int) -> None:
+    require(isinstance(users, np.ndarray) and users.ndim == 1 and users.shape[0] == rows,
+            f"{name} must have one id per row ({rows}), got shape {np.shape(users)}")
+    require(np.issubdtype(users.dtype, np.integer), f"{name} must be integer ids")
 
 
 def _real(path: Path, name: str, array: np.ndarray) -> np.ndarray:
@@ -107,16 +115,18 @@ def load(path: str | os.PathLike[str]) -> Problem:
     for key in ("logp", "sources"):
         require(key in data, f"problem file {path} lacks the required array '{key}'")
     meta = {key[len("meta_"):]: str(value) for key, value in data.items() if key.startswith("meta_")}
-    users = data.get("users")
-    if users is not None:
-        require(users.dtype.kind in "iu", f"problem file {path}: 'users' must be integer ids, got dtype {users.dtype}")
+    for key in ("users", "heldout_users"):
+        if key in data:
+            require(data[key].dtype.kind in "iu",
+                    f"problem file {path}: '{key}' must be integer ids, got dtype {data[key].dtype}")
     return Problem(
         logp=_real(path, "logp", data["logp"]),
         sources=tuple(str(s) for s in data["sources"]),
-        users=users,
+        users=data.get("users"),
         heldout_logp=None if "heldout_logp" not in data else _real(path, "heldout_logp", data["heldout_logp"]),
         task=str(data.get("task", "")),
         meta=meta,
+        heldout_users=data.get("heldout_users"),
     )
 
 
@@ -131,6 +141,8 @@ def save(problem: Problem, path: str | os.PathLike[str]) -> None:
         arrays["users"] = problem.users
     if problem.heldout_logp is not None:
         arrays["heldout_logp"] = problem.heldout_logp
+    if problem.heldout_users is not None:
+        arrays["heldout_users"] = problem.heldout_users
     for key, value in problem.meta.items():
         arrays[f"meta_{key}"] = np.array(value)
     write_npz(path, **arrays)

@@ -103,14 +103,23 @@ def check_fields(spec: Any) -> None:
             object.__setattr__(spec, f.name, coerced)
 
 
+def _read(path: Path) -> dict[str, Any]:
+    require(path.is_file(), f"spec not found: {path}")
+    try:
+        return tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot parse spec {path}: {exc}") from None
+
+
+def spec_value(path: str | Path, key: str, default: Any) -> Any:
+    """One key of a spec file, before choosing which spec class reads it (e.g. its world)."""
+    return _read(Path(path)).get(key, default)
+
+
 def load_spec_file(cls: type[SpecT], path: str | Path, **overrides: Any) -> SpecT:
     """Read ``path`` into the spec dataclass ``cls``; one clear InputError on any problem."""
     path = Path(path)
-    require(path.is_file(), f"spec not found: {path}")
-    try:
-        raw = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot parse spec {path}: {exc}") from None
+    raw = _read(path)
     known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(raw) - known)
     require(not unknown, f"unknown key(s) in {path}: {', '.join(unknown)}; known: {', '.join(sorted(known))}")

@@ -8,7 +8,12 @@ import pytest
 from dpaudit_mix.data import registry
 from dpaudit_mix.data.ngram import ALPHABET, OTHER, V, CharNGram, encode
 from dpaudit_mix.data.text import text_world
+from dpaudit_mix.audit.canaries import black_box_scores, natural_canary, natural_canary_index
+from dpaudit_mix.errors import InputError
+from dpaudit_mix.learner import LearnerConfig, _canary_gradient, clipped_gradient_sum, fit
 from dpaudit_mix.mixmin import mixmin
+from dpaudit_mix.pipeline.methods import _candidate_losses
+from dpaudit_mix.problem import Problem
 
 
 def test_witten_bell_probabilities_sum_to_one_in_every_context() -> None:
@@ -36,8 +41,50 @@ def test_the_text_world_splits_by_speaker_and_its_problem_has_users() -> None:
     prob = registry.build("shakespeare-users", "lm")
     assert prob.n == len(train.texts) and prob.k == 10 and prob.users is not None
     assert len(np.unique(prob.users)) > 100 and prob.heldout_logp.shape[0] == len(test.texts)
+    assert np.array_equal(prob.heldout_users, test.users)  # the natural canary of a user-level audit
     star = mixmin(prob.logp).weights
     shakespeare = [i for i, name in enumerate(prob.sources) if name.startswith("shakespeare-")]
     assert star[shakespeare].sum() > 0.99  # other genres fit comedies; BBC news does not
     with pytest.raises(Exception, match="text world"):
         registry.world_sources("shakespeare-users", 0)
+
+
+def _user_problem(seed: int = 0) -> Problem:
+    """Four training users of 1–6 rows and three held-out users of 1, 4 and 9 rows."""
+    rng = np.random.default_rng(seed)
+    users = np.repeat(np.arange(4), [1, 3, 6, 2])
+    held_users = np.repeat([7, 8, 9], [1, 4, 9])
+    logp = lambda n: np.log(rng.dirichlet(np.ones(5), size=n))  # noqa: E731
+    return Problem(logp(len(users)), tuple("abcde"), users=users, heldout_logp=logp(len(held_users)),
+                   heldout_users=held_users)
+
+
+def test_a_held_out_user_canary_is_clipped_like_any_user() -> None:
+    """The natural user canary: all rows of one held-out user, summed and clipped as one unit,
+    exactly as the learner treats a training user; its black-box score sums the rows."""
+    prob = _user_problem()
+    index = natural_canary_index(prob, "index", 3.0, index=2, user_level=True)
+    canary = natural_canary(prob, index, user_level=True)
+    assert canary.logp.shape == (9, 5)
+    lam = np.random.default_rng(1).dirichlet(np.ones(5), size=3).T  # (k, R)
+    for clip in (0.1, 100.0):  # clipping binding, and not
+        alone = Problem(canary.logp, prob.sources, users=np.zeros(9, dtype=np.int64))
+        expected = clipped_gradient_sum(alone, lam, clip, user_level=True)
+        assert np.allclose(_canary_gradient(canary, lam.astype(np.float32), clip), expected, rtol=1e-4, atol=1e-6)
+    weights = lam.T
+    rows = np.log(weights @ np.exp(canary.logp).T).sum(axis=1)
+    assert np.allclose(black_box_scores(canary, weights), rows)
+    strongest = natural_canary_index(prob, "most_influential", 1e6, user_level=True)
+    assert strongest in (0, 1, 2)
+    with pytest.raises(InputError, match="user-level DP"):
+        fit(prob, LearnerConfig(steps=2), 2, canary=canary)
+
+
+def test_random_search_at_user_level_scores_each_user_once() -> None:
+    prob = _user_problem()
+    candidates = np.random.default_rng(2).dirichlet(np.ones(5), size=3)
+    per_user = _candidate_losses(prob, candidates, True, 50.0)
+    per_example = _candidate_losses(prob, candidates, False, 50.0)
+    assert per_user.shape == (4, 3)
+    assert np.allclose(per_user[2], per_example[prob.users == 2].mean(axis=0))
+    assert _candidate_losses(prob, candidates, True, 0.5).max() <= 0.5  # clipped to B: sensitivity B per user

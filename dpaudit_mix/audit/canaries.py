@@ -1,4 +1,5 @@
-"""Canaries (DESIGN §6): a natural held-out example, or a max-clip worst-case gradient.
+"""Canaries (DESIGN §6): a natural held-out example (a held-out user, all of their examples, at
+user level), or a max-clip worst-case gradient.
 
 The max-clip ("Dirac") canary injects a gradient of norm exactly C along a fixed sum-zero unit
 direction v whenever it is in the batch (Nasr et al. 2021): the largest change one example can
@@ -29,38 +30,56 @@ def max_clip_canary(k: int, clip: float) -> Canary:
     return Canary(gradient=clip * max_clip_direction(k))
 
 
-def clipped_norms_at_uniform(logp: np.ndarray, clip: float) -> np.ndarray:
-    """‖clip_C(centred gradient at uniform λ)‖ of each row: a canary's possible influence."""
+def clipped_norms_at_uniform(logp: np.ndarray, clip: float, owners: np.ndarray | None = None) -> np.ndarray:
+    """‖clip_C(centred gradient at uniform λ)‖ of each row, or with ``owners`` (dense ids 0..U−1)
+    of each user's summed gradient: a canary's possible influence."""
     p, _ = scaled_likelihoods(logp)
-    norms = np.linalg.norm(p - p.mean(axis=1, keepdims=True), axis=1) / p.mean(axis=1)
-    return np.minimum(norms, clip)
+    gradients = (p - p.mean(axis=1, keepdims=True)) / p.mean(axis=1, keepdims=True)
+    if owners is not None:
+        gradients = np.stack([np.bincount(owners, weights=column) for column in gradients.T], axis=1)
+    return np.minimum(np.linalg.norm(gradients, axis=1), clip)
 
 
-def natural_canary_index(problem: Problem, policy: str, clip: float, index: int = 0, seed: int = 0) -> int:
-    """Which held-out example is the canary under ``policy``."""
-    require(problem.heldout_logp is not None, "a natural canary needs 'heldout_logp' in the problem file")
+def _heldout_units(problem: Problem, user_level: bool) -> tuple[np.ndarray, str]:
+    """Dense unit ids of the held-out rows (each row its own unit, or its user's) and their name."""
     m = problem.heldout_logp.shape[0]
+    if not user_level:
+        return np.arange(m), "examples"
+    require(problem.heldout_users is not None, "a user-level natural canary needs 'heldout_users' in the problem file")
+    return np.unique(problem.heldout_users, return_inverse=True)[1], "users"
+
+
+def natural_canary_index(problem: Problem, policy: str, clip: float, index: int = 0, seed: int = 0,
+                         user_level: bool = False) -> int:
+    """Which held-out example (at user level: which held-out user) is the canary under ``policy``."""
+    require(problem.heldout_logp is not None, "a natural canary needs 'heldout_logp' in the problem file")
     require(policy in NATURAL_POLICIES, f"unknown natural canary policy {policy!r}; choose from {NATURAL_POLICIES}")
+    owners, unit = _heldout_units(problem, user_level)
+    m = int(owners.max()) + 1
     if policy == "index":
-        require(0 <= index < m, f"canary index {index} out of range: the problem has {m} held-out examples")
+        require(0 <= index < m, f"canary index {index} out of range: the problem has {m} held-out {unit}")
         return index
     if policy == "random":
         return int(np.random.default_rng(seed).integers(m))
-    return int(np.argmax(clipped_norms_at_uniform(problem.heldout_logp, clip)))
+    return int(np.argmax(clipped_norms_at_uniform(problem.heldout_logp, clip, owners if user_level else None)))
 
 
-def natural_canary(problem: Problem, index: int) -> Canary:
-    return Canary(logp=problem.heldout_logp[index])
+def natural_canary(problem: Problem, index: int, user_level: bool = False) -> Canary:
+    """The held-out example ``index``, or at user level every held-out row of user ``index``."""
+    if not user_level:
+        return Canary(logp=problem.heldout_logp[index])
+    owners, _ = _heldout_units(problem, True)
+    return Canary(logp=problem.heldout_logp[owners == index])
 
 
 def black_box_scores(canary: Canary, weights: np.ndarray) -> np.ndarray:
     """Scores from the released λ alone, larger when the canary was in.
 
     Max-clip: the canary pushes log λ along −v, so ⟨centred log λ, −v⟩. Natural: the canary's
-    log-likelihood under the mixture, log(λ·p_c).
+    log-likelihood under the mixture, log(λ·p_c), summed over its rows for a user.
     """
     log_w = np.log(np.maximum(weights, 1e-300))
     if canary.gradient is not None:
         return -(log_w - log_w.mean(axis=1, keepdims=True)) @ canary.gradient
-    p, shift = scaled_likelihoods(canary.logp[None, :])
-    return np.log(weights @ p[0]) + shift[0]
+    p, shift = scaled_likelihoods(np.atleast_2d(canary.logp))
+    return np.log(weights @ p.T).sum(axis=1) + shift.sum()

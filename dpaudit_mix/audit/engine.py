@@ -229,9 +229,13 @@ def run_audit(spec: AuditSpec, out: Path, noise_multiplier: float | None = None,
     canaries: dict[str, Canary] = {}
     canary_info: dict[str, Any] = {}
     if "natural" in spec.canaries:
-        index = natural_canary_index(full, spec.natural_policy, spec.clip, spec.natural_index, spec.seed)
-        canaries["natural"] = natural_canary(full, index)
-        canary_info["natural"] = {"policy": spec.natural_policy, "heldout_index": index}
+        # At user level the canary is a held-out user, all of their rows; a problem without held-out
+        # user ids (image worlds) has one-example users, so a held-out example is a whole user.
+        by_user = spec.user_level and full.heldout_users is not None
+        index = natural_canary_index(full, spec.natural_policy, spec.clip, spec.natural_index, spec.seed, by_user)
+        canaries["natural"] = natural_canary(full, index, by_user)
+        canary_info["natural"] = {"policy": spec.natural_policy, "heldout_index": index,
+                                  "examples": len(np.atleast_2d(canaries["natural"].logp))}
     if "max_clip" in spec.canaries:
         canaries["max_clip"] = max_clip_canary(full.k, spec.clip)
         canary_info["max_clip"] = {"norm": spec.clip, "direction": canaries["max_clip"].gradient.tolist()}

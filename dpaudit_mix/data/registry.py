@@ -137,7 +137,8 @@ def _build_text(seed: int) -> Problem:
     arrays = cached(user_cache_dir() / "problems" / f"{TEXT_WORLD}-{_cache_key(TEXT_WORLD, seed, 0)}.npz",
                     lambda: _text_problem(seed), save_npz, load_npz)
     return Problem(arrays["logp"], tuple(str(n) for n in arrays["names"]), users=arrays["users"],
-                   heldout_logp=arrays["heldout_logp"], task=TEXT_TASK, meta={"name": TEXT_WORLD, "seed": str(seed)})
+                   heldout_logp=arrays["heldout_logp"], task=TEXT_TASK, meta={"name": TEXT_WORLD, "seed": str(seed)},
+                   heldout_users=arrays["test_users"])
 
 
 def build(name: str, task: str = DEFAULT_TASK, seed: int = 0, shards: int = 0) -> Problem:

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -25,7 +26,17 @@ from ..learner import LearnerConfig, fit
 from ..mixmin import mixmin
 from ..noise import SecureSource
 from ..problem import Problem
-from .spec import PipelineSpec
+
+
+class MixingSpec(Protocol):
+    """What choosing λ reads from a spec (the image and the text pipeline's alike)."""
+
+    seed: int
+    delta: float
+    mix_steps: int
+    mix_clip: float
+    mix_learning_rate: float
+    search_candidates: int
 
 
 @dataclass(frozen=True)
@@ -39,16 +50,23 @@ class Mixture:
 LOSS_BOUND = float(-np.log(SMOOTHING / CLASSES))
 
 
-def _candidate_losses(problem: Problem, candidates: np.ndarray) -> np.ndarray:
-    """Per-example mixture losses −log(λ_m · p_j), (n, M), clipped to [0, B] (a no-op for our proxies)."""
-    return np.clip(-np.log(np.exp(problem.logp) @ candidates.T), 0.0, LOSS_BOUND)
+def _candidate_losses(problem: Problem, candidates: np.ndarray, user_level: bool, bound: float) -> np.ndarray:
+    """Per-unit mixture losses, (units, M), clipped to [0, B]: −log(λ_m · p_j) per example, or
+    its mean over each user's examples at user level."""
+    losses = -np.log(np.exp(problem.logp) @ candidates.T)
+    if user_level:
+        _, owner = np.unique(problem.users, return_inverse=True)
+        counts = np.bincount(owner)
+        losses = np.stack([np.bincount(owner, weights=column) for column in losses.T], axis=1) / counts[:, None]
+    return np.clip(losses, 0.0, bound)
 
 
-def choose(method: str, split_a: Problem, full: Problem, epsilon: float, spec: PipelineSpec, seed: int,
-           secure: bool = False) -> Mixture:
+def choose(method: str, split_a: Problem, full: Problem, epsilon: float, spec: MixingSpec, seed: int,
+           secure: bool = False, user_level: bool = False, loss_bound: float = LOSS_BOUND) -> Mixture:
     """λ for ``method`` with the mixing phase spending ``epsilon`` (at spec.delta) on split A.
 
     ``secure`` draws the private noise from the OS CSPRNG (not reproducible; for real releases).
+    ``user_level``: neighbouring datasets differ by one user (split A must carry ``users``).
     """
     k = split_a.k
     if method in ("no_pretrain", "warm"):
@@ -60,16 +78,16 @@ def choose(method: str, split_a: Problem, full: Problem, epsilon: float, spec: P
     if method == "dpmixmin":
         sigma = accounting.calibrate(epsilon, spec.delta, 1.0, spec.mix_steps)
         config = LearnerConfig(steps=spec.mix_steps, clip=spec.mix_clip, noise_multiplier=sigma,
-                               learning_rate=spec.mix_learning_rate, secure=secure)
+                               learning_rate=spec.mix_learning_rate, user_level=user_level, secure=secure)
         weights = fit(split_a, config, np.array([seed]), seed=spec.seed).weights[0]
         return Mixture(weights, accounting.GaussianPhase(sigma, 1.0, spec.mix_steps))
     if method == "random_search":
         rng = np.random.default_rng([spec.seed, 5, seed])
         candidates = rng.dirichlet(np.ones(k), size=spec.search_candidates)
-        losses = _candidate_losses(split_a, candidates)
+        losses = _candidate_losses(split_a, candidates, user_level, loss_bound)
         sigma = accounting.calibrate(epsilon, spec.delta, 1.0, 1)
         noise = SecureSource() if secure else rng
-        noisy = losses.sum(axis=0) + sigma * LOSS_BOUND * np.sqrt(spec.search_candidates) * noise.standard_normal(
+        noisy = losses.sum(axis=0) + sigma * loss_bound * np.sqrt(spec.search_candidates) * noise.standard_normal(
             spec.search_candidates)
         return Mixture(candidates[int(np.argmin(noisy))], accounting.GaussianPhase(sigma, 1.0, 1))
     raise ValueError(f"unknown method {method!r}")  # the spec validates methods; unreachable from it

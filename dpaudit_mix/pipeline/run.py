@@ -101,7 +101,7 @@ def preflight(spec: PipelineSpec, world: World) -> None:
                 accounting.calibrate(eps, spec.delta, 1 / batches, epochs * batches, "prv", prior=prior)
 
 
-def _mixture_json(mixture: Mixture) -> dict[str, Any]:
+def mixture_json(mixture: Mixture) -> dict[str, Any]:
     return {"weights": None if mixture.weights is None else mixture.weights.tolist(),
             "phase": None if mixture.phase is None else asdict(mixture.phase), "releasable": mixture.releasable}
 
@@ -167,7 +167,7 @@ def run_pipeline(spec: PipelineSpec, out: Path, progress: bool = True, world: Wo
                    epsilon=eps_mix if private else None, steps=spec.mix_steps, clip=spec.mix_clip,
                    lr=spec.mix_learning_rate, candidates=spec.search_candidates, secure=secure and private)
         mixtures[(method, eps, seed)] = cache.get(
-            "mixture", key, "json", lambda: _mixture_json(choose(method, split_a, full, eps_mix, spec, seed, secure)),
+            "mixture", key, "json", lambda: mixture_json(choose(method, split_a, full, eps_mix, spec, seed, secure)),
             write_json, load_json)
 
     pretrained: dict[tuple[str, float, int], str | None] = {}

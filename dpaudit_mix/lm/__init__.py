@@ -1,0 +1,2 @@
+"""The text track (DESIGN §13): a character LM, pretrained on public text sampled by λ, then
+finetuned with user-level DP-SGD on the sensitive speeches; scored by held-out-user perplexity."""

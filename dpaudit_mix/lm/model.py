@@ -1,0 +1,99 @@
+"""A small character-level GRU language model over the n-gram proxies' alphabet.
+
+Text becomes windows of ``WINDOW`` + 1 codes: each speech starts with the pad code 0 (a start
+symbol), and consecutive windows overlap by one code, so every character of a text is
+predicted exactly once. Weights travel between stages as npz arrays; the same seed gives the
+same model.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..data.ngram import V, encode
+
+#: characters predicted per window; a window holds WINDOW + 1 codes.
+WINDOW = 48
+
+
+class CharGRU(nn.Module):
+    """Embedding → one GRU layer → linear head over the V symbols (about 20k weights)."""
+
+    def __init__(self, embedding: int = 16, hidden: int = 64) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(V, embedding)
+        self.rnn = nn.GRU(embedding, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, V)
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        out, _ = self.rnn(self.embed(codes))
+        return self.head(out)
+
+
+def windows(text: str) -> np.ndarray:
+    """The text's windows, (m, WINDOW + 1) int64; the last is right-padded with −1 (not scored)."""
+    codes = np.concatenate([[0], encode(text)])
+    count = max(1, math.ceil((len(codes) - 1) / WINDOW))
+    padded = np.full(count * WINDOW + 1, -1, dtype=np.int64)
+    padded[:len(codes)] = codes
+    return np.lib.stride_tricks.sliding_window_view(padded, WINDOW + 1)[::WINDOW].copy()
+
+
+def all_windows(texts: list[str] | tuple[str, ...]) -> np.ndarray:
+    return np.concatenate([windows(t) for t in texts])
+
+
+def window_nll(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
+    """Each window's summed next-character NLL (nats), (m,); padded targets (−1) count 0."""
+    inputs, targets = batch[:, :-1].clamp(min=0), batch[:, 1:]
+    logits = model(inputs)
+    nll = nn.functional.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=-1, reduction="none")
+    return nll.reshape(targets.shape).sum(dim=1)
+
+
+def window_loss(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
+    """Mean next-character NLL over the scored characters of ``batch``."""
+    return window_nll(model, batch).sum() / (batch[:, 1:] >= 0).sum().clamp(min=1)
+
+
+def new_model(seed: int) -> CharGRU:
+    torch.manual_seed(seed)
+    return CharGRU()
+
+
+def from_arrays(arrays: dict[str, np.ndarray] | None, seed: int) -> CharGRU:
+    """A model with the given weights, or freshly initialised from ``seed`` (no pretraining)."""
+    model = new_model(seed)
+    if arrays is not None:
+        model.load_state_dict({name: torch.from_numpy(value) for name, value in arrays.items()})
+    return model
+
+
+def pretrain(data: np.ndarray, epochs: int, learning_rate: float, seed: int, batch: int = 64) -> CharGRU:
+    """Non-private training on λ-sampled public windows (Adam)."""
+    model = new_model(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
+    generator = torch.Generator().manual_seed(seed)
+    tensor = torch.from_numpy(data)
+    model.train()
+    for _ in range(epochs):
+        for rows in torch.randperm(len(tensor), generator=generator).split(batch):
+            optimizer.zero_grad()
+            window_loss(model, tensor[rows]).backward()
+            optimizer.step()
+    return model
+
+
+def perplexity(model: nn.Module, data: np.ndarray, batch: int = 512) -> float:
+    """exp(mean NLL per character) over every scored character of ``data``."""
+    model.eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for rows in torch.from_numpy(data).split(batch):
+            total += float(window_nll(model, rows).sum())
+            count += int((rows[:, 1:] >= 0).sum())
+    return math.exp(total / count)

@@ -1,0 +1,200 @@
+"""The text pipeline (DESIGN §13): the image pipeline's stages with users as the privacy unit.
+
+n-gram proxies → user-level problem on split A (a fraction ρ of the training speakers) → λ per
+method (DP-MixMin at user level) → pretrain the character GRU on public windows sampled by λ →
+user-level DP-SGD on the other speakers (parallel) or on all of them after the mixture
+(sequential, budgets composed) → perplexity on the held-out speakers. Stages are cached by
+content hash like the image pipeline's (:class:`..pipeline.run.StageCache`).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from .. import accounting
+from ..atomic import write_json
+from ..cache import content_key, load_json, load_npz, save_npz
+from ..data import registry
+from ..data.ngram import V
+from ..data.text import text_world
+from ..errors import require
+from ..pipeline.methods import choose
+from ..pipeline.model import state_arrays
+from ..pipeline.run import StageCache, mixture_json
+from ..problem import Problem
+from . import model as lm
+from .spec import TextPipelineSpec
+from .userdp import UserLevelSGD, train
+
+#: B for random search at user level: a user's mean per-character loss, clipped at the loss of
+#: the uniform character model (a public constant; mixtures of the proxies rarely do worse).
+TEXT_LOSS_BOUND = float(np.log(V - 1))
+
+
+@dataclass(frozen=True)
+class TextWorld:
+    """The data every stage reads; users are dense ids 0..U−1 of the training speakers."""
+
+    sources: tuple[str, ...]
+    source_windows: tuple[np.ndarray, ...]  # every window of every public source
+    problem: Problem  # logp of every training speech under every proxy, with users
+    user_windows: tuple[np.ndarray, ...]  # every window of each training user's speeches
+    test_windows: np.ndarray  # every window of the held-out speakers' speeches
+    split_a: np.ndarray  # the users DP-MixMin sees
+    split_b: np.ndarray  # the other users: the finetune's under parallel composition
+
+
+def build_text_world(spec: TextPipelineSpec) -> TextWorld:
+    sources, sensitive, test = text_world(spec.seed)
+    problem = registry.build(registry.TEXT_WORLD, registry.TEXT_TASK, seed=spec.seed)
+    users = problem.users
+    count = int(users.max()) + 1
+    size_a = round(spec.rho * count)
+    require(1 <= size_a < count, f"rho = {spec.rho:g} of {count} training speakers leaves a split empty")
+    order = np.random.default_rng([spec.seed, 4]).permutation(count)
+    texts = np.array(sensitive.texts, dtype=object)
+    return TextWorld(tuple(s.name for s in sources), tuple(lm.all_windows(s.texts) for s in sources), problem,
+                     tuple(lm.all_windows(list(texts[users == u])) for u in range(count)),
+                     lm.all_windows(test.texts), np.sort(order[:size_a]), np.sort(order[size_a:]))
+
+
+def _finetune_users(spec: TextPipelineSpec, world: TextWorld) -> np.ndarray:
+    return np.arange(len(world.user_windows)) if spec.composition == "sequential" else world.split_b
+
+
+@lru_cache(maxsize=None)
+def _calibrate(epsilon: float, delta: float, sample_rate: float, steps: int,
+               prior: tuple[accounting.GaussianPhase, ...]) -> float:
+    """σ per setting, once: PLD calibration under Poisson sampling takes seconds, and every
+    method and seed of a run asks for the same few."""
+    return accounting.calibrate(epsilon, delta, sample_rate, steps, prior=prior)
+
+
+@lru_cache(maxsize=None)
+def _epsilon(phases: tuple[accounting.GaussianPhase, ...], delta: float) -> float:
+    return accounting.epsilon(phases, delta)
+
+
+def _finetune_sigma(spec: TextPipelineSpec, world: TextWorld, epsilon: float,
+                    prior: tuple[accounting.GaussianPhase, ...]) -> tuple[float, float]:
+    """(q, σ) of the user-level finetune: q = expected users / users, σ so that it (after
+    ``prior`` on the same users) spends ``epsilon``."""
+    users = len(_finetune_users(spec, world))
+    q = min(1.0, spec.finetune_users / users)
+    return q, _calibrate(epsilon, spec.delta, q, spec.finetune_steps, prior)
+
+
+def _mix_epsilon(spec: TextPipelineSpec, epsilon: float) -> float:
+    return spec.mix_share * epsilon if spec.composition == "sequential" else epsilon
+
+
+def preflight(spec: TextPipelineSpec, world: TextWorld) -> None:
+    """Calibrate every σ the run needs, so an unreachable ε fails before anything is written."""
+    for eps in spec.epsilons:
+        prior = ()
+        if spec.composition == "sequential":
+            prior = (accounting.GaussianPhase(_calibrate(_mix_epsilon(spec, eps), spec.delta, 1.0, spec.mix_steps, ()),
+                                              1.0, spec.mix_steps),)
+        _finetune_sigma(spec, world, eps, prior)
+
+
+def _pretrain_windows(world: TextWorld, weights: list[float], count: int, rng: np.random.Generator) -> np.ndarray:
+    """``count`` public windows: a source drawn by λ, then one of its windows uniformly."""
+    per_source = rng.multinomial(count, np.asarray(weights) / np.sum(weights))
+    return np.concatenate([w[rng.integers(len(w), size=c)] for w, c in zip(world.source_windows, per_source)])
+
+
+def _rows(problem: Problem, users: np.ndarray) -> Problem:
+    return problem.subset(np.flatnonzero(np.isin(problem.users, users)))
+
+
+def run_text_pipeline(spec: TextPipelineSpec, out: Path, world: TextWorld | None = None, progress: bool = True,
+                      secure: bool = False) -> list[dict[str, Any]]:
+    """Every (method, ε, seed): one record with test perplexity, λ and accounting."""
+    world = world or build_text_world(spec)
+    preflight(spec, world)
+    cache = StageCache(out / "cache")
+    show = {"disable": not progress, "file": sys.stderr}
+    data_key = content_key(world=registry.TEXT_WORLD, seed=spec.seed, rho=spec.rho)
+    split_a = _rows(world.problem, world.split_a)
+    jobs = [(m, eps, s) for eps in spec.epsilons for m in spec.methods for s in range(spec.seeds)]
+
+    mixtures: dict[tuple[str, float, int], dict[str, Any]] = {}
+    for method, eps, seed in tqdm(jobs, desc="mixtures", unit="λ", **show):
+        private = method in ("dpmixmin", "random_search")
+        key = content_key(data=data_key, method=method, seed=seed, delta=spec.delta,
+                          epsilon=_mix_epsilon(spec, eps) if private else None, steps=spec.mix_steps,
+                          clip=spec.mix_clip, lr=spec.mix_learning_rate, candidates=spec.search_candidates,
+                          secure=secure and private)
+
+        def mix(method: str = method, eps: float = eps, seed: int = seed) -> dict[str, Any]:
+            mixture = choose(method, split_a, world.problem, _mix_epsilon(spec, eps), spec, seed, secure,
+                             user_level=True, loss_bound=TEXT_LOSS_BOUND)
+            return mixture_json(mixture)
+
+        mixtures[(method, eps, seed)] = cache.get("mixture", key, "json", mix, write_json, load_json)
+
+    pretrained: dict[tuple[str, float, int], str | None] = {}
+    for method, eps, seed in tqdm(jobs, desc="pretrain", unit="model", **show):
+        weights = mixtures[(method, eps, seed)]["weights"]
+        if weights is None:
+            pretrained[(method, eps, seed)] = None
+            continue
+        key = content_key(data=data_key, weights=[round(w, 12) for w in weights], seed=seed,
+                          n=spec.pretrain_windows, epochs=spec.pretrain_epochs, lr=spec.pretrain_learning_rate)
+
+        def pretrain(weights: list[float] = weights, seed: int = seed) -> dict[str, np.ndarray]:
+            data = _pretrain_windows(world, weights, spec.pretrain_windows, np.random.default_rng([spec.seed, 6, seed]))
+            return state_arrays(lm.pretrain(data, spec.pretrain_epochs, spec.pretrain_learning_rate, seed))
+
+        cache.get("pretrain", key, "npz", pretrain, save_npz, load_npz)
+        pretrained[(method, eps, seed)] = key
+
+    users = _finetune_users(spec, world)
+    records = []
+    for method, eps, seed in tqdm(jobs, desc="finetune", unit="model", **show):
+        mixture = mixtures[(method, eps, seed)]
+        prior = ((accounting.GaussianPhase(**mixture["phase"]),)
+                 if spec.composition == "sequential" and mixture["phase"] else ())
+        base = pretrained[(method, eps, seed)]
+        key = content_key(pretrain=base, data=data_key, composition=spec.composition, epsilon=eps, delta=spec.delta,
+                          prior=[asdict(p) for p in prior], seed=seed, steps=spec.finetune_steps,
+                          users=spec.finetune_users, clip=spec.finetune_clip, lr=spec.finetune_learning_rate,
+                          windows=spec.windows_per_user, secure=secure)
+
+        def finetune(base: str | None = base, prior: tuple = prior, eps: float = eps, seed: int = seed
+                     ) -> dict[str, Any]:
+            model = lm.from_arrays(None if base is None else load_npz(cache.root / "pretrain" / f"{base}.npz"), seed)
+            before = lm.perplexity(model, world.test_windows)
+            q, sigma = _finetune_sigma(spec, world, eps, prior)
+            config = UserLevelSGD(q, spec.finetune_steps, sigma, spec.finetune_clip, spec.finetune_learning_rate,
+                                  spec.windows_per_user)
+            train(model, [world.user_windows[u] for u in users], config, seed, secure)
+            return {"perplexity": lm.perplexity(model, world.test_windows), "pretrained_perplexity": before,
+                    "finetune_phase": asdict(config.phase)}
+
+        result = cache.get("finetune", key, "json", finetune, write_json, load_json)
+        records.append({"method": method, "epsilon": eps, "seed": seed, "secure": secure, **result,
+                        "mixture": mixture, **_privacy(spec, mixture, result)})
+    return records
+
+
+def _privacy(spec: TextPipelineSpec, mixture: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    """The release's total user-level (ε, δ): parallel = max over disjoint users, sequential = composed."""
+    if not mixture["releasable"]:
+        return {"epsilon_total": math.inf, "delta_total": spec.delta, "releasable": False}
+    finetune = accounting.GaussianPhase(**result["finetune_phase"])
+    phases = [accounting.GaussianPhase(**mixture["phase"])] if mixture["phase"] else []
+    if spec.composition == "sequential":
+        total = _epsilon((*phases, finetune), spec.delta)
+    else:
+        total = accounting.parallel(*[(_epsilon((p,), spec.delta), spec.delta) for p in [*phases, finetune]])[0]
+    return {"epsilon_total": total, "delta_total": spec.delta, "releasable": True}

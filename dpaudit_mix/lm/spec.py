@@ -1,0 +1,67 @@
+"""A text pipeline spec (``pipeline/shakespeare-users.toml``): methods, budgets, the user split
+and the character LM's training; every privacy unit is a user (a speaker)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import accounting
+from ..data import registry
+from ..errors import require
+from ..learner import LearnerConfig
+from ..pipeline.spec import COMPOSITIONS, DEFAULT_METHODS
+from ..specfile import Seed, check_fields, load_spec_file
+
+
+@dataclass(frozen=True)
+class TextPipelineSpec:
+    """Every key optional in the TOML file; unknown keys are rejected."""
+
+    world: str = registry.TEXT_WORLD
+    epsilons: tuple[float, ...] = (1.0, 2.0, 5.0)
+    delta: float = 1e-5
+    methods: tuple[str, ...] = DEFAULT_METHODS
+    seeds: int = 3
+    seed: Seed = 0  # the data seed: the speaker split and the A/B split of training speakers
+    rho: float = 0.2  # split A (the mixing users) as a fraction of the training speakers
+    composition: str = "parallel"  # parallel: A and B disjoint users; sequential: finetune on all, composed
+    mix_share: float = 0.1  # sequential: the share of ε the mixture phase gets alone
+    mix_steps: int = 100
+    mix_clip: float = LearnerConfig.clip
+    mix_learning_rate: float = 1.0
+    search_candidates: int = 8
+    pretrain_windows: int = 24000  # public windows sampled by λ
+    pretrain_epochs: int = 2
+    pretrain_learning_rate: float = 3e-3
+    finetune_steps: int = 40
+    finetune_users: float = 32.0  # expected users per step: q = finetune_users / users
+    finetune_clip: float = 1.0  # C on each user's summed gradient
+    finetune_learning_rate: float = 1e-3
+    windows_per_user: int = 8  # a user's windows per step, at most
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        require(registry.canonical(self.world) == registry.TEXT_WORLD,
+                f"the text pipeline runs the {registry.TEXT_WORLD} world, not {self.world}")
+        require(len(self.epsilons) >= 1, "the ε grid is empty: give at least one epsilon")
+        for eps in self.epsilons:
+            accounting.check_epsilon(eps)
+        accounting.check_delta(self.delta)
+        unknown = [m for m in self.methods if m not in DEFAULT_METHODS]
+        require(not unknown and self.methods, f"unknown method(s) {', '.join(unknown) or '(none given)'} for the text "
+                f"pipeline; choose from {', '.join(DEFAULT_METHODS)}")
+        require(0 < self.rho < 1, f"rho must be in (0, 1), got {self.rho}")
+        require(self.composition in COMPOSITIONS, f"composition must be one of {COMPOSITIONS}, got {self.composition!r}")
+        require(0 < self.mix_share < 1, f"mix_share must be in (0, 1), got {self.mix_share}")
+        for name in ("seeds", "search_candidates", "pretrain_windows", "pretrain_epochs", "finetune_steps",
+                     "windows_per_user"):
+            require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("pretrain_learning_rate", "finetune_learning_rate", "finetune_clip", "finetune_users"):
+            require(getattr(self, name) > 0, f"{name} must be > 0, got {getattr(self, name)}")
+        LearnerConfig(steps=self.mix_steps, clip=self.mix_clip, learning_rate=self.mix_learning_rate)
+
+
+def load_text_pipeline_spec(path: str | Path, **overrides: Any) -> TextPipelineSpec:
+    return load_spec_file(TextPipelineSpec, path, **overrides)

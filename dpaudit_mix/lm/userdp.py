@@ -1,0 +1,111 @@
+"""User-level DP-SGD (DESIGN §13), which Opacus does not offer (its issue #366).
+
+Each step samples every user independently with probability q (Poisson), computes each sampled
+user's gradient *summed over their examples* by autograd (one backward pass per user), clips
+that sum to norm C, adds N(0, σ²C²) noise to the total and divides by the public expected
+number of users qU. Adding or removing one user, with all their speeches, changes the sum by at
+most C: the Gaussian phase (σ, q, T) is then accounted per user, like the learner's user level.
+
+A user with many speeches contributes at most ``windows_per_user`` windows per step, drawn
+within their own data: any per-user function keeps the bound, and it keeps a step's cost flat.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from .. import accounting
+from ..errors import require
+from ..noise import RandomSource, SecureSource
+from .model import window_nll
+
+
+@dataclass(frozen=True)
+class UserLevelSGD:
+    """The mechanism's parameters; σ comes from the accountant (:func:`phase`)."""
+
+    sample_rate: float  # q: each user's chance to be in a step
+    steps: int  # T
+    noise_multiplier: float  # σ
+    clip: float  # C, on each user's summed gradient
+    learning_rate: float
+    windows_per_user: int = 8
+
+    def __post_init__(self) -> None:
+        accounting.GaussianPhase(self.noise_multiplier, self.sample_rate, self.steps)  # validates σ, q, T
+        require(self.clip > 0, f"clipping norm C must be > 0, got {self.clip}")
+        require(self.learning_rate > 0, f"learning rate must be > 0, got {self.learning_rate}")
+        require(self.windows_per_user >= 1, f"windows_per_user must be >= 1, got {self.windows_per_user}")
+
+    @property
+    def phase(self) -> accounting.GaussianPhase:
+        return accounting.GaussianPhase(self.noise_multiplier, self.sample_rate, self.steps)
+
+
+def user_gradient(model: nn.Module, data: torch.Tensor) -> torch.Tensor:
+    """∇ Σ_w (mean NLL per character of window w) over one user's windows, flattened."""
+    scored = (data[:, 1:] >= 0).sum(dim=1).clamp(min=1)
+    loss = (window_nll(model, data) / scored).sum()
+    grads = torch.autograd.grad(loss, [p for p in model.parameters() if p.requires_grad])
+    return torch.cat([g.reshape(-1) for g in grads])
+
+
+def clip_rows(per_user: torch.Tensor, clip: float) -> torch.Tensor:
+    """Each row scaled to norm at most C: min(1, C/‖g_u‖)·g_u."""
+    norms = per_user.norm(dim=1, keepdim=True)
+    return per_user * torch.clamp(clip / norms.clamp(min=1e-12), max=1.0)
+
+
+def noisy_mean(per_user: torch.Tensor, config: UserLevelSGD, users: int, source: RandomSource) -> torch.Tensor:
+    """(Σ_u clip_C(g_u) + N(0, σ²C² I)) / (qU): the one released quantity of a step.
+
+    ``per_user`` is (B, P) for the B sampled users (B may be 0); the divisor is public.
+    """
+    size = per_user.shape[1]
+    total = clip_rows(per_user, config.clip).sum(dim=0)
+    noise = torch.from_numpy(source.standard_normal(size)).to(total.dtype)
+    return (total + config.noise_multiplier * config.clip * noise) / (config.sample_rate * users)
+
+
+def _pick(windows: torch.Tensor, cap: int, source: RandomSource) -> torch.Tensor:
+    """At most ``cap`` of a user's windows, uniformly without replacement."""
+    if len(windows) <= cap:
+        return windows
+    return windows[torch.from_numpy(np.argsort(source.random(len(windows)))[:cap].copy())]
+
+
+def released_step(model: nn.Module, data: list[torch.Tensor], config: UserLevelSGD, source: RandomSource
+                  ) -> torch.Tensor:
+    """One step's released gradient: Poisson-sample the users, take each sampled user's summed
+    gradient over (at most ``windows_per_user`` of) their windows, and :func:`noisy_mean`."""
+    sampled = np.flatnonzero(source.random(len(data)) < config.sample_rate)
+    rows = [user_gradient(model, _pick(data[u], config.windows_per_user, source)) for u in sampled]
+    size = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    per_user = torch.stack(rows) if rows else torch.zeros((0, size))
+    return noisy_mean(per_user, config, len(data), source)
+
+
+def train(model: nn.Module, user_windows: list[np.ndarray], config: UserLevelSGD, seed: int,
+          secure: bool = False) -> nn.Module:
+    """T steps of user-level DP-SGD on ``user_windows`` (one array of windows per user), with
+    Adam applied to the released noisy mean (post-processing). ``secure`` draws the user
+    sampling, the window picks and the noise from the OS CSPRNG (not reproducible)."""
+    require(len(user_windows) >= 1, "user-level DP-SGD needs at least one user")
+    source: RandomSource = SecureSource() if secure else np.random.default_rng([seed, 13])
+    torch.manual_seed(seed)
+    data = [torch.from_numpy(w) for w in user_windows]
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(params, lr=config.learning_rate)
+    model.train()
+    for _ in range(config.steps):
+        update = released_step(model, data, config, source)
+        offset = 0
+        for p in params:
+            p.grad = update[offset:offset + p.numel()].reshape(p.shape).to(p.dtype)
+            offset += p.numel()
+        optimizer.step()
+    return model

@@ -1,0 +1,138 @@
+"""The text track's model and user-level DP-SGD (DESIGN §13): sensitivity, noise, pipeline."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dpaudit_mix.errors import InputError
+from dpaudit_mix.lm import model as lm
+from dpaudit_mix.lm.spec import TextPipelineSpec
+from dpaudit_mix.lm.userdp import UserLevelSGD, clip_rows, noisy_mean, released_step, train, user_gradient
+
+
+class Silent:
+    """A random source whose Gaussians are all 0 and whose uniforms are all 0 (every user sampled):
+    the released step is then the exact clipped sum over users / qU."""
+
+    def standard_normal(self, size):
+        return np.zeros(size)
+
+    def random(self, size):
+        return np.zeros(size)
+
+
+def _users(seed: int, sizes: list[int]) -> list[torch.Tensor]:
+    rng = np.random.default_rng(seed)
+    return [torch.from_numpy(rng.integers(1, lm.V, size=(m, lm.WINDOW + 1)))
+            for m in sizes]
+
+
+def test_windows_predict_every_character_once() -> None:
+    text = "a" * 100
+    w = lm.windows(text)
+    assert w.shape[1] == lm.WINDOW + 1 and w[0, 0] == 0  # starts with the start symbol
+    assert int((w[:, 1:] >= 0).sum()) == len(text)
+    assert np.array_equal(w[1:, 0], w[:-1, -1])  # consecutive windows overlap by one code
+
+
+def test_user_with_many_examples_moves_a_step_by_at_most_clip() -> None:
+    """Per-step sensitivity, directly: adding a user with 300 windows (its raw summed gradient far
+    above C) changes the released sum by exactly C, and by at most C for any user."""
+    model = lm.new_model(0)
+    base = _users(1, [3, 5, 2, 7])
+    heavy = _users(2, [300])[0]
+    light = _users(3, [1])[0]
+    config = UserLevelSGD(sample_rate=1.0, steps=1, noise_multiplier=1.0, clip=0.5, learning_rate=1e-3,
+                          windows_per_user=1000)
+    assert float(user_gradient(model, heavy).norm()) > 10 * config.clip
+
+    def released_sum(users: list[torch.Tensor]) -> torch.Tensor:
+        return released_step(model, users, config, Silent()) * config.sample_rate * len(users)
+
+    without = released_sum(base)
+    change_heavy = float((released_sum([*base, heavy]) - without).norm())
+    change_light = float((released_sum([*base, light]) - without).norm())
+    assert change_heavy == pytest.approx(config.clip, rel=1e-4)
+    assert change_light <= config.clip * (1 + 1e-5)
+
+
+def test_window_cap_keeps_the_bound_and_the_cost() -> None:
+    """With windows_per_user = 4 a step reads 4 of the heavy user's windows, still clipped to C."""
+    model = lm.new_model(0)
+    heavy = _users(4, [200])[0]
+    config = UserLevelSGD(1.0, 1, 1.0, 0.5, 1e-3, windows_per_user=4)
+    step = released_step(model, [heavy], config, np.random.default_rng(0))
+    assert step.shape == (sum(p.numel() for p in model.parameters()),)
+    zero_noise = released_step(model, [heavy], config, Silent())
+    assert float(zero_noise.norm()) <= config.clip * (1 + 1e-5)
+
+
+def test_noise_standard_deviation_is_sigma_clip() -> None:
+    """N(0, σ²C²) on the sum: Monte Carlo over 20 steps × ~20k coordinates (relative SE ≈ 0.1%)."""
+    config = UserLevelSGD(sample_rate=0.25, steps=1, noise_multiplier=2.5, clip=0.8, learning_rate=1e-3)
+    users = 40
+    size = sum(p.numel() for p in lm.new_model(0).parameters())
+    per_user = torch.from_numpy(np.random.default_rng(5).normal(size=(7, size))).float()
+    exact = noisy_mean(per_user, config, users, Silent())
+    rng = np.random.default_rng(6)
+    noise = torch.stack([noisy_mean(per_user, config, users, rng) - exact for _ in range(20)])
+    noise = noise * config.sample_rate * users  # undo the public divisor qU
+    std = float(noise.std())
+    assert std == pytest.approx(config.noise_multiplier * config.clip, rel=0.01)
+    assert abs(float(noise.mean())) < 0.01 * std
+    assert torch.allclose(exact * config.sample_rate * users, clip_rows(per_user, config.clip).sum(dim=0), atol=1e-4)
+
+
+def test_user_level_sgd_is_reproducible_and_learns() -> None:
+    users = [lm.all_windows(["to be or not to be, that is the question. " * 3]) for _ in range(6)]
+    config = UserLevelSGD(sample_rate=0.5, steps=15, noise_multiplier=0.5, clip=1.0, learning_rate=1e-2)
+    first = train(lm.new_model(0), users, config, seed=3)
+    second = train(lm.new_model(0), users, config, seed=3)
+    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), second.state_dict().values()))
+    test = lm.all_windows(["to be or not to be, that is the question."])
+    assert lm.perplexity(first, test) < 0.8 * lm.perplexity(lm.new_model(0), test)
+
+
+@pytest.mark.parametrize("keys, message", [
+    ({"world": "mnist-shift"}, "text pipeline runs"),
+    ({"methods": ("warm",)}, "unknown method"),
+    ({"finetune_users": 0.0}, "finetune_users"),
+    ({"rho": 1.0}, "rho"),
+])
+def test_text_spec_refuses_bad_values(keys: dict, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        TextPipelineSpec(**keys)
+
+
+def test_text_pipeline_end_to_end(tmp_path: Path) -> None:
+    """A tiny run through the CLI: report with perplexities and λ★; a rerun recomputes nothing."""
+    spec = tmp_path / "tiny.toml"
+    spec.write_text('world = "shakespeare-users"\nepsilons = [2.0]\nseeds = 2\n'
+                    'methods = ["dpmixmin", "uniform", "no_pretrain", "nonprivate_mixmin"]\n'
+                    "pretrain_windows = 300\npretrain_epochs = 1\nfinetune_steps = 2\nfinetune_users = 8\n"
+                    "windows_per_user = 2\nmix_steps = 20\n")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "dpaudit_mix.cli", "pipeline", str(spec), "--out", str(out)]
+    first = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    summary = json.loads(first.stdout)
+    assert summary["runs"] == 8 and "uniform" in summary["dpmixmin_perplexity_reduction_vs"]
+    report = (out / "report.md").read_text()
+    assert "λ★ (non-private)" in report and "test perplexity" in report
+    import pandas as pd
+
+    frame = pd.read_csv(out / "results.csv")
+    assert len(frame) == 8 and (frame["perplexity"] > 1).all()
+    assert (frame.loc[frame["method"] == "no_pretrain", "perplexity"].min()
+            > frame.loc[frame["method"] != "no_pretrain", "perplexity"].max())  # pretraining matters
+    private = frame[frame["releasable"]]
+    assert (private["epsilon_total"] <= 2.0 + 1e-6).all()
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "cache").rglob("*.*")}
+    subprocess.run(cmd, capture_output=True, text=True, check=True)
+    assert {p: p.stat().st_mtime_ns for p in (out / "cache").rglob("*.*")} == stamps
