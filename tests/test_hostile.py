@@ -83,6 +83,15 @@ PIPELINE_KEYS = [
     ("composition = 1", "composition = 1: expected a string"),
     ("seed = -2", "expected an integer >= 0"),
 ]
+#: the text pipeline (the same command, chosen by world = "shakespeare-users").
+TEXT_PIPELINE_KEYS = [
+    ("finetune_steps = 2.5", "finetune_steps = 2.5: expected an integer"),
+    ("finetune_users = 0", "finetune_users must be > 0"),
+    ("finetune_clip = inf", "finetune_clip = inf: expected a finite number"),
+    ('methods = ["warm"]', "unknown method(s) warm for the text pipeline"),
+    ("finetune_batch = 64", "unknown key(s) in"),
+    ("rho = 0.001", "leaves a split empty"),
+]
 RELEASE_KEYS = [
     ("audit_runs = 20000.0", "audit_runs = 20000.0: expected an integer"),
     ('user_level = "yes"', "user_level = 'yes': expected true/false"),
@@ -102,6 +111,8 @@ WARMSYN_KEYS = [
 @pytest.mark.parametrize("command, line, message",
                          [("audit", *case) for case in AUDIT_KEYS] + [("recovery", *case) for case in RECOVERY_KEYS]
                          + [("pipeline", *case) for case in PIPELINE_KEYS]
+                         + [("pipeline", 'world = "shakespeare-users"\n' + line, message)
+                            for line, message in TEXT_PIPELINE_KEYS]
                          + [("release", *case) for case in RELEASE_KEYS]
                          + [("warmsyn", *case) for case in WARMSYN_KEYS])
 def test_wrong_types_in_every_spec(capsys, tmp_path: Path, command: str, line: str, message: str) -> None:
@@ -179,6 +190,10 @@ def bad_problems(folder: Path) -> list[tuple[Path, str]]:
         "complex": ({**good, "logp": good["logp"] + 0j}, "must hold real numbers, got dtype complex128"),
         "users_float": ({**good, "users": np.zeros(5)}, "'users' must be integer ids"),
         "held_strings": ({**good, "heldout_logp": np.array([["x", "y"]])}, "'heldout_logp' must hold real numbers"),
+        "held_users_float": ({**good, "heldout_logp": good["logp"][:2], "heldout_users": np.zeros(2)},
+                             "'heldout_users' must be integer ids"),
+        "held_users_short": ({**good, "heldout_logp": good["logp"][:2], "heldout_users": np.zeros(3, int)},
+                             "heldout_users must have one id per row (2)"),
         "nan": ({**good, "logp": np.full((5, 2), np.nan)}, "NaN or infinite"),
         "one_d": ({**good, "logp": np.zeros(5)}, "2-D array"),
         "no_sources": ({"logp": good["logp"]}, "lacks the required array 'sources'"),
@@ -205,7 +220,7 @@ def test_problem_files_of_every_wrong_kind(capsys, tmp_path: Path) -> None:
     cases = bad_problems(tmp_path)
     for path, message in cases:
         refused(capsys, ["mix", "--problem", str(path), "--nonprivate"], message, tmp_path)
-    assert len(cases) == 11
+    assert len(cases) == 13
 
 
 # --- 6: output paths ---------------------------------------------------------------------------------------

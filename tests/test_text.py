@@ -9,6 +9,7 @@ from dpaudit_mix.data import registry
 from dpaudit_mix.data.ngram import ALPHABET, OTHER, V, CharNGram, encode
 from dpaudit_mix.data.text import text_world
 from dpaudit_mix.audit.canaries import black_box_scores, natural_canary, natural_canary_index
+from dpaudit_mix.audit.engine import AuditSpec, run_audit
 from dpaudit_mix.errors import InputError
 from dpaudit_mix.learner import LearnerConfig, _canary_gradient, clipped_gradient_sum, fit
 from dpaudit_mix.mixmin import mixmin
@@ -88,3 +89,16 @@ def test_random_search_at_user_level_scores_each_user_once() -> None:
     assert per_user.shape == (4, 3)
     assert np.allclose(per_user[2], per_example[prob.users == 2].mean(axis=0))
     assert _candidate_losses(prob, candidates, True, 0.5).max() <= 0.5  # clipped to B: sensitivity B per user
+
+
+def test_user_level_audit_plants_a_whole_held_out_speaker(tmp_path) -> None:
+    """The text audit's natural canary is one held-out speaker with all of their speeches, and its
+    σ = 0 control sees it (the attack, not only the learner, handles a many-row canary)."""
+    spec = AuditSpec(problem="shakespeare-users", task="lm", user_level=True, rho=0.2, steps=20, runs=256,
+                     canaries=("natural",), threats=("white_box",))
+    summary = run_audit(spec, tmp_path / "audit", progress=False).summary
+    prob = registry.build("shakespeare-users", "lm")
+    speaker = np.unique(prob.heldout_users)[summary["canaries"]["natural"]["heldout_index"]]
+    assert summary["canaries"]["natural"]["examples"] == int(np.sum(prob.heldout_users == speaker)) > 1
+    control = [r for r in summary["results"] if not r["noise"]][0]
+    assert control["exceeds_claim"] and not summary["inconclusive"]
