@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 
 from dpaudit_mix import atomic, reporting
 from dpaudit_mix.audit.chunks import ChunkStore
-from dpaudit_mix.audit.engine import load_spec, run_audit
+from dpaudit_mix.audit.engine import AuditSpec, load_spec, run_audit
 from dpaudit_mix.cli import EXIT_INCONCLUSIVE, main
 from dpaudit_mix.errors import InputError
 from dpaudit_mix.problem import Problem, save
@@ -360,3 +361,15 @@ def test_a_non_finite_lambda_is_an_error_for_every_caller(monkeypatch, small_pro
     monkeypatch.setattr(learner, "_fit_block", overflowing)
     with pytest.raises(InputError, match="non-finite λ"):
         learner.fit(small_problem, learner.LearnerConfig(noise_multiplier=1.0, steps=3), 4)
+
+
+def test_a_user_level_audit_of_regrouped_users_never_reuses_chunks(tmp_path: Path) -> None:
+    """Same logp, other user ids: a different mechanism (other units, other clipping), so the
+    audit id differs and the chunks of the first grouping are not mixed in."""
+    first = random_problem(240, 4, seed=9, users=True)
+    regrouped = replace(first, users=(np.arange(240) // 6).astype(np.int64))
+    spec = AuditSpec(user_level=True, rho=1.0, steps=10, runs=128, chunk_size=64, canaries=("max_clip",),
+                     controls=False)
+    run_audit(spec, tmp_path / "out", progress=False, problem=first)
+    fresh = run_audit(spec, tmp_path / "fresh", progress=False, problem=regrouped).summary
+    assert run_audit(spec, tmp_path / "out", progress=False, problem=regrouped).summary == fresh

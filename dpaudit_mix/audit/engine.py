@@ -133,9 +133,8 @@ def _chunk_scores(problem: Problem, config: LearnerConfig, canary: Canary, runs:
 def _spec_hash(spec: AuditSpec, sigma: float, problem: Problem) -> str:
     """Everything that determines the scores: a resumed audit must match it exactly."""
     h = hashlib.sha256(json.dumps({**asdict(spec), "sigma": sigma}, sort_keys=True).encode())
-    h.update(np.ascontiguousarray(problem.logp).tobytes())
-    if problem.heldout_logp is not None:
-        h.update(np.ascontiguousarray(problem.heldout_logp).tobytes())
+    for array in (problem.logp, problem.heldout_logp, problem.users, problem.heldout_users):  # users pick the
+        h.update(b"-" if array is None else np.ascontiguousarray(array).tobytes())  # units and the canary
     return h.hexdigest()
 
 
