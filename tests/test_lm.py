@@ -105,6 +105,8 @@ def test_user_level_sgd_is_reproducible_and_learns() -> None:
     ({"methods": ("warm",)}, "unknown method"),
     ({"finetune_users": 0.0}, "finetune_users"),
     ({"rho": 1.0}, "rho"),
+    ({"rehearsal_genre": "comedies"}, "rehearsal_genre must be a public genre"),
+    ({"finetune_learning_rates": (0.0,)}, "finetune_learning_rates must be > 0"),
 ])
 def test_text_spec_refuses_bad_values(keys: dict, message: str) -> None:
     with pytest.raises(InputError, match=message):
@@ -117,7 +119,7 @@ def test_text_pipeline_end_to_end(tmp_path: Path) -> None:
     spec.write_text('world = "shakespeare-users"\nepsilons = [2.0]\nseeds = 2\n'
                     'methods = ["dpmixmin", "uniform", "no_pretrain", "nonprivate_mixmin"]\n'
                     "pretrain_windows = 300\npretrain_epochs = 1\nfinetune_steps = 2\nfinetune_users = 8\n"
-                    "windows_per_user = 2\nmix_steps = 20\n")
+                    "windows_per_user = 2\nmix_steps = 20\nfinetune_learning_rates = [3e-4, 3e-3]\n")
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "dpaudit_mix.cli", "pipeline", str(spec), "--out", str(out)]
     first = subprocess.run(cmd, capture_output=True, text=True, check=True)
@@ -125,6 +127,11 @@ def test_text_pipeline_end_to_end(tmp_path: Path) -> None:
     assert summary["runs"] == 8 and "uniform" in summary["dpmixmin_perplexity_reduction_vs"]
     report = (out / "report.md").read_text()
     assert "λ★ (non-private)" in report and "test perplexity" in report
+    assert "chosen by rehearsal on public romances speakers" in report  # the fair rule, no privacy spent
+    choices = [json.loads(p.read_text())["finetune_choice"] for p in (out / "cache" / "finetune").glob("*.json")]
+    assert len(choices) == 8 and all(c["learning_rate"] in (3e-4, 3e-3) for c in choices)
+    assert all(c["learning_rate"] == min(c["rehearsal_perplexity"], key=lambda r: r["perplexity"])["learning_rate"]
+               for c in choices)
     import pandas as pd
 
     frame = pd.read_csv(out / "results.csv")

@@ -87,6 +87,13 @@ def lambda_table(records: list[dict[str, Any]], sources: list[str]) -> list[list
     return rows
 
 
+def _choice_table(records: list[dict[str, Any]]) -> list[list[str]]:
+    chosen: dict[tuple[str, float], list[str]] = {}
+    for r in records:
+        chosen.setdefault((r["method"], r["epsilon"]), []).append(f"{r['finetune_choice']['learning_rate']:g}")
+    return [["method", "ε", "learning rate, by seed"]] + [[m, f"{eps:g}", ", ".join(v)] for (m, eps), v in chosen.items()]
+
+
 def _figure(frame: pd.DataFrame, out: Path) -> Path:
     sns.set_theme(style="whitegrid")
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
@@ -112,11 +119,17 @@ def write_text_report(records: list[dict[str, Any]], spec: TextPipelineSpec, sou
             + f"; the test set is {users['test']} held-out speakers. δ = {spec.delta:g}; seeds: {spec.seeds}. "
             f"Model: a character GRU pretrained on {spec.pretrain_windows} public windows sampled by λ, then "
             f"user-level DP-SGD: {spec.finetune_steps} steps, Poisson sampling of users ({spec.finetune_users:g} "
-            f"expected), each user's summed gradient clipped to C = {spec.finetune_clip:g}, accounted per user. "
-            "p-values: two-sided paired t-tests over seeds (statsmodels), Holm-corrected across ε per comparison.")
+            f"expected), each user's summed gradient clipped to C = {spec.finetune_clip:g}, accounted per user; "
+            + (f"learning rate chosen per run from {len(spec.finetune_learning_rates)} candidates by rehearsal on "
+               f"public {spec.rehearsal_genre} speakers. " if spec.finetune_learning_rates else
+               f"learning rate {spec.finetune_learning_rate:g}. ")
+            + "p-values: two-sided paired t-tests over seeds (statsmodels), Holm-corrected across ε per comparison.")
     blocks: list[Block] = [("p", head), ("table", _summary_table(frame)), ("h2", "What the data says")]
     blocks += [("p", line) for line in _findings(frame)]
     blocks += [("p", "nonprivate_mixmin picks λ from all private data: an upper bound, NOT releasable.")]
+    if spec.finetune_learning_rates:
+        blocks += [("h2", f"Finetune learning rate, chosen by rehearsal on public {spec.rehearsal_genre} speakers "
+                          "(no privacy spent)"), ("table", _choice_table(records))]
     blocks += [("h2", "Mixture weights λ per source, mean ± std over seeds"), ("table", lambda_table(records, sources))]
     blocks += [("figure", _figure(frame, out))]
     write_pages(out, "dpaudit-mix pipeline (text track, user-level DP)", blocks)

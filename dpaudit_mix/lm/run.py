@@ -24,7 +24,7 @@ from ..atomic import write_json
 from ..cache import content_key, load_json, load_npz, save_npz
 from ..data import registry
 from ..data.ngram import V
-from ..data.text import text_world
+from ..data.text import speeches, text_world
 from ..errors import require
 from ..pipeline.methods import choose
 from ..pipeline.model import state_arrays
@@ -50,6 +50,8 @@ class TextWorld:
     test_windows: np.ndarray  # every window of the held-out speakers' speeches
     split_a: np.ndarray  # the users DP-MixMin sees
     split_b: np.ndarray  # the other users: the finetune's under parallel composition
+    rehearsal_users: tuple[np.ndarray, ...]  # public speakers' windows, per speaker: rehearsals train here
+    rehearsal_test: np.ndarray  # the genre's other speakers' windows: rehearsals are scored here
 
 
 def build_text_world(spec: TextPipelineSpec) -> TextWorld:
@@ -61,9 +63,24 @@ def build_text_world(spec: TextPipelineSpec) -> TextWorld:
     require(1 <= size_a < count, f"rho = {spec.rho:g} of {count} training speakers leaves a split empty")
     order = np.random.default_rng([spec.seed, 4]).permutation(count)
     texts = np.array(sensitive.texts, dtype=object)
+    rehearsal_users, rehearsal_test = _rehearsal(spec.rehearsal_genre, spec.seed)
     return TextWorld(tuple(s.name for s in sources), tuple(lm.all_windows(s.texts) for s in sources), problem,
                      tuple(lm.all_windows(list(texts[users == u])) for u in range(count)),
-                     lm.all_windows(test.texts), np.sort(order[:size_a]), np.sort(order[size_a:]))
+                     lm.all_windows(test.texts), np.sort(order[:size_a]), np.sort(order[size_a:]),
+                     rehearsal_users, rehearsal_test)
+
+
+def _rehearsal(genre: str, seed: int) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """A public genre's speakers split in halves: per-speaker windows to train on, and the other
+    half's windows to score (public data: choosing on it spends no privacy)."""
+    by_speaker: dict[str, list[str]] = {}
+    for speaker, text in speeches(genre):
+        by_speaker.setdefault(speaker, []).append(text)
+    names = sorted(by_speaker)
+    order = np.random.default_rng([seed, 12]).permutation(len(names))
+    half = len(names) // 2
+    return (tuple(lm.all_windows(by_speaker[names[i]]) for i in order[:half]),
+            lm.all_windows([t for i in order[half:] for t in by_speaker[names[i]]]))
 
 
 def _finetune_users(spec: TextPipelineSpec, world: TextWorld) -> np.ndarray:
@@ -167,24 +184,44 @@ def run_text_pipeline(spec: TextPipelineSpec, out: Path, world: TextWorld | None
         base = pretrained[(method, eps, seed)]
         key = content_key(pretrain=base, data=data_key, composition=spec.composition, epsilon=eps, delta=spec.delta,
                           prior=[asdict(p) for p in prior], seed=seed, steps=spec.finetune_steps,
-                          users=spec.finetune_users, clip=spec.finetune_clip, lr=spec.finetune_learning_rate,
-                          windows=spec.windows_per_user, secure=secure)
+                          users=spec.finetune_users, clip=spec.finetune_clip, windows=spec.windows_per_user,
+                          secure=secure, **({"grid": spec.finetune_learning_rates, "rehearsal": spec.rehearsal_genre}
+                                            if spec.finetune_learning_rates else {"lr": spec.finetune_learning_rate}))
 
         def finetune(base: str | None = base, prior: tuple = prior, eps: float = eps, seed: int = seed
                      ) -> dict[str, Any]:
-            model = lm.from_arrays(None if base is None else load_npz(cache.root / "pretrain" / f"{base}.npz"), seed)
+            arrays = None if base is None else load_npz(cache.root / "pretrain" / f"{base}.npz")
+            model = lm.from_arrays(arrays, seed)
             before = lm.perplexity(model, world.test_windows)
             q, sigma = _finetune_sigma(spec, world, eps, prior)
-            config = UserLevelSGD(q, spec.finetune_steps, sigma, spec.finetune_clip, spec.finetune_learning_rate,
+            choice = _choose_learning_rate(spec, world, arrays, q, sigma, seed)
+            config = UserLevelSGD(q, spec.finetune_steps, sigma, spec.finetune_clip, choice["learning_rate"],
                                   spec.windows_per_user)
             train(model, [world.user_windows[u] for u in users], config, seed, secure)
             return {"perplexity": lm.perplexity(model, world.test_windows), "pretrained_perplexity": before,
-                    "finetune_phase": asdict(config.phase)}
+                    "finetune_phase": asdict(config.phase), "finetune_choice": choice}
 
         result = cache.get("finetune", key, "json", finetune, write_json, load_json)
         records.append({"method": method, "epsilon": eps, "seed": seed, "secure": secure, **result,
                         "mixture": mixture, **_privacy(spec, mixture, result)})
     return records
+
+
+def _choose_learning_rate(spec: TextPipelineSpec, world: TextWorld, arrays: dict[str, np.ndarray] | None, q: float,
+                          sigma: float, seed: int) -> dict[str, Any]:
+    """The finetune's learning rate, by one rule for every method, at no privacy cost: each
+    candidate runs the same user-level DP finetune (q, T, σ, C) on the public rehearsal speakers
+    and is scored by perplexity on the genre's other speakers. The test set is never looked at."""
+    grid = spec.finetune_learning_rates
+    if not grid:
+        return {"learning_rate": spec.finetune_learning_rate}
+    scores = {}
+    for lr in grid:
+        config = UserLevelSGD(q, spec.finetune_steps, sigma, spec.finetune_clip, lr, spec.windows_per_user)
+        model = train(lm.from_arrays(arrays, seed), list(world.rehearsal_users), config, seed)
+        scores[lr] = lm.perplexity(model, world.rehearsal_test)
+    return {"learning_rate": min(scores, key=lambda lr: scores[lr]),
+            "rehearsal_perplexity": [{"learning_rate": lr, "perplexity": p} for lr, p in scores.items()]}
 
 
 def _privacy(spec: TextPipelineSpec, mixture: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from .. import accounting
 from ..data import registry
+from ..data.text import GENRES, SENSITIVE_GENRE
 from ..errors import require
 from ..learner import LearnerConfig
 from ..pipeline.spec import COMPOSITIONS, DEFAULT_METHODS
@@ -40,6 +41,11 @@ class TextPipelineSpec:
     finetune_clip: float = 1.0  # C on each user's summed gradient
     finetune_learning_rate: float = 1e-3
     windows_per_user: int = 8  # a user's windows per step, at most
+    # A fair finetune: with a grid given, every run picks its learning rate by one rule, the same
+    # user-level DP finetune (same q, T, σ) rehearsed on half the speakers of a public genre and
+    # scored by perplexity on the other half (no privacy spent); () = the fixed rate above.
+    finetune_learning_rates: tuple[float, ...] = ()
+    rehearsal_genre: str = "romances"
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -61,6 +67,11 @@ class TextPipelineSpec:
         for name in ("pretrain_learning_rate", "finetune_learning_rate", "finetune_clip", "finetune_users"):
             require(getattr(self, name) > 0, f"{name} must be > 0, got {getattr(self, name)}")
         LearnerConfig(steps=self.mix_steps, clip=self.mix_clip, learning_rate=self.mix_learning_rate)
+        require(all(lr > 0 for lr in self.finetune_learning_rates),
+                f"finetune_learning_rates must be > 0, got {list(self.finetune_learning_rates)}")
+        public = [g for g in GENRES if g != SENSITIVE_GENRE]
+        require(self.rehearsal_genre in public,
+                f"rehearsal_genre must be a public genre ({', '.join(public)}), got {self.rehearsal_genre!r}")
 
 
 def load_text_pipeline_spec(path: str | Path, **overrides: Any) -> TextPipelineSpec:
