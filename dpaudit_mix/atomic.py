@@ -11,7 +11,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .errors import require
+from .errors import InputError, require
 
 
 def _fsync(path: str | os.PathLike[str]) -> None:
@@ -79,4 +79,9 @@ def check_output(path: str | os.PathLike[str], folder: bool) -> Path:
         ancestor = ancestor.parent
     require(ancestor.is_dir(), f"cannot create the output {kind} {target}: {ancestor} is a file, not a folder")
     require(os.access(ancestor, os.W_OK | os.X_OK), f"cannot create the output {kind} {target}: {ancestor} is not writable")
+    try:  # permission bits do not tell everything (root, read-only or virtual file systems): try it
+        os.rmdir(tempfile.mkdtemp(prefix=".dpaudit-probe-", dir=ancestor))
+    except OSError as exc:
+        raise InputError(f"cannot create the output {kind} {target}: {ancestor} refuses new entries ({exc.strerror})"
+                         ) from None
     return target

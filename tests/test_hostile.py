@@ -262,6 +262,15 @@ def test_unwritable_output_folder(capsys, tmp_path: Path, problem_file: Path) ->
         locked.chmod(stat.S_IRWXU)
 
 
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs a /proc file system")
+def test_a_folder_that_refuses_entries_is_caught_even_as_root(capsys, tmp_path: Path) -> None:
+    """Permission bits pass for root on /proc; the check tries to create an entry instead. Before,
+    the text pipeline ran minutes on an unwritable cache and died reading it back."""
+    spec = tmp_path / "text.toml"
+    spec.write_text('world = "shakespeare-users"\n')
+    refused(capsys, ["pipeline", str(spec), "--out", "/proc/dpaudit-mix-out"], "refuses new entries", tmp_path)
+
+
 # --- 3: an audit that cannot see is never a pass -----------------------------------------------------------
 
 def test_blind_controls_make_the_audit_inconclusive(capsys, tmp_path: Path, problem_file: Path) -> None:

@@ -14,8 +14,9 @@ import pandas as pd
 import seaborn as sns
 
 from ..atomic import atomic_path
+from ..pipeline.report import mean_std
 from ..reporting import Block, save_figure, write_pages
-from ..stats import ALPHA, COLUMNS, paired_tests
+from ..stats import COLUMNS, finding, paired_tests
 from .spec import TextPipelineSpec
 
 COMPARED = (("uniform", "uniform"), ("random_search", "random search"), ("no_pretrain", "no pretraining"),
@@ -38,33 +39,19 @@ def relative_reduction(frame: pd.DataFrame, method: str, other: str) -> pd.DataF
     return paired_tests({eps: r.to_numpy() for eps, r in reduction.groupby(level="epsilon")})
 
 
-def _mean_std(values: pd.Series, digits: int = 3) -> str:
-    return f"{values.mean():.{digits}f}±{values.std(ddof=1) if len(values) > 1 else 0.0:.{digits}f}"
-
-
 def _summary_table(frame: pd.DataFrame) -> list[list[str]]:
     rows = [["method", "ε", "test perplexity", "before finetune", "total (ε, δ), per user", "releasable"]]
     for (method, eps), group in frame.groupby(["method", "epsilon"], sort=False):
         total = group["epsilon_total"].max()
-        rows.append([method, f"{eps:g}", _mean_std(group["perplexity"]), _mean_std(group["pretrained_perplexity"]),
+        rows.append([method, f"{eps:g}", mean_std(group["perplexity"]), mean_std(group["pretrained_perplexity"]),
                      "not private" if math.isinf(total) else f"({total:.3f}, {group['delta_total'].iloc[0]:g})",
                      "yes" if group["releasable"].all() else "NO (upper bound)"])
     return rows
 
 
 def _findings(frame: pd.DataFrame) -> list[str]:
-    lines = []
-    for other, label in COMPARED:
-        for eps, row in relative_reduction(frame, "dpmixmin", other).iterrows():
-            if math.isnan(row["p"]):
-                lines.append(f"ε = {eps:g}: DP-MixMin against {label}: test perplexity reduction {row['mean']:+.1%} "
-                             f"over {int(row['seeds'])} seed(s): no spread, no test.")
-                continue
-            verdict = ("beats" if row["mean"] > 0 else "trails") if row["p_holm"] < ALPHA else "is not distinguishable from"
-            lines.append(f"ε = {eps:g}: DP-MixMin {verdict} {label}: test perplexity reduction {row['mean']:+.1%} ± "
-                         f"{row['std']:.1%} over {int(row['seeds'])} seeds, paired t-test p = {row['p']:.3g}, "
-                         f"Holm-corrected across ε p = {row['p_holm']:.3g} (α = {ALPHA:g}).")
-    return lines
+    return [finding(eps, row, label, "test perplexity reduction", "+.1%") for other, label in COMPARED
+            for eps, row in relative_reduction(frame, "dpmixmin", other).iterrows()]
 
 
 def lambda_table(records: list[dict[str, Any]], sources: list[str]) -> list[list[str]]:

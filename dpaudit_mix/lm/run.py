@@ -9,7 +9,6 @@ content hash like the image pipeline's (:class:`..pipeline.run.StageCache`).
 
 from __future__ import annotations
 
-import math
 import sys
 from dataclasses import asdict, dataclass
 from functools import lru_cache
@@ -28,7 +27,7 @@ from ..data.text import speeches, text_world
 from ..errors import require
 from ..pipeline.methods import choose
 from ..pipeline.model import state_arrays
-from ..pipeline.run import StageCache, mixture_json
+from ..pipeline.run import StageCache, mixture_json, phases_epsilon, release_privacy
 from ..problem import Problem
 from . import model as lm
 from .spec import TextPipelineSpec
@@ -95,11 +94,6 @@ def _calibrate(epsilon: float, delta: float, sample_rate: float, steps: int,
     return accounting.calibrate(epsilon, delta, sample_rate, steps, prior=prior)
 
 
-@lru_cache(maxsize=None)
-def _epsilon(phases: tuple[accounting.GaussianPhase, ...], delta: float) -> float:
-    return accounting.epsilon(phases, delta)
-
-
 def _finetune_sigma(spec: TextPipelineSpec, world: TextWorld, epsilon: float,
                     prior: tuple[accounting.GaussianPhase, ...]) -> tuple[float, float]:
     """(q, σ) of the user-level finetune: q = expected users / users, σ so that it (after
@@ -160,6 +154,7 @@ def run_text_pipeline(spec: TextPipelineSpec, out: Path, world: TextWorld | None
         mixtures[(method, eps, seed)] = cache.get("mixture", key, "json", mix, write_json, load_json)
 
     pretrained: dict[tuple[str, float, int], str | None] = {}
+    pretrained_arrays: dict[str, dict[str, np.ndarray]] = {}  # held, not re-read: the cache may be unwritable
     for method, eps, seed in tqdm(jobs, desc="pretrain", unit="model", **show):
         weights = mixtures[(method, eps, seed)]["weights"]
         if weights is None:
@@ -172,7 +167,7 @@ def run_text_pipeline(spec: TextPipelineSpec, out: Path, world: TextWorld | None
             data = _pretrain_windows(world, weights, spec.pretrain_windows, np.random.default_rng([spec.seed, 6, seed]))
             return state_arrays(lm.pretrain(data, spec.pretrain_epochs, spec.pretrain_learning_rate, seed))
 
-        cache.get("pretrain", key, "npz", pretrain, save_npz, load_npz)
+        pretrained_arrays[key] = cache.get("pretrain", key, "npz", pretrain, save_npz, load_npz)
         pretrained[(method, eps, seed)] = key
 
     users = _finetune_users(spec, world)
@@ -190,7 +185,7 @@ def run_text_pipeline(spec: TextPipelineSpec, out: Path, world: TextWorld | None
 
         def finetune(base: str | None = base, prior: tuple = prior, eps: float = eps, seed: int = seed
                      ) -> dict[str, Any]:
-            arrays = None if base is None else load_npz(cache.root / "pretrain" / f"{base}.npz")
+            arrays = None if base is None else pretrained_arrays[base]
             model = lm.from_arrays(arrays, seed)
             before = lm.perplexity(model, world.test_windows)
             q, sigma = _finetune_sigma(spec, world, eps, prior)
@@ -202,8 +197,11 @@ def run_text_pipeline(spec: TextPipelineSpec, out: Path, world: TextWorld | None
                     "finetune_phase": asdict(config.phase), "finetune_choice": choice}
 
         result = cache.get("finetune", key, "json", finetune, write_json, load_json)
+        finetune_phase = accounting.GaussianPhase(**result["finetune_phase"])
         records.append({"method": method, "epsilon": eps, "seed": seed, "secure": secure, **result,
-                        "mixture": mixture, **_privacy(spec, mixture, result)})
+                        "mixture": mixture, **release_privacy(mixture, finetune_phase,
+                                                              phases_epsilon((finetune_phase,), spec.delta),
+                                                              spec.delta, spec.composition == "sequential")})
     return records
 
 
@@ -222,16 +220,3 @@ def _choose_learning_rate(spec: TextPipelineSpec, world: TextWorld, arrays: dict
         scores[lr] = lm.perplexity(model, world.rehearsal_test)
     return {"learning_rate": min(scores, key=lambda lr: scores[lr]),
             "rehearsal_perplexity": [{"learning_rate": lr, "perplexity": p} for lr, p in scores.items()]}
-
-
-def _privacy(spec: TextPipelineSpec, mixture: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
-    """The release's total user-level (ε, δ): parallel = max over disjoint users, sequential = composed."""
-    if not mixture["releasable"]:
-        return {"epsilon_total": math.inf, "delta_total": spec.delta, "releasable": False}
-    finetune = accounting.GaussianPhase(**result["finetune_phase"])
-    phases = [accounting.GaussianPhase(**mixture["phase"])] if mixture["phase"] else []
-    if spec.composition == "sequential":
-        total = _epsilon((*phases, finetune), spec.delta)
-    else:
-        total = accounting.parallel(*[(_epsilon((p,), spec.delta), spec.delta) for p in [*phases, finetune]])[0]
-    return {"epsilon_total": total, "delta_total": spec.delta, "releasable": True}

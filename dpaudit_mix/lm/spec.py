@@ -7,12 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import accounting
 from ..data import registry
 from ..data.text import GENRES, SENSITIVE_GENRE
 from ..errors import require
 from ..learner import LearnerConfig
-from ..pipeline.spec import COMPOSITIONS, DEFAULT_METHODS
+from ..pipeline.spec import DEFAULT_METHODS, check_shared_keys
 from ..specfile import Seed, check_fields, load_spec_file
 
 
@@ -51,22 +50,12 @@ class TextPipelineSpec:
         check_fields(self)
         require(registry.canonical(self.world) == registry.TEXT_WORLD,
                 f"the text pipeline runs the {registry.TEXT_WORLD} world, not {self.world}")
-        require(len(self.epsilons) >= 1, "the ε grid is empty: give at least one epsilon")
-        for eps in self.epsilons:
-            accounting.check_epsilon(eps)
-        accounting.check_delta(self.delta)
-        unknown = [m for m in self.methods if m not in DEFAULT_METHODS]
-        require(not unknown and self.methods, f"unknown method(s) {', '.join(unknown) or '(none given)'} for the text "
-                f"pipeline; choose from {', '.join(DEFAULT_METHODS)}")
-        require(0 < self.rho < 1, f"rho must be in (0, 1), got {self.rho}")
-        require(self.composition in COMPOSITIONS, f"composition must be one of {COMPOSITIONS}, got {self.composition!r}")
-        require(0 < self.mix_share < 1, f"mix_share must be in (0, 1), got {self.mix_share}")
+        check_shared_keys(self, DEFAULT_METHODS, " for the text pipeline")
         for name in ("seeds", "search_candidates", "pretrain_windows", "pretrain_epochs", "finetune_steps",
                      "windows_per_user"):
             require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("pretrain_learning_rate", "finetune_learning_rate", "finetune_clip", "finetune_users"):
             require(getattr(self, name) > 0, f"{name} must be > 0, got {getattr(self, name)}")
-        LearnerConfig(steps=self.mix_steps, clip=self.mix_clip, learning_rate=self.mix_learning_rate)
         require(all(lr > 0 for lr in self.finetune_learning_rates),
                 f"finetune_learning_rates must be > 0, got {list(self.finetune_learning_rates)}")
         public = [g for g in GENRES if g != SENSITIVE_GENRE]

@@ -17,7 +17,7 @@ import seaborn as sns
 
 from ..atomic import atomic_path
 from ..reporting import Block, save_figure, write_pages
-from ..stats import ALPHA, COLUMNS, paired_tests
+from ..stats import COLUMNS, finding, paired_tests
 from .model import CLASSES
 from .spec import PipelineSpec
 
@@ -42,7 +42,7 @@ def results_frame(records: list[dict[str, Any]], composition: str) -> pd.DataFra
     return frame
 
 
-def _mean_std(values: pd.Series) -> str:
+def mean_std(values: pd.Series) -> str:
     return f"{values.mean():.3f}±{values.std(ddof=1) if len(values) > 1 else 0.0:.3f}"
 
 
@@ -52,7 +52,7 @@ def _summary_table(frame: pd.DataFrame) -> list[list[str]]:
         macro = group[group["task"] == "macro"]["value"]
         acc = group[group["task"] == "multiclass"]["value"]
         total = group["epsilon_total"].max()
-        rows.append([method, f"{eps:g}", _mean_std(macro), _mean_std(acc),
+        rows.append([method, f"{eps:g}", mean_std(macro), mean_std(acc),
                      "not private" if math.isinf(total) else f"({total:.3f}, {group['delta_total'].iloc[0]:g})",
                      "yes" if group["releasable"].all() else "NO (upper bound)"])
     return rows
@@ -67,20 +67,10 @@ def paired_differences(frame: pd.DataFrame, method: str, other: str) -> pd.DataF
 
 
 def _findings(frame: pd.DataFrame) -> list[str]:
-    lines = []
-    for other, label in (("uniform", "uniform"), ("random_search", "random search"), ("no_pretrain", "no pretraining"),
-                         ("nonprivate_mixmin", "the non-private upper bound")):
-        diff = paired_differences(frame, "dpmixmin", other)
-        for eps, row in diff.iterrows():
-            if math.isnan(row["p"]):
-                lines.append(f"ε = {eps:g}: DP-MixMin − {label}: macro AUC difference {row['mean']:+.4f} over "
-                             f"{int(row['seeds'])} seed(s): no spread, no test.")
-                continue
-            verdict = ("beats" if row["mean"] > 0 else "trails") if row["p_holm"] < ALPHA else "is not distinguishable from"
-            lines.append(f"ε = {eps:g}: DP-MixMin {verdict} {label}: macro AUC difference {row['mean']:+.4f} ± "
-                         f"{row['std']:.4f} over {int(row['seeds'])} seeds, paired t-test p = {row['p']:.3g}, "
-                         f"Holm-corrected across ε p = {row['p_holm']:.3g} (α = {ALPHA:g}).")
-    return lines
+    return [finding(eps, row, label, "macro AUC difference", "+.4f")
+            for other, label in (("uniform", "uniform"), ("random_search", "random search"),
+                                 ("no_pretrain", "no pretraining"), ("nonprivate_mixmin", "the non-private upper bound"))
+            for eps, row in paired_differences(frame, "dpmixmin", other).iterrows()]
 
 
 def _choice_table(records: list[dict[str, Any]]) -> list[list[str]]:

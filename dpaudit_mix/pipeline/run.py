@@ -12,6 +12,7 @@ import math
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -171,6 +172,7 @@ def run_pipeline(spec: PipelineSpec, out: Path, progress: bool = True, world: Wo
             write_json, load_json)
 
     pretrained: dict[tuple[str, float, int], str | None] = {}
+    pretrained_arrays: dict[str, dict[str, np.ndarray]] = {}  # held, not re-read: the cache may be unwritable
     for method, eps, seed in tqdm(jobs, desc="pretrain", unit="model", **show):
         weights = mixtures[(method, eps, seed)]["weights"]
         if weights is None and method != "warm":
@@ -186,7 +188,7 @@ def run_pipeline(spec: PipelineSpec, out: Path, progress: bool = True, world: Wo
             return cnn.state_arrays(cnn.pretrain(images, labels, spec.pretrain_epochs, spec.pretrain_learning_rate,
                                                  seed))
 
-        cache.get("pretrain", key, "npz", train, save_npz, load_npz)
+        pretrained_arrays[key] = cache.get("pretrain", key, "npz", train, save_npz, load_npz)
         pretrained[(method, eps, seed)] = key
 
     finetune_rows = np.arange(len(world.train_labels)) if sequential else world.split_b
@@ -203,7 +205,7 @@ def run_pipeline(spec: PipelineSpec, out: Path, progress: bool = True, world: Wo
 
         def finetune(base: str | None = base, prior: tuple = prior, eps: float = eps, seed: int = seed
                      ) -> dict[str, Any]:
-            arrays = None if base is None else load_npz(cache.root / "pretrain" / f"{base}.npz")
+            arrays = None if base is None else pretrained_arrays[base]
             choice = _choose_finetune(spec, world, len(finetune_rows), arrays, eps, prior, seed)
             tuned = cnn.dp_finetune(cnn.from_arrays(arrays, seed), world.train_images[finetune_rows],
                                     world.train_labels[finetune_rows], eps, spec.delta, choice["epochs"],
@@ -216,7 +218,8 @@ def run_pipeline(spec: PipelineSpec, out: Path, progress: bool = True, world: Wo
 
         result = cache.get("finetune", key, "json", finetune, write_json, load_json)
         records.append({"method": method, "epsilon": eps, "seed": seed, "secure": secure, **result, "mixture": mixture,
-                        **_privacy(spec, mixture, result)})
+                        **release_privacy(mixture, accounting.GaussianPhase(**result["finetune_phase"]),
+                                          result["finetune_opacus_epsilon"], spec.delta, sequential)})
     return records
 
 
@@ -244,16 +247,23 @@ def _choose_finetune(spec: PipelineSpec, world: World, n_private: int, arrays: d
             "validation_macro_auc": [{"learning_rate": c[0], "epochs": c[1], "macro_auc": a} for c, a in scores.items()]}
 
 
-def _privacy(spec: PipelineSpec, mixture: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
-    """The release's total (ε, δ): parallel = max over the disjoint splits, sequential = composed."""
+@lru_cache(maxsize=None)
+def phases_epsilon(phases: tuple[accounting.GaussianPhase, ...], delta: float) -> float:
+    """ε of ``phases`` composed (PLD), once per setting: every seed of a run asks for the same."""
+    return accounting.epsilon(phases, delta)
+
+
+def release_privacy(mixture: dict[str, Any], finetune: accounting.GaussianPhase, finetune_epsilon: float,
+                    delta: float, sequential: bool) -> dict[str, Any]:
+    """The release's total (ε, δ) per privacy unit: parallel = max over the disjoint splits,
+    sequential = the mixture and the finetune composed. ``finetune_epsilon`` is the finetune's
+    own ε, from the accountant that calibrated it."""
     if not mixture["releasable"]:
-        return {"epsilon_total": math.inf, "delta_total": spec.delta, "releasable": False}
-    finetune = accounting.GaussianPhase(**result["finetune_phase"])
-    phases = [accounting.GaussianPhase(**mixture["phase"])] if mixture["phase"] else []
-    if spec.composition == "sequential":
-        total = accounting.epsilon([*phases, finetune], spec.delta)
+        return {"epsilon_total": math.inf, "delta_total": delta, "releasable": False}
+    phases = (accounting.GaussianPhase(**mixture["phase"]),) if mixture["phase"] else ()
+    if sequential:
+        total = phases_epsilon((*phases, finetune), delta)
     else:
-        costs = [(result["finetune_opacus_epsilon"], spec.delta)]
-        costs += [(accounting.epsilon(phases, spec.delta), spec.delta)] if phases else []
+        costs = [(finetune_epsilon, delta)] + ([(phases_epsilon(phases, delta), delta)] if phases else [])
         total = accounting.parallel(*costs)[0]
-    return {"epsilon_total": total, "delta_total": spec.delta, "releasable": True}
+    return {"epsilon_total": total, "delta_total": delta, "releasable": True}

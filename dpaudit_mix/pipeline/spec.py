@@ -52,16 +52,7 @@ class PipelineSpec:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        require(len(self.epsilons) >= 1, "the ε grid is empty: give at least one epsilon")
-        for eps in self.epsilons:
-            accounting.check_epsilon(eps)
-        accounting.check_delta(self.delta)
-        unknown = [m for m in self.methods if m not in METHODS]
-        require(not unknown and self.methods, f"unknown method(s) {', '.join(unknown) or '(none given)'}; "
-                f"choose from {', '.join(METHODS)}")
-        require(0 < self.rho < 1, f"rho must be in (0, 1), got {self.rho}")
-        require(self.composition in COMPOSITIONS, f"composition must be one of {COMPOSITIONS}, got {self.composition!r}")
-        require(0 < self.mix_share < 1, f"mix_share must be in (0, 1), got {self.mix_share}")
+        check_shared_keys(self, METHODS)
         for name in ("sensitive_fraction", "public_fraction"):
             value = getattr(self, name)
             require(0 < value <= 1, f"{name} must be in (0, 1], got {value}")
@@ -70,7 +61,6 @@ class PipelineSpec:
             require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("pretrain_learning_rate", "finetune_learning_rate", "finetune_clip"):
             require(getattr(self, name) > 0, f"{name} must be > 0, got {getattr(self, name)}")
-        LearnerConfig(steps=self.mix_steps, clip=self.mix_clip, learning_rate=self.mix_learning_rate)
         registry.image_world(self.world)
         require(all(lr > 0 for lr in self.finetune_learning_rates),
                 f"finetune_learning_rates must be > 0, got {list(self.finetune_learning_rates)}")
@@ -82,6 +72,22 @@ class PipelineSpec:
         """(learning rate, epochs) candidates; one (the fixed values) when no grid is given."""
         return [(lr, e) for lr in self.finetune_learning_rates or (self.finetune_learning_rate,)
                 for e in self.finetune_epochs_grid or (self.finetune_epochs,)]
+
+
+def check_shared_keys(spec: Any, methods: tuple[str, ...], scope: str = "") -> None:
+    """The keys the image and the text pipeline share: budgets, methods (from ``methods``), the
+    split A fraction, the composition and the mixture learner's settings."""
+    require(len(spec.epsilons) >= 1, "the ε grid is empty: give at least one epsilon")
+    for eps in spec.epsilons:
+        accounting.check_epsilon(eps)
+    accounting.check_delta(spec.delta)
+    unknown = [m for m in spec.methods if m not in methods]
+    require(not unknown and spec.methods, f"unknown method(s) {', '.join(unknown) or '(none given)'}{scope}; "
+            f"choose from {', '.join(methods)}")
+    require(0 < spec.rho < 1, f"rho must be in (0, 1), got {spec.rho}")
+    require(spec.composition in COMPOSITIONS, f"composition must be one of {COMPOSITIONS}, got {spec.composition!r}")
+    require(0 < spec.mix_share < 1, f"mix_share must be in (0, 1), got {spec.mix_share}")
+    LearnerConfig(steps=spec.mix_steps, clip=spec.mix_clip, learning_rate=spec.mix_learning_rate)
 
 
 def load_pipeline_spec(path: str | Path, **overrides: Any) -> PipelineSpec:
