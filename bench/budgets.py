@@ -18,6 +18,9 @@ import time
 
 from dpaudit_mix.data import registry
 from dpaudit_mix.learner import LearnerConfig, fit
+from dpaudit_mix.randomness import stream
+
+NOISE = stream(0, "learner-noise", bench="budgets")
 
 
 def wall(*argv: str) -> float:
@@ -34,12 +37,12 @@ def cell_speedup(seeds: int = 5, repeats: int = 5) -> tuple[float, float]:
     config = LearnerConfig(noise_multiplier=37.3)
     start = time.perf_counter()
     for _ in range(repeats):
-        fit(problem, config, seeds)
+        fit(problem, config, seeds, NOISE)
     batched = (time.perf_counter() - start) / repeats
     start = time.perf_counter()
     for _ in range(repeats):
         for r in range(seeds):
-            fit(problem, config, [r])
+            fit(problem, config, [r], NOISE)
     return batched, (time.perf_counter() - start) / repeats
 
 

@@ -20,6 +20,7 @@ from threadpoolctl import threadpool_limits
 from dpaudit_mix.learner import BLOCK, LearnerConfig, default_threads, fit
 from dpaudit_mix.mixmin import scaled_likelihoods
 from dpaudit_mix.problem import Problem
+from dpaudit_mix.randomness import stream
 
 N, K, T = 9_000, 14, 100
 
@@ -72,9 +73,9 @@ def main() -> None:
     prob = Problem(logp, tuple(f"s{i}" for i in range(K)))
     config = LearnerConfig(steps=T, noise_multiplier=40.0)
     threads = default_threads()
-    fit(prob, config, 64)  # warm-up
+    fit(prob, config, 64, stream(0, "learner-noise", bench="warm-up"))
     start = time.perf_counter()
-    fit(prob, config, args.runs, seed=1)
+    fit(prob, config, args.runs, stream(1, "learner-noise", bench="learner"))
     batched = time.perf_counter() - start
     roofline = gemm_roofline(logp, args.runs, threads)
     p, _ = scaled_likelihoods(logp)

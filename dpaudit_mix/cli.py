@@ -21,6 +21,7 @@ from .audit import BACKENDS
 from .data import registry
 from .errors import InputError, require
 from .learner import LearnerConfig
+from .randomness import stream
 from .resources import require_memory
 
 # Each command imports what it needs when it runs: torch, opacus, pandas and seaborn take seconds
@@ -101,9 +102,16 @@ def cmd_mix(args: argparse.Namespace) -> None:
     LearnerConfig(steps=args.steps, clip=args.clip, sample_rate=args.sample_rate)  # validate before calibrating
     require_memory(args.runs * prob.k * MIX_BYTES_PER_WEIGHT, f"mix --runs {args.runs} (it returns every λ)")
     sigma = accounting.calibrate(args.epsilon, args.delta, args.sample_rate, args.steps, args.accountant)
+    require(not (args.secure and args.seed is not None), "--secure and --seed exclude each other: --seed makes "
+            "the noise reproducible, which a release must not be")
+    seeded = args.seed is not None
+    if seeded:
+        print(f"dpaudit-mix: warning: --seed {args.seed}: the noise is reproducible from the seed; for audits and "
+              "experiments, not for release", file=sys.stderr)
     config = LearnerConfig(steps=args.steps, clip=args.clip, noise_multiplier=sigma, sample_rate=args.sample_rate,
-                           user_level=args.user_level, secure=args.secure)
-    weights = fit(prob, config, args.runs, seed=args.seed).weights
+                           user_level=args.user_level, secure=not seeded)
+    noise = stream(args.seed, "learner-noise", command="mix") if seeded else None
+    weights = fit(prob, config, args.runs, noise).weights
     losses = fit_losses(prob, weights)
     spent = accounting.epsilons([accounting.GaussianPhase(sigma, args.sample_rate, args.steps)], args.delta)
     single = args.runs == 1
@@ -118,7 +126,8 @@ def cmd_mix(args: argparse.Namespace) -> None:
         "claim": f"(epsilon, delta) = ({args.epsilon:g}, {args.delta:g}) rests on the {args.accountant} accountant, "
                  "which calibrated sigma; epsilon_by_accountant shows what the others certify for the same sigma",
         "epsilon_by_accountant": spent,
-        "secure": args.secure,
+        "noise": "seeded" if seeded else "csprng",
+        **({"seed": args.seed} if seeded else {}),
     }, args.out)
 
 
@@ -312,12 +321,13 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--epsilon", type=_finite)
     mix.add_argument("--delta", type=_finite)
     mix.add_argument("--runs", type=_positive_int, default=1)
-    mix.add_argument("--seed", type=_seed, default=0)
+    mix.add_argument("--seed", type=_seed, help="reproducible noise from this seed (audits, experiments; never for "
+                     "release). Default: noise from the OS CSPRNG")
     mix.add_argument("--steps", type=_positive_int, default=LearnerConfig.steps)
     mix.add_argument("--clip", type=_finite, default=LearnerConfig.clip)
     mix.add_argument("--sample-rate", type=_finite, default=1.0)
     mix.add_argument("--user-level", action="store_true")
-    mix.add_argument("--secure", action="store_true", help="noise from the OS CSPRNG (for releases)")
+    mix.add_argument("--secure", action="store_true", help="noise from the OS CSPRNG (the default without --seed)")
     mix.add_argument("--accountant", choices=accounting.ACCOUNTANTS, default=accounting.DEFAULT_ACCOUNTANT)
     mix.add_argument("--out")
     mix.set_defaults(func=cmd_mix)

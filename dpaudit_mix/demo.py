@@ -16,6 +16,7 @@ from .data import registry
 from .learner import LearnerConfig, fit, fit_losses
 from .mixmin import mixmin
 from .problem import save
+from .randomness import stream
 from .recovery.metrics import cos_similarity
 from .release.gate import Refused, release
 
@@ -43,7 +44,7 @@ def main() -> int:
     losses = {"λ★": f"{star.loss:.4f}"}
     for eps in EPSILONS:
         sigma = accounting.calibrate(eps, DELTA, 1.0, 100)
-        runs = fit(prob, LearnerConfig(noise_multiplier=sigma), RUNS, seed=0).weights
+        runs = fit(prob, LearnerConfig(noise_multiplier=sigma), RUNS, stream(0, "learner-noise", demo=eps)).weights
         columns[f"ε={eps:g}"] = runs.mean(axis=0)
         losses[f"ε={eps:g}"] = f"{fit_losses(prob, runs).mean():.4f}"
     print(f"problem mnist/{prob.task}: n={prob.n}, k={prob.k}; DP columns are means over {RUNS} runs "

@@ -22,7 +22,7 @@ from threadpoolctl import threadpool_limits
 
 from .errors import require
 from .mixmin import mixture_loss, scaled_likelihoods
-from .noise import RandomSource, SecureSource, run_stream
+from .randomness import RandomSource, SecureSource, Stream
 from .problem import Problem
 from .specfile import check_fields
 
@@ -170,7 +170,7 @@ def _fit_block(
     prep: _Prepared,
     config: LearnerConfig,
     runs: np.ndarray,
-    seed: int,
+    noise: Stream | None,
     canary: Canary | None,
     include: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
@@ -180,10 +180,10 @@ def _fit_block(
     T, C, q = config.steps, config.clip, config.sample_rate
     noise_scale = _noise_scale(config.noise_multiplier * C, k)
     streams: list[RandomSource] = (
-        [SecureSource()] * r_count if config.secure else [run_stream(seed, int(r)) for r in runs]
+        [SecureSource()] * r_count if noise is None else [noise.child(run=int(r)).numpy() for r in runs]
     )
     if not config.poisson:
-        noise = np.stack([s.standard_normal((T, k)) for s in streams], axis=2).astype(np.float32)
+        gaussians = np.stack([s.standard_normal((T, k)) for s in streams], axis=2).astype(np.float32)
     log_lam = np.full((k, r_count), -np.log(k))
     scores = np.zeros(r_count) if canary is not None else None
     included = np.zeros(r_count, dtype=np.float32) if include is None else include.astype(np.float32)
@@ -198,7 +198,7 @@ def _fit_block(
             canary_in = included * draws[-1]
             step_noise = np.stack([s.standard_normal(k) for s in streams], axis=1).astype(np.float32)
         else:
-            step_noise = noise[t]
+            step_noise = gaussians[t]
         total = _clipped_sum(prep, lam, C, mask)
         if canary is not None:
             canary_grad = _canary_gradient(canary, lam, C)
@@ -225,19 +225,23 @@ def fit(
     problem: Problem,
     config: LearnerConfig,
     runs: int | np.ndarray,
-    seed: int = 0,
+    noise: Stream | None = None,
     canary: Canary | None = None,
     include: np.ndarray | None = None,
     threads: int | None = None,
 ) -> FitResult:
     """Run the DP-MixMin fits with run ids ``runs`` (an int R means 0..R−1) in one call.
 
+    Run r draws its noise (and Poisson masks) from ``noise.child(run=r)``; with
+    ``config.secure`` (and only then) ``noise`` is None and every draw comes from the OS CSPRNG.
+
     ``include[r]`` marks the runs whose dataset contains ``canary``. Blocks of runs are spread
     over ``threads`` threads (numpy releases the GIL), each with a single-threaded BLAS.
     """
     run_ids = np.arange(runs) if isinstance(runs, (int, np.integer)) else np.asarray(runs)
     require(run_ids.ndim == 1 and len(run_ids) >= 1, "need at least one run")
-    require(isinstance(seed, (int, np.integer)) and seed >= 0, f"seed must be an integer >= 0, got {seed!r}")
+    require(config.secure == (noise is None), "a fit draws from a named stream, or from the OS CSPRNG when "
+            "config.secure; give exactly one")
     if include is not None:
         require(canary is not None, "include was given without a canary")
         require(include.shape == run_ids.shape, "include needs one flag per run")
@@ -260,7 +264,7 @@ def fit(
             inc = np.zeros(BLOCK, dtype=bool)
             where = np.flatnonzero(run_ids // BLOCK == block)
             inc[run_ids[where] - block * BLOCK] = include[where]
-        return _fit_block(prep, config, ids, seed, canary, inc)
+        return _fit_block(prep, config, ids, noise, canary, inc)
 
     with threadpool_limits(limits=1):
         if threads == 1 or len(blocks) == 1:

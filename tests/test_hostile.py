@@ -18,6 +18,7 @@ from dpaudit_mix.audit.engine import AuditSpec, load_spec, run_audit
 from dpaudit_mix.cli import EXIT_INCONCLUSIVE, main
 from dpaudit_mix.errors import InputError
 from dpaudit_mix.problem import Problem, save
+from dpaudit_mix.randomness import stream
 from dpaudit_mix.recovery.grid import plan
 from dpaudit_mix.recovery.spec import RecoverySpec
 
@@ -369,7 +370,7 @@ def test_a_non_finite_lambda_is_an_error_for_every_caller(monkeypatch, small_pro
 
     monkeypatch.setattr(learner, "_fit_block", overflowing)
     with pytest.raises(InputError, match="non-finite λ"):
-        learner.fit(small_problem, learner.LearnerConfig(noise_multiplier=1.0, steps=3), 4)
+        learner.fit(small_problem, learner.LearnerConfig(noise_multiplier=1.0, steps=3), 4, stream(0, "learner-noise"))
 
 
 def test_a_user_level_audit_of_regrouped_users_never_reuses_chunks(tmp_path: Path) -> None:

@@ -10,8 +10,11 @@ from dpaudit_mix.errors import InputError
 from dpaudit_mix.learner import BLOCK, Canary, LearnerConfig, clipped_gradient_sum, fit
 from dpaudit_mix.mixmin import mixmin, scaled_likelihoods
 from dpaudit_mix.problem import Problem
+from dpaudit_mix.randomness import stream
 
 from .conftest import random_problem
+
+NOISE = stream(0, "learner-noise", test="learner")
 
 
 def _eg_iterates(logp: np.ndarray, steps: int, lr: float) -> np.ndarray:
@@ -21,7 +24,7 @@ def _eg_iterates(logp: np.ndarray, steps: int, lr: float) -> np.ndarray:
 
 def test_noiseless_unclipped_is_exponentiated_gradient(small_problem: Problem) -> None:
     config = LearnerConfig(steps=40, clip=1e6, noise_multiplier=0.0, learning_rate=0.7)
-    weights = fit(small_problem, config, 3).weights
+    weights = fit(small_problem, config, 3, NOISE).weights
     np.testing.assert_allclose(weights, np.tile(_eg_iterates(small_problem.logp, 40, 0.7), (3, 1)), atol=2e-5)
 
 
@@ -53,7 +56,7 @@ def test_noise_scale_and_normaliser() -> None:
     n, k, sigma, clip, q = 50, 4, 2.0, 0.5, 0.4
     prob = Problem(np.full((n, k), -0.3), tuple("abcd"))
     config = LearnerConfig(steps=1, clip=clip, noise_multiplier=sigma, sample_rate=q, learning_rate=1.0)
-    weights = fit(prob, config, 4 * BLOCK, seed=5).weights
+    weights = fit(prob, config, 4 * BLOCK, noise=stream(5, "learner-noise")).weights
     centred_log = np.log(weights) - np.log(weights).mean(axis=1, keepdims=True)
     # the centred log-weights of one run are −σC/(qn)·(z − mean z): variance (1 − 1/k)(σC/qn)².
     expected = (sigma * clip / (q * n)) ** 2 * (1 - 1 / k)
@@ -62,26 +65,26 @@ def test_noise_scale_and_normaliser() -> None:
 
 def test_runs_do_not_depend_on_chunking_or_threads(small_problem: Problem) -> None:
     config = LearnerConfig(steps=10, noise_multiplier=3.0)
-    whole = fit(small_problem, config, 2 * BLOCK + 9, seed=7, threads=2).weights
-    part = fit(small_problem, config, np.arange(BLOCK + 3, 2 * BLOCK + 9), seed=7, threads=1).weights
+    whole = fit(small_problem, config, 2 * BLOCK + 9, noise=stream(7, "learner-noise"), threads=2).weights
+    part = fit(small_problem, config, np.arange(BLOCK + 3, 2 * BLOCK + 9), noise=stream(7, "learner-noise"), threads=1).weights
     np.testing.assert_array_equal(whole[BLOCK + 3:], part)
-    other_seed = fit(small_problem, config, 5, seed=8).weights
+    other_seed = fit(small_problem, config, 5, noise=stream(8, "learner-noise")).weights
     assert not np.allclose(other_seed, whole[:5])
     assert len({tuple(row) for row in whole.round(12)}) == len(whole)  # independent runs differ
 
 
 def test_poisson_runs_reproducible(small_problem: Problem) -> None:
     config = LearnerConfig(steps=5, noise_multiplier=1.0, sample_rate=0.3)
-    a = fit(small_problem, config, [3, 70], seed=1).weights
-    b = fit(small_problem, config, [70, 3], seed=1).weights
+    a = fit(small_problem, config, [3, 70], noise=stream(1, "learner-noise")).weights
+    b = fit(small_problem, config, [70, 3], noise=stream(1, "learner-noise")).weights
     np.testing.assert_array_equal(a, b[::-1])
 
 
 def test_user_level_with_singleton_users_equals_example_level(small_problem: Problem) -> None:
     singletons = Problem(small_problem.logp, small_problem.sources, users=np.arange(small_problem.n)[::-1].copy())
     config = LearnerConfig(steps=8, noise_multiplier=2.0, clip=0.5)
-    user = fit(singletons, replace(config, user_level=True), 4, seed=3).weights
-    example = fit(singletons, config, 4, seed=3).weights
+    user = fit(singletons, replace(config, user_level=True), 4, noise=stream(3, "learner-noise")).weights
+    example = fit(singletons, config, 4, noise=stream(3, "learner-noise")).weights
     np.testing.assert_allclose(user, example, rtol=1e-5, atol=1e-7)
 
 
@@ -96,12 +99,12 @@ def test_user_level_clips_the_user_sum() -> None:
 
 def test_user_level_needs_users(small_problem: Problem) -> None:
     with pytest.raises(InputError, match="users"):
-        fit(small_problem, LearnerConfig(user_level=True), 1)
+        fit(small_problem, LearnerConfig(user_level=True), 1, NOISE)
 
 
 def test_secure_mode_runs_differ(small_problem: Problem) -> None:
     config = LearnerConfig(steps=3, noise_multiplier=1.0, secure=True)
-    a, b = fit(small_problem, config, 2, seed=0).weights, fit(small_problem, config, 2, seed=0).weights
+    a, b = fit(small_problem, config, 2).weights, fit(small_problem, config, 2).weights
     assert not np.array_equal(a, b)
     assert np.allclose(a.sum(axis=1), 1)
 
@@ -110,7 +113,7 @@ def test_max_clip_canary_shifts_included_runs(small_problem: Problem) -> None:
     direction = np.array([1.0, -1.0, 0.0, 0.0, 0.0]) / np.sqrt(2)
     canary = Canary(gradient=direction * 3.0)
     include = np.arange(2 * BLOCK) % 2 == 0
-    result = fit(small_problem, LearnerConfig(steps=20, noise_multiplier=0.5), 2 * BLOCK, seed=1,
+    result = fit(small_problem, LearnerConfig(steps=20, noise_multiplier=0.5), 2 * BLOCK, noise=stream(1, "learner-noise"),
                  canary=canary, include=include)
     s_in, s_out = result.whitebox_scores[include], result.whitebox_scores[~include]
     # white-box score: Σ_t ⟨noise + canary, v̂⟩ has mean 3T in, 0 out, std σC√T = 1.5·√20

@@ -15,6 +15,9 @@ from dpaudit_mix.errors import InputError
 from dpaudit_mix.lm import model as lm
 from dpaudit_mix.lm.spec import TextPipelineSpec
 from dpaudit_mix.lm.userdp import UserLevelSGD, clip_rows, noisy_mean, released_step, train, user_gradient
+from dpaudit_mix.randomness import Key
+
+KEY = Key(0).child(test="lm")
 
 
 class Silent:
@@ -45,7 +48,7 @@ def test_windows_predict_every_character_once() -> None:
 def test_user_with_many_examples_moves_a_step_by_at_most_clip() -> None:
     """Per-step sensitivity, directly: adding a user with 300 windows (its raw summed gradient far
     above C) changes the released sum by exactly C, and by at most C for any user."""
-    model = lm.new_model(0)
+    model = lm.new_model(KEY)
     base = _users(1, [3, 5, 2, 7])
     heavy = _users(2, [300])[0]
     light = _users(3, [1])[0]
@@ -54,7 +57,7 @@ def test_user_with_many_examples_moves_a_step_by_at_most_clip() -> None:
     assert float(user_gradient(model, heavy).norm()) > 10 * config.clip
 
     def released_sum(users: list[torch.Tensor]) -> torch.Tensor:
-        return released_step(model, users, config, Silent()) * config.sample_rate * len(users)
+        return released_step(model, users, config, Silent(), Silent()) * config.sample_rate * len(users)
 
     without = released_sum(base)
     change_heavy = float((released_sum([*base, heavy]) - without).norm())
@@ -65,12 +68,13 @@ def test_user_with_many_examples_moves_a_step_by_at_most_clip() -> None:
 
 def test_window_cap_keeps_the_bound_and_the_cost() -> None:
     """With windows_per_user = 4 a step reads 4 of the heavy user's windows, still clipped to C."""
-    model = lm.new_model(0)
+    model = lm.new_model(KEY)
     heavy = _users(4, [200])[0]
     config = UserLevelSGD(1.0, 1, 1.0, 0.5, 1e-3, windows_per_user=4)
-    step = released_step(model, [heavy], config, np.random.default_rng(0))
+    step = released_step(model, [heavy], config, KEY.stream("finetune-batches").numpy(),
+                         KEY.stream("finetune-noise").numpy())
     assert step.shape == (sum(p.numel() for p in model.parameters()),)
-    zero_noise = released_step(model, [heavy], config, Silent())
+    zero_noise = released_step(model, [heavy], config, KEY.stream("finetune-batches").numpy(), Silent())
     assert float(zero_noise.norm()) <= config.clip * (1 + 1e-5)
 
 
@@ -78,7 +82,7 @@ def test_noise_standard_deviation_is_sigma_clip() -> None:
     """N(0, σ²C²) on the sum: Monte Carlo over 20 steps × ~20k coordinates (relative SE ≈ 0.1%)."""
     config = UserLevelSGD(sample_rate=0.25, steps=1, noise_multiplier=2.5, clip=0.8, learning_rate=1e-3)
     users = 40
-    size = sum(p.numel() for p in lm.new_model(0).parameters())
+    size = sum(p.numel() for p in lm.new_model(KEY).parameters())
     per_user = torch.from_numpy(np.random.default_rng(5).normal(size=(7, size))).float()
     exact = noisy_mean(per_user, config, users, Silent())
     rng = np.random.default_rng(6)
@@ -93,11 +97,11 @@ def test_noise_standard_deviation_is_sigma_clip() -> None:
 def test_user_level_sgd_is_reproducible_and_learns() -> None:
     users = [lm.all_windows(["to be or not to be, that is the question. " * 3]) for _ in range(6)]
     config = UserLevelSGD(sample_rate=0.5, steps=15, noise_multiplier=0.5, clip=1.0, learning_rate=1e-2)
-    first = train(lm.new_model(0), users, config, seed=3)
-    second = train(lm.new_model(0), users, config, seed=3)
+    first = train(lm.new_model(KEY), users, config, KEY.child(run=3))
+    second = train(lm.new_model(KEY), users, config, KEY.child(run=3))
     assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), second.state_dict().values()))
     test = lm.all_windows(["to be or not to be, that is the question."])
-    assert lm.perplexity(first, test) < 0.8 * lm.perplexity(lm.new_model(0), test)
+    assert lm.perplexity(first, test) < 0.8 * lm.perplexity(lm.new_model(KEY), test)
 
 
 @pytest.mark.parametrize("keys, message", [

@@ -11,6 +11,7 @@ from dpaudit_mix.pipeline import model as cnn
 from dpaudit_mix.pipeline.methods import LOSS_BOUND, _candidate_losses, choose
 from dpaudit_mix.pipeline.run import build_world, run_pipeline
 from dpaudit_mix.pipeline.spec import DEFAULT_METHODS, PipelineSpec
+from dpaudit_mix.randomness import stream
 
 from .conftest import random_problem
 
@@ -64,8 +65,8 @@ def test_random_search_selects_privately_and_accounts_for_it() -> None:
     problem = random_problem(300, 5, seed=2)
     spec = PipelineSpec(search_candidates=6)
     precise = choose("random_search", problem, problem, 20.0, spec, seed=0)
-    rng = np.random.default_rng([spec.seed, 5, 0])
-    candidates = rng.dirichlet(np.ones(5), size=6)
+    candidates = stream(spec.seed, "random-search-candidates", task=problem.task, epsilon=20.0, seed=0).numpy(
+        ).dirichlet(np.ones(5), size=6)
     best = candidates[np.argmin(_candidate_losses(problem, candidates, False, LOSS_BOUND).sum(axis=0))]
     assert np.allclose(precise.weights, best)  # at huge ε the noisy choice is the true best
     cheap = choose("random_search", problem, problem, 0.5, spec, seed=0)

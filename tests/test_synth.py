@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from dpaudit_mix.cli import main
+from dpaudit_mix.randomness import Key
 from dpaudit_mix.synth import edm, quality
 from dpaudit_mix.synth.warmup import CUTOUT, SAM, augment
 
@@ -57,8 +58,8 @@ def test_a_sampled_image_comes_from_a_trained_denoiser() -> None:
     images = np.zeros((20, 28, 28), np.float32)
     images[:, 8:20, 8:20] = 1.0  # one bright square per image: easy to learn
     images += 0.02 * rng.random(images.shape).astype(np.float32)
-    net = edm.train(images, np.zeros(20, np.int64), edm.TrainConfig(steps=1000, batch=20), seed=0)
-    sample = edm.sample(net, np.zeros(8, np.int64), seed=1)
+    net = edm.train(images, np.zeros(20, np.int64), edm.TrainConfig(steps=1000, batch=20), Key(0))
+    sample = edm.sample(net, np.zeros(8, np.int64), Key(0))
     assert sample.shape == (8, 28, 28) and sample.min() >= 0 and sample.max() <= 1
     assert sample[:, 10:18, 10:18].mean() > sample[:, :4, :4].mean() + 0.5  # the square, not noise
 

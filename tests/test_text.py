@@ -15,6 +15,7 @@ from dpaudit_mix.learner import LearnerConfig, _canary_gradient, clipped_gradien
 from dpaudit_mix.mixmin import mixmin
 from dpaudit_mix.pipeline.methods import _candidate_losses
 from dpaudit_mix.problem import Problem
+from dpaudit_mix.randomness import stream
 
 
 def test_witten_bell_probabilities_sum_to_one_in_every_context() -> None:
@@ -78,7 +79,7 @@ def test_a_held_out_user_canary_is_clipped_like_any_user() -> None:
     strongest = natural_canary_index(prob, "most_influential", 1e6, user_level=True)
     assert strongest in (0, 1, 2)
     with pytest.raises(InputError, match="user-level DP"):
-        fit(prob, LearnerConfig(steps=2), 2, canary=canary)
+        fit(prob, LearnerConfig(steps=2), 2, stream(0, "learner-noise"), canary=canary)
 
 
 def test_random_search_at_user_level_scores_each_user_once() -> None:

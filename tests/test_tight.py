@@ -16,6 +16,7 @@ from dpaudit_mix.audit import engine
 from dpaudit_mix.audit.engine import AuditSpec, run_audit
 from dpaudit_mix.audit.profile import GaussianTradeOff, ProfileTradeOff, claimed_tradeoff
 from dpaudit_mix.problem import Problem, save
+from dpaudit_mix.randomness import stream
 
 from .conftest import random_problem
 
@@ -119,13 +120,13 @@ def test_rank_grid_is_fixed_and_covers_both_tails() -> None:
 def test_diagnostics() -> None:
     rng = np.random.default_rng(5)
     s_in, s_out = rng.standard_normal(4000) + 1.0, rng.standard_normal(4000)
-    d = diagnose(s_in, s_out, seed=0)
+    d = diagnose(s_in, s_out, stream(0, "audit-bootstrap"))
     exact = norm.cdf(1 / np.sqrt(2))  # P(N(1,1) > N(0,1))
     assert d.auroc_ci[0] <= d.auroc <= d.auroc_ci[1] and d.auroc_ci[0] < exact < d.auroc_ci[1]
     assert abs(d.auroc - exact) < 0.02
     assert d.tpr_at_fpr["0.01"] == pytest.approx(norm.sf(norm.isf(0.01) - 1), abs=0.03)
     # ties count one half; perfect separation gives TPR 1 at any FPR
-    assert diagnose(np.zeros(10), np.zeros(10), seed=0).auroc == 0.5
+    assert diagnose(np.zeros(10), np.zeros(10), stream(0, "audit-bootstrap")).auroc == 0.5
     assert tpr_at_fpr(np.ones(10), np.zeros(10), 1e-3) == 1.0
 
 

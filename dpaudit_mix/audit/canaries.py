@@ -14,6 +14,7 @@ from ..errors import require
 from ..learner import Canary
 from ..mixmin import scaled_likelihoods
 from ..problem import Problem
+from ..randomness import stream
 
 NATURAL_POLICIES = ("index", "random", "most_influential")
 CANARY_KINDS = ("natural", "max_clip")
@@ -60,7 +61,7 @@ def natural_canary_index(problem: Problem, policy: str, clip: float, index: int 
         require(0 <= index < m, f"canary index {index} out of range: the problem has {m} held-out {unit}")
         return index
     if policy == "random":
-        return int(np.random.default_rng(seed).integers(m))
+        return int(stream(seed, "audit-natural-canary", policy=policy).numpy().integers(m))
     return int(np.argmax(clipped_norms_at_uniform(problem.heldout_logp, clip, owners if user_level else None)))
 
 

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..randomness import Stream
+
 #: FPR levels at which the TPR is reported.
 FPR_LEVELS = (1e-3, 1e-2)
 BOOTSTRAP_RESAMPLES = 400
@@ -34,7 +36,7 @@ def tpr_at_fpr(scores_in: np.ndarray, scores_out: np.ndarray, level: float) -> f
     return float(np.mean(scores_in > cut))
 
 
-def diagnose(scores_in: np.ndarray, scores_out: np.ndarray, seed: int,
+def diagnose(scores_in: np.ndarray, scores_out: np.ndarray, bootstrap: Stream,
              resamples: int = BOOTSTRAP_RESAMPLES, confidence: float = 0.95) -> Diagnostics:
     """AUROC (percentile bootstrap, in- and out-runs resampled separately) and TPR at FPR_LEVELS."""
     values, ranks = np.unique(np.concatenate([scores_in, scores_out]), return_inverse=True)
@@ -45,7 +47,7 @@ def diagnose(scores_in: np.ndarray, scores_out: np.ndarray, seed: int,
         return _auroc(np.bincount(r_in, minlength=levels), np.bincount(r_out, minlength=levels))
 
     # Scores become the index of their distinct value, so a resample costs two bincounts.
-    rng = np.random.default_rng(seed)
+    rng = bootstrap.numpy()
     boot = [auroc(ranks_in[rng.integers(len(ranks_in), size=len(ranks_in))],
                   ranks_out[rng.integers(len(ranks_out), size=len(ranks_out))]) for _ in range(resamples)]
     tail = (1 - confidence) / 2

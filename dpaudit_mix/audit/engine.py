@@ -23,11 +23,12 @@ import numpy as np
 from joblib import Parallel, delayed
 from tqdm import tqdm
 
-from .. import accounting
+from .. import accounting, randomness
 from ..data import registry
 from ..errors import InputError, require
 from ..learner import BLOCK, Canary, LearnerConfig, default_threads, fit
 from ..problem import Problem, load
+from ..randomness import Stream, stream
 from ..resources import require_memory
 from ..specfile import Seed, check_fields, load_spec_file
 from . import BACKENDS
@@ -101,13 +102,13 @@ def resolve_problem(spec: AuditSpec) -> Problem:
 def mixing_data(problem: Problem, spec: AuditSpec) -> Problem:
     """D: a seeded fraction ρ of the problem's examples."""
     size = max(1, round(spec.rho * problem.n))
-    rows = np.sort(np.random.default_rng([spec.seed, 0]).permutation(problem.n)[:size])
+    rows = np.sort(stream(spec.seed, "audit-mixing-rows", rho=spec.rho).numpy().permutation(problem.n)[:size])
     return problem.subset(rows)
 
 
 def assignments(spec: AuditSpec) -> tuple[np.ndarray, np.ndarray]:
     """(include, select): which runs hold the canary, and which runs form SELECT (halves each)."""
-    rng = np.random.default_rng([spec.seed, 1])
+    rng = stream(spec.seed, "audit-assignment", runs=spec.runs).numpy()
     include = rng.permutation(spec.runs) < spec.runs // 2
     select = rng.permutation(spec.runs) < spec.runs // 2
     return include, select
@@ -124,15 +125,16 @@ class Setting:
 
 
 def _chunk_scores(problem: Problem, config: LearnerConfig, canary: Canary, runs: np.ndarray, include: np.ndarray,
-                  seed: int, threads: int) -> dict[str, np.ndarray]:
+                  noise: Stream, threads: int) -> dict[str, np.ndarray]:
     """Fit one chunk of runs; both threat models' scores (module level, so Dask can ship it)."""
-    result = fit(problem, config, runs, seed=seed, canary=canary, include=include, threads=threads)
+    result = fit(problem, config, runs, noise, canary=canary, include=include, threads=threads)
     return {"black_box": black_box_scores(canary, result.weights), "white_box": result.whitebox_scores}
 
 
 def _spec_hash(spec: AuditSpec, sigma: float, problem: Problem) -> str:
     """Everything that determines the scores: a resumed audit must match it exactly."""
-    h = hashlib.sha256(json.dumps({**asdict(spec), "sigma": sigma}, sort_keys=True).encode())
+    h = hashlib.sha256(json.dumps({**asdict(spec), "sigma": sigma, "streams": randomness.VERSION},
+                                  sort_keys=True).encode())
     for array in (problem.logp, problem.heldout_logp, problem.users, problem.heldout_users):  # users pick the
         h.update(b"-" if array is None else np.ascontiguousarray(array).tobytes())  # units and the canary
     return h.hexdigest()
@@ -155,9 +157,9 @@ def _run_chunks(jobs: list[tuple[Setting, int, int]], args: dict[Setting, tuple]
 
     def submit(job: tuple[Setting, int, int]) -> tuple[tuple, np.ndarray]:
         setting, start, stop = job
-        problem, config, canary, include, seed = args[setting]
+        problem, config, canary, include, noise = args[setting]
         runs = np.arange(start, stop)
-        return (problem, config, canary, runs, include[runs], seed, 1), runs
+        return (problem, config, canary, runs, include[runs], noise, 1), runs
 
     if client is not None:
         from dask.distributed import as_completed
@@ -240,8 +242,8 @@ def run_audit(spec: AuditSpec, out: Path, noise_multiplier: float | None = None,
         canary_info["max_clip"] = {"norm": spec.clip, "direction": canaries["max_clip"].gradient.tolist()}
     base = LearnerConfig(steps=spec.steps, clip=spec.clip, sample_rate=spec.sample_rate,
                          learning_rate=spec.learning_rate, user_level=spec.user_level)
-    args = {s: (data, replace(base, noise_multiplier=sigma if s.noise else 0.0), canaries[s.canary], include, spec.seed)
-            for s in settings}
+    args = {s: (data, replace(base, noise_multiplier=sigma if s.noise else 0.0), canaries[s.canary], include,
+                stream(spec.seed, "learner-noise", audit=s.name)) for s in settings}
     chunk = -(-spec.chunk_size // BLOCK) * BLOCK  # whole blocks, so floats do not depend on chunking
     bounds = [(start, min(start + chunk, spec.runs)) for start in range(0, spec.runs, chunk)]
     client = _dask_client(scheduler) if backend == "dask" else None  # every check before the first write
@@ -267,7 +269,8 @@ def run_audit(spec: AuditSpec, out: Path, noise_multiplier: float | None = None,
                     "(an infinite clip, learning rate or noise multiplier?): the audit cannot see anything")
             result = attack(values, include, select, spec.delta, spec.confidence, spec.threshold)
             attacks[(s.canary, threat, s.noise)] = (result, values)
-            diag = diagnose(values[include], values[~include], spec.seed)
+            diag = diagnose(values[include], values[~include],
+                            stream(spec.seed, "audit-bootstrap", setting=s.name, threat=threat))
             results.append({
                 "canary": s.canary, "threat": threat, "noise": s.noise, "runs": spec.runs,
                 "epsilon_lower_bound": result.epsilon_lower_bound,

@@ -18,6 +18,8 @@ from ..atomic import write_npz
 from ..cache import cached, load_npz, save_npz, user_cache_dir
 from ..errors import require
 from ..problem import Problem
+from .. import randomness
+from ..randomness import stream
 from .ngram import CharNGram
 from .proxies import TASKS, class_probabilities, task_log_likelihood, train_proxy
 from .shift import graded_sources, public_validation, shift_world
@@ -96,7 +98,7 @@ def _cache_key(name: str, seed: int, shards: int) -> str:
     import sklearn
 
     digest = hashlib.sha256(json.dumps({"world": name, "seed": seed, "shards": shards, "numpy": np.__version__,
-                                        "sklearn": sklearn.__version__}).encode())
+                                        "sklearn": sklearn.__version__, "streams": randomness.VERSION}).encode())
     for module in sorted(Path(__file__).parent.glob("*.py")):
         digest.update(module.read_bytes())
     return digest.hexdigest()[:24]
@@ -155,7 +157,7 @@ def build(name: str, task: str = DEFAULT_TASK, seed: int = 0, shards: int = 0) -
     require(0 <= shards <= MAX_SHARDS, f"{name} offers at most {MAX_SHARDS} shard sources, asked for {shards}")
     names, train, train_y, test, test_y, _, _ = world_probabilities(name, seed, shards)
     n = len(train_y)
-    users = np.random.default_rng(seed).permutation(n) // USER_SIZE
+    users = stream(seed, "problem-users", world=name).numpy().permutation(n) // USER_SIZE
     return Problem(
         logp=task_log_likelihood(train, train_y, task),
         sources=names,

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import require
+from ..randomness import stream
 
 GENRES = ("comedies", "histories", "problems", "roman", "romances", "tragedies")
 SENSITIVE_GENRE = "comedies"
@@ -75,7 +76,7 @@ def text_world(seed: int = 0) -> tuple[list[TextSource], Speeches, Speeches]:
     names = sorted({s for s, _ in pairs})
     ids = {s: i for i, s in enumerate(names)}
     users = np.array([ids[s] for s, _ in pairs])
-    held = np.random.default_rng([seed, 11]).permutation(len(names))[:round(TEST_SPEAKERS * len(names))]
+    held = stream(seed, "world-text-test-speakers").numpy().permutation(len(names))[:round(TEST_SPEAKERS * len(names))]
     test = np.isin(users, held)
     texts = np.array([t for _, t in pairs], dtype=object)
     _, train_users = np.unique(users[~test], return_inverse=True)  # dense ids 0..U−1

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ..data.ngram import V, encode
+from ..randomness import Key, torch_scope
 
 #: characters predicted per window; a window holds WINDOW + 1 codes.
 WINDOW = 48
@@ -60,24 +61,25 @@ def window_loss(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
     return window_nll(model, batch).sum() / (batch[:, 1:] >= 0).sum().clamp(min=1)
 
 
-def new_model(seed: int) -> CharGRU:
-    torch.manual_seed(seed)
-    return CharGRU()
+def new_model(key: Key) -> CharGRU:
+    """A freshly initialised model, its weights drawn from ``key``'s "model-init" stream."""
+    with torch_scope(key.stream("model-init")):
+        return CharGRU()
 
 
-def from_arrays(arrays: dict[str, np.ndarray] | None, seed: int) -> CharGRU:
-    """A model with the given weights, or freshly initialised from ``seed`` (no pretraining)."""
-    model = new_model(seed)
+def from_arrays(arrays: dict[str, np.ndarray] | None, key: Key) -> CharGRU:
+    """A model with the given weights, or freshly initialised from ``key`` (no pretraining)."""
+    model = new_model(key)
     if arrays is not None:
         model.load_state_dict({name: torch.from_numpy(value) for name, value in arrays.items()})
     return model
 
 
-def pretrain(data: np.ndarray, epochs: int, learning_rate: float, seed: int, batch: int = 64) -> CharGRU:
+def pretrain(data: np.ndarray, epochs: int, learning_rate: float, key: Key, batch: int = 64) -> CharGRU:
     """Non-private training on λ-sampled public windows (Adam)."""
-    model = new_model(seed)
+    model = new_model(key)
     optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
-    generator = torch.Generator().manual_seed(seed)
+    generator = key.stream("pretrain-shuffle").torch()
     tensor = torch.from_numpy(data)
     model.train()
     for _ in range(epochs):

@@ -29,6 +29,7 @@ from ..pipeline.methods import choose
 from ..pipeline.model import state_arrays
 from ..pipeline.run import StageCache, mixture_json, phases_epsilon, release_privacy
 from ..problem import Problem
+from ..randomness import Key, stream
 from . import model as lm
 from .spec import TextPipelineSpec
 from .userdp import UserLevelSGD, train
@@ -60,7 +61,7 @@ def build_text_world(spec: TextPipelineSpec) -> TextWorld:
     count = int(users.max()) + 1
     size_a = round(spec.rho * count)
     require(1 <= size_a < count, f"rho = {spec.rho:g} of {count} training speakers leaves a split empty")
-    order = np.random.default_rng([spec.seed, 4]).permutation(count)
+    order = stream(spec.seed, "pipeline-split", world=registry.TEXT_WORLD, rho=spec.rho, n=count).numpy().permutation(count)
     texts = np.array(sensitive.texts, dtype=object)
     rehearsal_users, rehearsal_test = _rehearsal(spec.rehearsal_genre, spec.seed)
     return TextWorld(tuple(s.name for s in sources), tuple(lm.all_windows(s.texts) for s in sources), problem,
@@ -76,7 +77,7 @@ def _rehearsal(genre: str, seed: int) -> tuple[tuple[np.ndarray, ...], np.ndarra
     for speaker, text in speeches(genre):
         by_speaker.setdefault(speaker, []).append(text)
     names = sorted(by_speaker)
-    order = np.random.default_rng([seed, 12]).permutation(len(names))
+    order = stream(seed, "rehearsal-split", genre=genre).numpy().permutation(len(names))
     half = len(names) // 2
     return (tuple(lm.all_windows(by_speaker[names[i]]) for i in order[:half]),
             lm.all_windows([t for i in order[half:] for t in by_speaker[names[i]]]))
@@ -163,9 +164,10 @@ def run_text_pipeline(spec: TextPipelineSpec, out: Path, world: TextWorld | None
         key = content_key(data=data_key, weights=[round(w, 12) for w in weights], seed=seed,
                           n=spec.pretrain_windows, epochs=spec.pretrain_epochs, lr=spec.pretrain_learning_rate)
 
-        def pretrain(weights: list[float] = weights, seed: int = seed) -> dict[str, np.ndarray]:
-            data = _pretrain_windows(world, weights, spec.pretrain_windows, np.random.default_rng([spec.seed, 6, seed]))
-            return state_arrays(lm.pretrain(data, spec.pretrain_epochs, spec.pretrain_learning_rate, seed))
+        def pretrain(weights: list[float] = weights, stage: Key = Key(spec.seed).child(pretrain=key)
+                     ) -> dict[str, np.ndarray]:
+            data = _pretrain_windows(world, weights, spec.pretrain_windows, stage.stream("pretrain-sample").numpy())
+            return state_arrays(lm.pretrain(data, spec.pretrain_epochs, spec.pretrain_learning_rate, stage))
 
         pretrained_arrays[key] = cache.get("pretrain", key, "npz", pretrain, save_npz, load_npz)
         pretrained[(method, eps, seed)] = key
@@ -183,16 +185,17 @@ def run_text_pipeline(spec: TextPipelineSpec, out: Path, world: TextWorld | None
                           secure=secure, **({"grid": spec.finetune_learning_rates, "rehearsal": spec.rehearsal_genre}
                                             if spec.finetune_learning_rates else {"lr": spec.finetune_learning_rate}))
 
-        def finetune(base: str | None = base, prior: tuple = prior, eps: float = eps, seed: int = seed
+        def finetune(base: str | None = base, prior: tuple = prior, eps: float = eps,
+                     stage: Key = Key(spec.seed).child(task=registry.TEXT_TASK, method=method, epsilon=eps, seed=seed)
                      ) -> dict[str, Any]:
             arrays = None if base is None else pretrained_arrays[base]
-            model = lm.from_arrays(arrays, seed)
+            model = lm.from_arrays(arrays, stage)
             before = lm.perplexity(model, world.test_windows)
             q, sigma = _finetune_sigma(spec, world, eps, prior)
-            choice = _choose_learning_rate(spec, world, arrays, q, sigma, seed)
+            choice = _choose_learning_rate(spec, world, arrays, q, sigma, stage)
             config = UserLevelSGD(q, spec.finetune_steps, sigma, spec.finetune_clip, choice["learning_rate"],
                                   spec.windows_per_user)
-            train(model, [world.user_windows[u] for u in users], config, seed, secure)
+            train(model, [world.user_windows[u] for u in users], config, None if secure else stage)
             return {"perplexity": lm.perplexity(model, world.test_windows), "pretrained_perplexity": before,
                     "finetune_phase": asdict(config.phase), "finetune_choice": choice}
 
@@ -206,17 +209,19 @@ def run_text_pipeline(spec: TextPipelineSpec, out: Path, world: TextWorld | None
 
 
 def _choose_learning_rate(spec: TextPipelineSpec, world: TextWorld, arrays: dict[str, np.ndarray] | None, q: float,
-                          sigma: float, seed: int) -> dict[str, Any]:
+                          sigma: float, stage: Key) -> dict[str, Any]:
     """The finetune's learning rate, by one rule for every method, at no privacy cost: each
     candidate runs the same user-level DP finetune (q, T, σ, C) on the public rehearsal speakers
-    and is scored by perplexity on the genre's other speakers. The test set is never looked at."""
+    and is scored by perplexity on the genre's other speakers. The test set is never looked at.
+    Rehearsals draw from children of ``stage``, never the private finetune's streams."""
     grid = spec.finetune_learning_rates
     if not grid:
         return {"learning_rate": spec.finetune_learning_rate}
     scores = {}
     for lr in grid:
         config = UserLevelSGD(q, spec.finetune_steps, sigma, spec.finetune_clip, lr, spec.windows_per_user)
-        model = train(lm.from_arrays(arrays, seed), list(world.rehearsal_users), config, seed)
+        rehearsal = stage.child(rehearsal_lr=lr)
+        model = train(lm.from_arrays(arrays, rehearsal), list(world.rehearsal_users), config, rehearsal)
         scores[lr] = lm.perplexity(model, world.rehearsal_test)
     return {"learning_rate": min(scores, key=lambda lr: scores[lr]),
             "rehearsal_perplexity": [{"learning_rate": lr, "perplexity": p} for lr, p in scores.items()]}

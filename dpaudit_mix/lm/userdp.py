@@ -20,7 +20,7 @@ from torch import nn
 
 from .. import accounting
 from ..errors import require
-from ..noise import RandomSource, SecureSource
+from ..randomness import Key, RandomSource, source
 from .model import window_nll
 
 
@@ -78,31 +78,32 @@ def _pick(windows: torch.Tensor, cap: int, source: RandomSource) -> torch.Tensor
     return windows[torch.from_numpy(np.argsort(source.random(len(windows)))[:cap].copy())]
 
 
-def released_step(model: nn.Module, data: list[torch.Tensor], config: UserLevelSGD, source: RandomSource
-                  ) -> torch.Tensor:
-    """One step's released gradient: Poisson-sample the users, take each sampled user's summed
-    gradient over (at most ``windows_per_user`` of) their windows, and :func:`noisy_mean`."""
-    sampled = np.flatnonzero(source.random(len(data)) < config.sample_rate)
-    rows = [user_gradient(model, _pick(data[u], config.windows_per_user, source)) for u in sampled]
+def released_step(model: nn.Module, data: list[torch.Tensor], config: UserLevelSGD, batches: RandomSource,
+                  noise: RandomSource) -> torch.Tensor:
+    """One step's released gradient: Poisson-sample the users (and their windows) from ``batches``,
+    take each sampled user's summed gradient over (at most ``windows_per_user`` of) their
+    windows, and :func:`noisy_mean` with Gaussians from ``noise``."""
+    sampled = np.flatnonzero(batches.random(len(data)) < config.sample_rate)
+    rows = [user_gradient(model, _pick(data[u], config.windows_per_user, batches)) for u in sampled]
     size = sum(p.numel() for p in model.parameters() if p.requires_grad)
     per_user = torch.stack(rows) if rows else torch.zeros((0, size))
-    return noisy_mean(per_user, config, len(data), source)
+    return noisy_mean(per_user, config, len(data), noise)
 
 
-def train(model: nn.Module, user_windows: list[np.ndarray], config: UserLevelSGD, seed: int,
-          secure: bool = False) -> nn.Module:
+def train(model: nn.Module, user_windows: list[np.ndarray], config: UserLevelSGD, key: Key | None) -> nn.Module:
     """T steps of user-level DP-SGD on ``user_windows`` (one array of windows per user), with
-    Adam applied to the released noisy mean (post-processing). ``secure`` draws the user
-    sampling, the window picks and the noise from the OS CSPRNG (not reproducible)."""
+    Adam applied to the released noisy mean (post-processing). The user sampling and window picks
+    come from ``key``'s "finetune-batches" stream, the noise from its "finetune-noise" stream; with
+    ``key`` None, all of them from the OS CSPRNG (not reproducible)."""
     require(len(user_windows) >= 1, "user-level DP-SGD needs at least one user")
-    source: RandomSource = SecureSource() if secure else np.random.default_rng([seed, 13])
-    torch.manual_seed(seed)
+    batches = source(None if key is None else key.stream("finetune-batches"))
+    noise = source(None if key is None else key.stream("finetune-noise"))
     data = [torch.from_numpy(w) for w in user_windows]
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=config.learning_rate)
     model.train()
     for _ in range(config.steps):
-        update = released_step(model, data, config, source)
+        update = released_step(model, data, config, batches, noise)
         offset = 0
         for p in params:
             p.grad = update[offset:offset + p.numel()].reshape(p.shape).to(p.dtype)

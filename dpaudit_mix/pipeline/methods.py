@@ -24,8 +24,8 @@ from .. import accounting
 from ..data.proxies import CLASSES, SMOOTHING
 from ..learner import LearnerConfig, fit
 from ..mixmin import mixmin
-from ..noise import SecureSource
 from ..problem import Problem
+from ..randomness import source, stream
 
 
 class MixingSpec(Protocol):
@@ -66,6 +66,8 @@ def choose(method: str, split_a: Problem, full: Problem, epsilon: float, spec: M
     """λ for ``method`` with the mixing phase spending ``epsilon`` (at spec.delta) on split A.
 
     ``secure`` draws the private noise from the OS CSPRNG (not reproducible; for real releases).
+    Seeded draws come from streams named by split A's task, the method, ε and ``seed``, so no two
+    tasks, methods or seeds share noise (their released λ's differences do not cancel it).
     ``user_level``: neighbouring datasets differ by one user (split A must carry ``users``).
     """
     k = split_a.k
@@ -79,15 +81,18 @@ def choose(method: str, split_a: Problem, full: Problem, epsilon: float, spec: M
         sigma = accounting.calibrate(epsilon, spec.delta, 1.0, spec.mix_steps)
         config = LearnerConfig(steps=spec.mix_steps, clip=spec.mix_clip, noise_multiplier=sigma,
                                learning_rate=spec.mix_learning_rate, user_level=user_level, secure=secure)
-        weights = fit(split_a, config, np.array([seed]), seed=spec.seed).weights[0]
+        noise = None if secure else stream(spec.seed, "learner-noise", task=split_a.task, method=method,
+                                           epsilon=epsilon, seed=seed)
+        weights = fit(split_a, config, 1, noise).weights[0]
         return Mixture(weights, accounting.GaussianPhase(sigma, 1.0, spec.mix_steps))
     if method == "random_search":
-        rng = np.random.default_rng([spec.seed, 5, seed])
-        candidates = rng.dirichlet(np.ones(k), size=spec.search_candidates)
+        ids = {"task": split_a.task, "epsilon": epsilon, "seed": seed}
+        candidates = stream(spec.seed, "random-search-candidates", **ids).numpy().dirichlet(
+            np.ones(k), size=spec.search_candidates)
         losses = _candidate_losses(split_a, candidates, user_level, loss_bound)
         sigma = accounting.calibrate(epsilon, spec.delta, 1.0, 1)
-        noise = SecureSource() if secure else rng
-        noisy = losses.sum(axis=0) + sigma * loss_bound * np.sqrt(spec.search_candidates) * noise.standard_normal(
+        gaussians = source(None if secure else stream(spec.seed, "random-search-noise", **ids))
+        noisy = losses.sum(axis=0) + sigma * loss_bound * np.sqrt(spec.search_candidates) * gaussians.standard_normal(
             spec.search_candidates)
         return Mixture(candidates[int(np.argmin(noisy))], accounting.GaussianPhase(sigma, 1.0, 1))
     raise ValueError(f"unknown method {method!r}")  # the spec validates methods; unreachable from it

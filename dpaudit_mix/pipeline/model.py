@@ -1,8 +1,8 @@
 """The downstream model: a small CNN, pretrained on public data sampled by λ, DP-finetuned with
 Opacus (Poisson sampling) on the sensitive split, evaluated per task on the sensitive test set.
 
-Weights travel between stages as npz arrays (no pickle); every stage seeds torch itself, so the
-same seed gives the same model.
+Weights travel between stages as npz arrays (no pickle); every stage draws from the named streams
+of the key it is given (DESIGN §8), so the same key gives the same model.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from .. import accounting
-from ..noise import SecureSource
+from ..randomness import Key, RandomSource, source, torch_scope
 
 CLASSES = 10
 
@@ -45,10 +45,10 @@ def state_arrays(model: nn.Module) -> dict[str, np.ndarray]:
     return {name: value.detach().cpu().numpy() for name, value in model.state_dict().items()}
 
 
-def from_arrays(arrays: dict[str, np.ndarray] | None, seed: int) -> SmallCNN:
-    """A CNN with the given weights, or freshly initialised from ``seed`` (no pretraining)."""
-    torch.manual_seed(seed)
-    model = SmallCNN()
+def from_arrays(arrays: dict[str, np.ndarray] | None, key: Key) -> SmallCNN:
+    """A CNN with the given weights, or freshly initialised from ``key``'s "model-init" stream."""
+    with torch_scope(key.stream("model-init")):
+        model = SmallCNN()
     if arrays is not None:
         model.load_state_dict({name: torch.from_numpy(value) for name, value in arrays.items()})
     return model
@@ -58,10 +58,10 @@ def _tensors(images: np.ndarray, labels: np.ndarray) -> TensorDataset:
     return TensorDataset(torch.from_numpy(images[:, None].astype(np.float32)), torch.from_numpy(labels.astype(np.int64)))
 
 
-def pretrain(images: np.ndarray, labels: np.ndarray, epochs: int, learning_rate: float, seed: int) -> SmallCNN:
+def pretrain(images: np.ndarray, labels: np.ndarray, epochs: int, learning_rate: float, key: Key) -> SmallCNN:
     """Non-private training on the λ-sampled public examples (Adam, batch 64)."""
-    model = from_arrays(None, seed)
-    generator = torch.Generator().manual_seed(seed)
+    model = from_arrays(None, key)
+    generator = key.stream("pretrain-shuffle").torch()
     loader = DataLoader(_tensors(images, labels), batch_size=64, shuffle=True, generator=generator)
     optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
     loss_fn = nn.CrossEntropyLoss()
@@ -93,8 +93,9 @@ def opacus_sigma(epsilon: float, delta: float, sample_rate: float, epochs: int) 
                                       epochs=epochs, accountant="prv"))
 
 
-def _secure_noise(optimizer: Any, source: SecureSource) -> None:
-    """Replace the optimizer's seeded Gaussian noise by draws from the OS CSPRNG.
+def _own_noise(optimizer: Any, gaussians: RandomSource) -> None:
+    """Replace the optimizer's Gaussian noise by draws from ``gaussians`` (a named stream or the
+    OS CSPRNG), so the noise is never Opacus' global or hand-seeded generator.
 
     Opacus' own secure mode needs torchcsprng, which no longer installs; so Opacus clips and sums
     with σ set to 0 for the call (its bookkeeping unchanged), and the noise is added here. Its
@@ -110,35 +111,36 @@ def _secure_noise(optimizer: Any, source: SecureSource) -> None:
         finally:
             optimizer.noise_multiplier = sigma
         for p in optimizer.params:
-            noise = source.standard_normal(tuple(p.grad.shape)) * (sigma * optimizer.max_grad_norm)
+            noise = gaussians.standard_normal(tuple(p.grad.shape)) * (sigma * optimizer.max_grad_norm)
             p.grad = p.grad + torch.from_numpy(noise).to(p.grad.dtype)
 
     optimizer.add_noise = add_noise
 
 
-def _secure_batches(data: TensorDataset, sample_rate: float, count: int, source: SecureSource
-                    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """``count`` Poisson batches drawn with the OS CSPRNG (Opacus' sampler uses a seeded generator)."""
+def _poisson_batches(data: TensorDataset, sample_rate: float, count: int, draws: RandomSource
+                     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """``count`` Poisson batches at rate q drawn from ``draws`` (Opacus' sampler would use torch's
+    global generator)."""
     images, labels = data.tensors
     for _ in range(count):
-        rows = torch.from_numpy(np.flatnonzero(source.random(len(labels)) < sample_rate))
+        rows = torch.from_numpy(np.flatnonzero(draws.random(len(labels)) < sample_rate))
         yield images[rows], labels[rows]
 
 
 def dp_finetune(model: SmallCNN, images: np.ndarray, labels: np.ndarray, epsilon: float, delta: float, epochs: int,
-                batch: int, learning_rate: float, clip: float, seed: int,
-                prior: tuple[accounting.GaussianPhase, ...] = (), secure: bool = False) -> Finetuned:
+                batch: int, learning_rate: float, clip: float, key: Key | None,
+                prior: tuple[accounting.GaussianPhase, ...] = ()) -> Finetuned:
     """DP-SGD finetuning with Poisson sampling at q = 1 / ⌈n / batch⌉ (Opacus' rate).
 
     Alone (no ``prior``), σ is Opacus' own calibration for (ε, δ) (:func:`opacus_sigma`); after a
     ``prior`` phase on the same data, σ comes from our accountant so that both compose to ε.
-    ``secure`` draws the batches and the noise from the OS CSPRNG (not reproducible).
+    Opacus clips and accounts; the Poisson batches come from ``key``'s "finetune-batches" stream
+    and the noise from its "finetune-noise" stream, or both from the OS CSPRNG when ``key`` is
+    None (not reproducible).
     """
-    torch.manual_seed(seed)
     data = _tensors(images, labels)
-    loader = DataLoader(data, batch_size=min(batch, len(data)), generator=torch.Generator().manual_seed(seed))
+    loader = DataLoader(data, batch_size=min(batch, len(data)))
     optimizer = torch.optim.SGD(model.parameters(), lr=learning_rate, momentum=0.9)
-    noise_generator = torch.Generator().manual_seed(seed + 1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # opacus notes on secure RNG and on the batch-size estimate
         engine = PrivacyEngine(accountant="prv")
@@ -147,15 +149,14 @@ def dp_finetune(model: SmallCNN, images: np.ndarray, labels: np.ndarray, epsilon
             sigma = accounting.calibrate(epsilon, delta, 1 / len(loader), epochs * len(loader), prior=prior)
             module, optimizer, loader = engine.make_private(
                 module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=sigma,
-                max_grad_norm=clip, poisson_sampling=True, noise_generator=noise_generator)
+                max_grad_norm=clip, poisson_sampling=True)
         else:
             module, optimizer, loader = engine.make_private(
                 module=model, optimizer=optimizer, data_loader=loader,
                 noise_multiplier=opacus_sigma(epsilon, delta, 1 / len(loader), epochs), max_grad_norm=clip,
-                poisson_sampling=True, noise_generator=noise_generator)
-    source = SecureSource()
-    if secure:
-        _secure_noise(optimizer, source)
+                poisson_sampling=True)
+    _own_noise(optimizer, source(None if key is None else key.stream("finetune-noise")))
+    draws = source(None if key is None else key.stream("finetune-batches"))
     loss_fn = nn.CrossEntropyLoss()
     module.train()
     steps = 0
@@ -163,8 +164,7 @@ def dp_finetune(model: SmallCNN, images: np.ndarray, labels: np.ndarray, epsilon
         # torch notes that Opacus' backward hooks fire although the inputs need no gradient.
         warnings.filterwarnings("ignore", message="Full backward hook is firing")
         for _ in range(epochs):
-            batches = _secure_batches(data, loader.sample_rate, len(loader), source) if secure else loader
-            for x, y in batches:
+            for x, y in _poisson_batches(data, loader.sample_rate, len(loader), draws):
                 if len(y) == 0:  # an empty Poisson batch: skipped, so at most the accounted steps run
                     continue
                 optimizer.zero_grad()

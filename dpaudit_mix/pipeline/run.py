@@ -29,6 +29,7 @@ from ..errors import require
 from ..problem import Problem
 from ..problem import load as load_problem
 from ..problem import save as save_problem
+from ..randomness import Key, stream
 from . import model as cnn
 from .methods import Mixture, choose
 from .spec import PipelineSpec
@@ -66,7 +67,7 @@ def build_world(spec: PipelineSpec) -> World:
     size_a = round(spec.rho * n)
     require(size_a >= 1, f"split A would be empty: rho = {spec.rho:g} of {n} training examples")
     require(size_a < n, f"split B would be empty: rho = {spec.rho:g} of {n} training examples")
-    order = np.random.default_rng([spec.seed, 4]).permutation(n)
+    order = stream(spec.seed, "pipeline-split", world=registry.canonical(spec.world), rho=spec.rho, n=n).numpy().permutation(n)
     return World(tuple(sources), sensitive.train_images[:n], sensitive.train_labels[:n], sensitive.test_images,
                  sensitive.test_labels, np.sort(order[:size_a]), np.sort(order[size_a:]),
                  registry.world_validation(spec.world, spec.seed))
@@ -181,12 +182,13 @@ def run_pipeline(spec: PipelineSpec, out: Path, progress: bool = True, world: Wo
         key = content_key(data=data_key, weights="warm" if weights is None else [round(w, 12) for w in weights], seed=seed,
                    n=spec.pretrain_examples, epochs=spec.pretrain_epochs, lr=spec.pretrain_learning_rate)
 
-        def train(weights: list[float] | None = weights, seed: int = seed) -> dict[str, np.ndarray]:
-            rng = np.random.default_rng([spec.seed, 6, seed])
+        def train(weights: list[float] | None = weights, stage: Key = Key(spec.seed).child(pretrain=key)
+                  ) -> dict[str, np.ndarray]:
+            rng = stage.stream("pretrain-sample").numpy()
             images, labels = (_warm_sample(world, spec.pretrain_examples, rng) if weights is None
                               else _pretrain_sample(world, weights, spec.pretrain_examples, rng))
             return cnn.state_arrays(cnn.pretrain(images, labels, spec.pretrain_epochs, spec.pretrain_learning_rate,
-                                                 seed))
+                                                 stage))
 
         pretrained_arrays[key] = cache.get("pretrain", key, "npz", train, save_npz, load_npz)
         pretrained[(method, eps, seed)] = key
@@ -203,14 +205,15 @@ def run_pipeline(spec: PipelineSpec, out: Path, progress: bool = True, world: Wo
                    **({"epochs": grid[0][1], "lr": grid[0][0]} if len(grid) == 1 else {"grid": grid}),
                    batch=spec.finetune_batch, clip=spec.finetune_clip, secure=secure)
 
-        def finetune(base: str | None = base, prior: tuple = prior, eps: float = eps, seed: int = seed
+        def finetune(base: str | None = base, prior: tuple = prior, eps: float = eps,
+                     stage: Key = Key(spec.seed).child(task="multiclass", method=method, epsilon=eps, seed=seed)
                      ) -> dict[str, Any]:
             arrays = None if base is None else pretrained_arrays[base]
-            choice = _choose_finetune(spec, world, len(finetune_rows), arrays, eps, prior, seed)
-            tuned = cnn.dp_finetune(cnn.from_arrays(arrays, seed), world.train_images[finetune_rows],
+            choice = _choose_finetune(spec, world, len(finetune_rows), arrays, eps, prior, stage)
+            tuned = cnn.dp_finetune(cnn.from_arrays(arrays, stage), world.train_images[finetune_rows],
                                     world.train_labels[finetune_rows], eps, spec.delta, choice["epochs"],
-                                    spec.finetune_batch, choice["learning_rate"], spec.finetune_clip, seed, prior,
-                                    secure)
+                                    spec.finetune_batch, choice["learning_rate"], spec.finetune_clip,
+                                    None if secure else stage, prior)
             return {"metrics": cnn.evaluate(tuned.model, world.test_images, world.test_labels),
                     "finetune_phase": asdict(accounting.GaussianPhase(tuned.noise_multiplier, tuned.sample_rate,
                                                                       tuned.steps)),
@@ -224,12 +227,13 @@ def run_pipeline(spec: PipelineSpec, out: Path, progress: bool = True, world: Wo
 
 
 def _choose_finetune(spec: PipelineSpec, world: World, n_private: int, arrays: dict[str, np.ndarray] | None,
-                     epsilon: float, prior: tuple[accounting.GaussianPhase, ...], seed: int) -> dict[str, Any]:
+                     epsilon: float, prior: tuple[accounting.GaussianPhase, ...], stage: Key) -> dict[str, Any]:
     """The finetune's learning rate and epochs, by one rule for every method, at no privacy cost.
 
     Each candidate is rehearsed: the same DP finetune (ε, δ, clip, prior, and the same number of
     batches per epoch, so the same q, T and σ) on half the public validation slice, scored by
-    macro AUC on the other half. The test set is never looked at.
+    macro AUC on the other half. The test set is never looked at. Rehearsals draw from streams of
+    their own (children of ``stage``), never the private finetune's.
     """
     grid = spec.finetune_grid
     if len(grid) == 1:
@@ -239,8 +243,9 @@ def _choose_finetune(spec: PipelineSpec, world: World, n_private: int, arrays: d
     batch = max(1, round(spec.finetune_batch * half / n_private))
     scores = {}
     for lr, epochs in grid:
-        tuned = cnn.dp_finetune(cnn.from_arrays(arrays, seed), v.images[:half], v.labels[:half], epsilon, spec.delta,
-                                epochs, batch, lr, spec.finetune_clip, seed, prior)
+        rehearsal = stage.child(rehearsal_lr=lr, rehearsal_epochs=epochs)
+        tuned = cnn.dp_finetune(cnn.from_arrays(arrays, rehearsal), v.images[:half], v.labels[:half], epsilon, spec.delta,
+                                epochs, batch, lr, spec.finetune_clip, rehearsal, prior)
         scores[(lr, epochs)] = cnn.evaluate(tuned.model, v.images[half:], v.labels[half:])["macro_auc"]
     lr, epochs = max(scores, key=lambda c: scores[c])
     return {"learning_rate": lr, "epochs": epochs,

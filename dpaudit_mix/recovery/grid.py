@@ -24,6 +24,7 @@ from ..errors import require
 from ..learner import fit, fit_losses
 from ..mixmin import mixmin
 from ..problem import Problem, load
+from ..randomness import stream
 from ..resources import require_memory
 from .metrics import cos_similarity, l1_distance
 from .spec import RecoverySpec
@@ -55,17 +56,13 @@ def _spread(values: np.ndarray) -> dict[str, Any]:
 
 def _subset(problem: Problem, rho: float, user_level: bool, seed: int) -> Problem:
     """The ρ fraction DP-MixMin sees: examples, or whole users under user-level DP."""
-    rng = np.random.default_rng([seed, 3, round(rho * 1e6)])
+    rng = stream(seed, "recovery-subset", task=problem.task, rho=rho, user_level=user_level).numpy()
     if not user_level:
         rows = rng.permutation(problem.n)[: max(1, round(rho * problem.n))]
         return problem.subset(np.sort(rows))
     users = np.unique(problem.users)
     chosen = rng.permutation(users)[: max(1, round(rho * len(users)))]
     return problem.subset(np.flatnonzero(np.isin(problem.users, chosen)))
-
-
-def _run_seed(spec: RecoverySpec, cell: int) -> int:
-    return int(np.random.SeedSequence([spec.seed, cell]).generate_state(1)[0])
 
 
 def score(target: Target, weights: np.ndarray) -> dict[str, Any]:
@@ -164,13 +161,15 @@ def run_recovery(spec: RecoverySpec, progress: bool = True) -> dict[str, Any]:
     jobs = list(_cells(spec, the_plan))
     require_memory(len(jobs) * spec.seeds * BYTES_PER_CELL_RUN, f"recovery with seeds = {spec.seeds} over {len(jobs)} cells")
     cells: dict[str, list[dict[str, Any]]] = {"grid": [], "noiseless": [], "k": []}
-    for index, (kind, target, eps, rho, user_level) in enumerate(
-            tqdm(jobs, desc="recovery cells", unit="cell", disable=not progress, file=sys.stderr)):
+    for kind, target, eps, rho, user_level in tqdm(jobs, desc="recovery cells", unit="cell", disable=not progress,
+                                                   file=sys.stderr):
         if eps not in sigmas:
             sigmas[eps] = 0.0 if eps is None else spec.noise_multiplier(eps)
         config = spec.config(sigmas[eps], user_level)
         data = _subset(target.problem, rho, user_level, spec.seed)
-        weights = fit(data, config, spec.seeds, seed=_run_seed(spec, index)).weights
+        noise = stream(spec.seed, "learner-noise", recovery=kind, task=target.task, k=len(target.lambda_star),
+                       epsilon="none" if eps is None else eps, rho=rho, user_level=user_level)
+        weights = fit(data, config, spec.seeds, noise).weights
         cell = {"task": target.task, "k": len(target.lambda_star), "epsilon": eps, "rho": rho,
                 "user_level": user_level, "n": data.n,
                 "users": None if data.users is None else int(len(np.unique(data.users))),

@@ -15,6 +15,7 @@ from .. import accounting
 from ..learner import LearnerConfig, fit, fit_losses
 from ..mixmin import mixmin
 from ..problem import Problem
+from ..randomness import stream
 
 CLIPS = (0.5, 1.0, 2.0, 3.0, 5.0)
 LEARNING_RATES = (0.1, 0.3, 1.0, 3.0)
@@ -30,7 +31,8 @@ def tune(public: Problem, epsilon: float, delta: float, steps: int, sample_rate:
         for learning_rate in LEARNING_RATES:
             config = LearnerConfig(steps=steps, clip=clip, noise_multiplier=sigma, sample_rate=sample_rate,
                                    learning_rate=learning_rate)
-            alpha = float(fit_losses(public, fit(public, config, RUNS, seed=seed).weights).mean() - best)
+            noise = stream(seed, "recovery-tuning", clip=clip, learning_rate=learning_rate)
+            alpha = float(fit_losses(public, fit(public, config, RUNS, noise).weights).mean() - best)
             candidates.append({"clip": clip, "learning_rate": learning_rate, "alpha_1e3": 1e3 * alpha})
     choice = min(candidates, key=lambda c: c["alpha_1e3"])
     return {"clip": choice["clip"], "learning_rate": choice["learning_rate"], "epsilon": epsilon,

@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..randomness import Key, torch_scope
+
 SIGMA_DATA = 0.5
 P_MEAN, P_STD = -1.2, 1.2
 SIGMA_MIN, SIGMA_MAX, RHO, STEPS = 0.002, 80.0, 7.0, 18
@@ -94,12 +96,12 @@ class TrainConfig:
     learning_rate: float = 1e-3
 
 
-def train(images: np.ndarray, labels: np.ndarray, config: TrainConfig, seed: int) -> MLPNet:
+def train(images: np.ndarray, labels: np.ndarray, config: TrainConfig, key: Key) -> MLPNet:
     """Fit F_θ on the small public set with EDM's σ distribution and loss weighting."""
-    torch.manual_seed(seed)
-    generator = torch.Generator().manual_seed(seed)
+    generator = key.stream("edm-train").torch()
     y_all, c_all = to_model_space(images), torch.from_numpy(labels.astype(np.int64))
-    net = MLPNet()
+    with torch_scope(key.stream("model-init")):
+        net = MLPNet()
     optimizer = torch.optim.Adam(net.parameters(), lr=config.learning_rate)
     net.train()
     for _ in range(config.steps):
@@ -116,9 +118,9 @@ def train(images: np.ndarray, labels: np.ndarray, config: TrainConfig, seed: int
 
 
 @torch.no_grad()
-def sample(net: nn.Module, labels: np.ndarray, seed: int, steps: int = STEPS) -> np.ndarray:
+def sample(net: nn.Module, labels: np.ndarray, key: Key, steps: int = STEPS) -> np.ndarray:
     """Heun's 2nd-order deterministic sampler (Algorithm 1) from x_0 ~ N(0, σ_max² I)."""
-    generator = torch.Generator().manual_seed(seed)
+    generator = key.stream("edm-sample").torch()
     c = torch.from_numpy(labels.astype(np.int64))
     t = sigma_steps(steps)
     x = torch.randn(len(c), (SIDE // POOL) ** 2, generator=generator) * t[0]

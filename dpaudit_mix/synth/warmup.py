@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ..pipeline.model import SmallCNN, from_arrays
+from ..randomness import Key
 
 SHIFT, ROTATION, SCALE, CUTOUT = 2 / 14, np.pi / 18, 0.1, 8  # shift in [−1, 1] grid units: 2 px of 28
 
@@ -79,10 +80,10 @@ class WarmUp:
     sam: bool = False
 
 
-def warm_up(images: np.ndarray, labels: np.ndarray, config: WarmUp, seed: int) -> SmallCNN:
+def warm_up(images: np.ndarray, labels: np.ndarray, config: WarmUp, key: Key) -> SmallCNN:
     """Non-private training of the pipeline's CNN on public (real or synthetic) images (SGD, momentum 0.9)."""
-    model = from_arrays(None, seed)
-    generator = torch.Generator().manual_seed(seed)
+    model = from_arrays(None, key)
+    generator = key.stream("warmup").torch()
     x_all = torch.from_numpy(images[:, None].astype(np.float32))
     y_all = torch.from_numpy(labels.astype(np.int64))
     base = torch.optim.SGD(model.parameters(), lr=config.learning_rate, momentum=0.9)

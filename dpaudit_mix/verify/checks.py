@@ -22,6 +22,7 @@ from .. import accounting
 from ..audit.engine import AuditSpec, run_audit
 from ..learner import LearnerConfig, fit
 from ..problem import Problem
+from ..randomness import stream
 from .mechanism import ACCOUNTANT, LEARNER, WIRING, Mechanism
 
 #: δ of every calibrated claim below.
@@ -230,7 +231,8 @@ def noise_conformance(mechanism: Mechanism, level: Level, seed: int = 0) -> Chec
         sigma = mechanism.noise_multiplier(target, DELTA, q, steps)
         rate = _probe_learning_rate(required, q, steps)
         config = LearnerConfig(steps=steps, clip=CLIP, noise_multiplier=sigma, sample_rate=q, learning_rate=rate)
-        weights = fit(probe_problem(), config, level.conformance_runs, seed=seed).weights
+        noise = stream(seed, "verify-conformance", epsilon=target, sample_rate=q, steps=steps)
+        weights = fit(probe_problem(), config, level.conformance_runs, noise).weights
         scale = rate * required * CLIP * math.sqrt(steps) / (q * PROBE_N)
         with np.errstate(divide="ignore", invalid="ignore"):
             z = np.log(weights) @ basis.T / scale

@@ -1,0 +1,194 @@
+"""Every random draw in the package, from one place (DESIGN §8 "Randomness").
+
+A draw is made from a :class:`Stream`: a root seed, a *purpose* (what the randomness is for:
+``"learner-noise"``, ``"finetune-batches"`` …) and named identifiers (a :class:`Key`: task, method, ε, seed,
+run …). The triple is hashed into the spawn key of a numpy ``SeedSequence``, so two streams that
+differ in purpose or in any identifier are independent, and the same triple always gives the
+same draws (same seed ⇒ same result) whatever the order, chunking or backend. There are no stream
+numbers to collide and no ``seed + 1``: a new use names a new purpose.
+
+Anything that could be released draws instead from :class:`SecureSource`, the OS CSPRNG, which
+cannot be replayed. Libraries that insist on torch's global generator (module initialisation)
+get it only inside :func:`torch_scope`, which restores the global state afterwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+#: bumped whenever the derivation below changes, so persisted results keyed by it are not reused.
+VERSION = 1
+
+#: every purpose a stream may name: a typo is a programming error, not a silent new stream.
+PURPOSES = frozenset({
+    # data worlds (public construction: which image goes where)
+    "world-pool-split", "world-sources", "world-public-validation", "world-shards", "world-graded-sources",
+    "world-text-test-speakers", "problem-users",
+    # the mixing learner and its baselines
+    "learner-noise", "random-search-candidates", "random-search-noise",
+    # pipelines
+    "pipeline-split", "pretrain-sample", "model-init", "pretrain-shuffle", "finetune-batches",
+    "finetune-noise", "rehearsal-split",
+    # WarmSyn
+    "edm-train", "edm-sample", "warmup",
+    # audits, recovery, verification
+    "audit-mixing-rows", "audit-assignment", "audit-natural-canary", "audit-bootstrap",
+    "recovery-subset", "recovery-tuning", "verify-conformance",
+})
+
+
+class RandomSource(Protocol):
+    """What the mechanisms draw from: a seeded numpy Generator or the :class:`SecureSource`."""
+
+    def standard_normal(self, size: int | tuple[int, ...]) -> np.ndarray: ...
+
+    def random(self, size: int | tuple[int, ...]) -> np.ndarray: ...
+
+
+def _canonical(value: object) -> object:
+    """An identifier as JSON: numbers as floats unless integral ints (ε 1 and 1.0 name one stream)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if not float(value).is_integer() else int(value)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (tuple, list)):
+        return [_canonical(v) for v in value]
+    raise TypeError(f"a stream identifier must be a number, string or sequence of them, got {type(value).__name__}")
+
+
+_recording: list[tuple[str, tuple[tuple[str, object], ...]]] | None = None
+_lock = threading.Lock()
+
+
+@contextmanager
+def recording() -> Iterator[list[tuple[str, tuple[tuple[str, object], ...]]]]:
+    """Collect (purpose, identifiers) of every stream drawn from inside the block (tests use this
+    to show that no two draws of a run share a stream)."""
+    global _recording
+    with _lock:
+        _recording = []
+        seen = _recording
+    try:
+        yield seen
+    finally:
+        with _lock:
+            _recording = None
+
+
+@dataclass(frozen=True)
+class Key:
+    """A root seed and named identifiers: what a unit of work (a method at ε in seed s) draws with.
+    Each of its purposes is then a separate stream: ``key.stream("finetune-noise")``."""
+
+    seed: int
+    ids: tuple[tuple[str, object], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.seed, (int, np.integer)) or isinstance(self.seed, bool) or self.seed < 0:
+            raise ValueError(f"a root seed must be an integer >= 0, got {self.seed!r}")
+        names = [name for name, _ in self.ids]
+        if len(set(names)) != len(names):
+            raise ValueError(f"stream identifiers named twice: {names}")
+
+    def child(self, **ids: object) -> Key:
+        """The key with more identifiers (every stream of it distinct from the parent's)."""
+        return Key(self.seed, self.ids + tuple((k, _canonical(v)) for k, v in ids.items()))
+
+    def stream(self, purpose: str) -> Stream:
+        return Stream(self, purpose)
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A key and a purpose: ``Key(seed).child(method="uniform", epsilon=1.0).stream("finetune-noise")``."""
+
+    key: Key
+    purpose: str
+
+    def __post_init__(self) -> None:
+        if self.purpose not in PURPOSES:
+            raise ValueError(f"unknown stream purpose {self.purpose!r}; add it to randomness.PURPOSES")
+
+    def child(self, **ids: object) -> Stream:
+        """The same purpose with more identifiers (a distinct, independent stream)."""
+        return Stream(self.key.child(**ids), self.purpose)
+
+    @property
+    def spawn_key(self) -> tuple[int, ...]:
+        text = json.dumps([self.purpose, [[k, v] for k, v in self.key.ids]], separators=(",", ":"))
+        digest = hashlib.sha256(text.encode()).digest()
+        return tuple(int.from_bytes(digest[i:i + 4], "little") for i in range(0, 32, 4))
+
+    def _sequence(self) -> np.random.SeedSequence:
+        with _lock:
+            if _recording is not None:
+                _recording.append((self.purpose, self.key.ids))
+        return np.random.SeedSequence(int(self.key.seed), spawn_key=self.spawn_key)
+
+    def numpy(self) -> np.random.Generator:
+        return np.random.Generator(np.random.PCG64(self._sequence()))
+
+    def integer(self) -> int:
+        """A 63-bit integer seed, for torch generators and libraries that take an int."""
+        return int(self._sequence().generate_state(1, np.uint64)[0] >> np.uint64(1))
+
+    def torch(self) -> torch.Generator:
+        import torch
+
+        return torch.Generator().manual_seed(self.integer())
+
+
+def stream(root: int, purpose: str, /, **ids: object) -> Stream:
+    """Shorthand for ``Key(root).child(**ids).stream(purpose)``."""
+    return Key(root).child(**ids).stream(purpose)
+
+
+@contextmanager
+def torch_scope(source: Stream) -> Iterator[None]:
+    """torch's global generator seeded from ``source`` inside the block only (module constructors
+    initialise their weights from it and take no generator); the caller's state is restored."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(source.integer())
+        yield
+
+
+class SecureSource:
+    """Uniforms and Gaussians from the OS CSPRNG (Box–Muller on 53-bit uniforms)."""
+
+    def random(self, size: int | tuple[int, ...]) -> np.ndarray:
+        count = int(np.prod(size))
+        words = np.frombuffer(os.urandom(8 * count), dtype=np.uint64)
+        return ((words >> np.uint64(11)).astype(np.float64) * 2.0**-53).reshape(size)
+
+    def standard_normal(self, size: int | tuple[int, ...]) -> np.ndarray:
+        count = int(np.prod(size))
+        half = (count + 1) // 2
+        u1 = 1.0 - self.random(half)  # in (0, 1], so the log is finite
+        u2 = self.random(half)
+        radius = np.sqrt(-2.0 * np.log(u1))
+        z = np.concatenate([radius * np.cos(2 * np.pi * u2), radius * np.sin(2 * np.pi * u2)])
+        return z[:count].reshape(size)
+
+
+
+def source(noise: Stream | None) -> RandomSource:
+    """The stream's generator, or the OS CSPRNG when there is none (``None`` = release mode)."""
+    return SecureSource() if noise is None else noise.numpy()
