@@ -8,6 +8,7 @@ The neighbouring relation is add/remove of one example (or one user).
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +35,14 @@ MAX_EPSILON = 100.0
 #: the largest σ accepted: ε is already at every accountant's floor far below it, and the
 #: libraries overflow or fail their own checks on much larger values (opacus at 1e8, q = 0.01).
 MAX_NOISE_MULTIPLIER = 1e6
+#: the most steps one phase may take: far beyond any training run here, and the accountants'
+#: memory grows with T (opacus' RDP/PRV history, 1e9 steps asked for petabytes).
+MAX_STEPS = 1_000_000
+#: the smallest sampling rate accepted: as q → 0 the calibrated σ shrinks and the accountants'
+#: discretisation grows without bound (q = 1e-6 already takes ~30 s to calibrate, 1e-9 hours).
+MIN_SAMPLE_RATE = 1e-6
+#: calibration gives up after this long, naming the setting, instead of hanging.
+CALIBRATE_SECONDS = 180.0
 #: the accountant used to calibrate σ for a release (a pessimistic PLD bound).
 DEFAULT_ACCOUNTANT = "pld"
 
@@ -50,8 +59,9 @@ class GaussianPhase:
         check_fields(self)
         require(0 < self.noise_multiplier <= MAX_NOISE_MULTIPLIER,
                 f"noise multiplier must be in (0, {MAX_NOISE_MULTIPLIER:g}], got {self.noise_multiplier}")
-        require(0 < self.sample_rate <= 1, f"sample rate q must be in (0, 1], got {self.sample_rate}")
-        require(self.steps >= 1, f"steps T must be >= 1, got {self.steps}")
+        require(MIN_SAMPLE_RATE <= self.sample_rate <= 1, f"sample rate q must be in [{MIN_SAMPLE_RATE:g}, 1] "
+                f"(below it no accountant answers in reasonable time), got {self.sample_rate}")
+        require(1 <= self.steps <= MAX_STEPS, f"steps T must be in [1, {MAX_STEPS:,}], got {self.steps}")
 
 
 def check_epsilon(epsilon: float) -> None:
@@ -149,7 +159,12 @@ def calibrate(
         spent = epsilon(prior, delta, accountant)
         require(spent < target_epsilon, f"the earlier phases already spend ε = {spent:.4g} of {target_epsilon:g}")
 
+    deadline = time.monotonic() + CALIBRATE_SECONDS
+
     def excess(sigma: float) -> float:
+        require(time.monotonic() < deadline, f"calibrating epsilon {target_epsilon:g} at delta {delta:g}, q = "
+                f"{sample_rate:g}, T = {steps} with the {accountant} accountant did not finish in "
+                f"{CALIBRATE_SECONDS:g} s (near sigma {sigma:.3g}); a larger q or fewer steps calibrate faster")
         return epsilon([*prior, GaussianPhase(sigma, sample_rate, steps)], delta, accountant) - target_epsilon
 
     # Bracket in the accountant itself (no other accountant's floor limits the reachable ε),
@@ -166,7 +181,7 @@ def calibrate(
                 raise InputError(
                     f"the {accountant} accountant cannot certify epsilon {target_epsilon:g} at delta {delta:g}: even "
                     f"noise multiplier {MAX_NOISE_MULTIPLIER:g} gives epsilon {floor:.4g} (its conversion to (epsilon, delta) has that "
-                    f"floor); use the pld or prv accountant")
+                    f"floor); try {' or '.join(a for a in ACCOUNTANTS if a != accountant)}")
     else:
         while excess(low) <= 0:
             require(low > 1e-3, f"the {accountant} accountant gives epsilon <= {target_epsilon:g} even at noise "

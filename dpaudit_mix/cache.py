@@ -22,6 +22,10 @@ from .errors import InputError, require
 T = TypeVar("T")
 
 
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 def sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -36,7 +40,7 @@ def content_key(**parts: object) -> str:
 
 
 def load_json(path: Path) -> Any:
-    return json.loads(path.read_text())
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def load_npz(path: Path) -> dict[str, np.ndarray]:
@@ -55,12 +59,18 @@ def user_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dpaudit-mix"
 
 
+def user_state_dir() -> Path:
+    """``$XDG_STATE_HOME/dpaudit-mix``, else ``~/.local/state/dpaudit-mix``: what must outlive a
+    cache (the privacy ledger); unlike the cache, nothing here may be deleted to save space."""
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "dpaudit-mix"
+
+
 def cached(path: Path, compute: Callable[[], T], save: Callable[[Path, T], None], load: Callable[[Path], T]) -> T:
     """``load(path)`` if it passes its checksum; else ``compute()``, saved with a fresh checksum."""
     check = path.with_name(path.name + ".sha256")
     if path.is_file():
         try:
-            require(check.is_file() and check.read_text().strip() == sha256(path), "checksum mismatch")
+            require(check.is_file() and check.read_text(encoding="utf-8").strip() == sha256(path), "checksum mismatch")
             return load(path)
         except (InputError, OSError, ValueError, KeyError, EOFError) as exc:
             print(f"dpaudit-mix: warning: cached {path} failed its check ({exc}); recomputing", file=sys.stderr)

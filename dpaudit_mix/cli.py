@@ -1,15 +1,18 @@
 """The `dpaudit-mix` command line (DESIGN §10).
 
 Exit 0 success, 2 bad input, 3 audit violation (or a refused release / failed check), 4 an
-inconclusive audit (a σ = 0 control saw nothing, so the audit cannot see leakage).
+inconclusive audit (a σ = 0 control saw nothing, so the audit cannot see leakage), 5 a fault of
+the machine (disk full, I/O error, stdout closed), 130 interrupted (Ctrl-C; rerun to resume).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import json
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,6 +33,12 @@ from .resources import require_memory
 EXIT_BAD_INPUT = 2
 EXIT_VIOLATION = 3
 EXIT_INCONCLUSIVE = 4
+EXIT_FAULT = 5
+EXIT_INTERRUPTED = 130
+
+#: errors of a path the user gave (exit 2); any other OSError is the machine's fault (exit 5).
+PATH_ERRORS = {errno.ELOOP, errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM,
+               errno.EROFS, errno.ENOENT, errno.EEXIST}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -88,7 +97,7 @@ def cmd_mix(args: argparse.Namespace) -> None:
     from .mixmin import mixmin
 
     if args.out:
-        check_output(args.out, folder=False)
+        check_output(args.out, folder=False, inputs=[args.problem])
     prob = problem_io.load(args.problem)
     if args.nonprivate:
         result = mixmin(prob.logp)
@@ -178,7 +187,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from .audit.report import write_report
 
     spec = load_spec(args.spec, problem=args.problem, runs=args.runs, epsilon=args.epsilon)
-    out = check_output(args.out or Path("reports") / Path(args.spec).stem, folder=True)
+    out = check_output(args.out or Path("reports") / Path(args.spec).stem, folder=True,
+                       inputs=[args.spec, args.problem])
     outcome = run_audit(spec, out, noise_multiplier=args.noise_multiplier, backend=args.backend,
                         scheduler=args.scheduler)
     write_report(outcome, out)
@@ -420,13 +430,52 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of a closed or full stdout does not
+    add a traceback to the one line already said."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr)
+    except OSError:
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Every failure ends in one line on stderr and its exit code (see the module docstring)."""
+    for stream in (sys.stdout, sys.stderr):  # a non-UTF-8 locale must not turn "λ" into a traceback
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     try:
         args = build_parser().parse_args(argv)
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed or full stdout fails here, inside the handlers below
+        return code
     except InputError as exc:
-        print(f"dpaudit-mix: error: {exc}", file=sys.stderr)
+        _say(f"dpaudit-mix: error: {exc}")
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        _say("dpaudit-mix: interrupted; finished chunks and stages are kept: rerun the same command to resume")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _silence_stdout()
+        _say("dpaudit-mix: error: stdout was closed before the output was written")
+        return EXIT_FAULT
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT) or exc.filename is None:
+            _silence_stdout()
+        _say(f"dpaudit-mix: error: {exc.strerror or exc}{where}; nothing half-written was kept")
+        return EXIT_BAD_INPUT if exc.errno in PATH_ERRORS and exc.filename else EXIT_FAULT
+    except MemoryError:
+        _say("dpaudit-mix: error: out of memory; ask for fewer runs, examples or steps")
+        return EXIT_FAULT
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ the default release through the gate in reports/demo/release/."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -65,10 +66,13 @@ def main() -> int:
               f"ε_LB = {r['epsilon_lower_bound']:.3f}  GDP ε_LB = {r['epsilon_lower_bound_gdp']:.3f}  "
               f"{_verdict(r)}")
     print(f"violation: {summary['violation']}; inconclusive: {summary['inconclusive']}; report: {OUT / 'report.html'}")
-    # A demonstration, not a real release: start its privacy ledger afresh on every run.
-    (OUT / "ledger.json").unlink(missing_ok=True)
+    # A demonstration, not a real release: its own release folder and ledger, made afresh on every
+    # run (a real release is never overwritten, and its ledger is the machine's).
+    shutil.rmtree(OUT / "release", ignore_errors=True)
+    for name in ("ledger.json", "ledger.json.lock"):
+        (OUT / name).unlink(missing_ok=True)
     try:
-        manifest = release(RELEASE_SPEC, OUT / "release")
+        manifest = release(RELEASE_SPEC, OUT / "release", ledger_path=OUT / "ledger.json")
     except Refused as refusal:
         print(f"\nrelease {RELEASE_SPEC}: REFUSED ({refusal.stage}): {refusal.reason}")
         return refusal.exit_code

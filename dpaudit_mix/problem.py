@@ -6,6 +6,8 @@ package takes this file rather than models.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import zipfile
 from dataclasses import dataclass, field
@@ -98,12 +100,41 @@ def _real(path: Path, name: str, array: np.ndarray) -> np.ndarray:
     return array.astype(np.float64, copy=False)
 
 
-def load(path: str | os.PathLike[str]) -> Problem:
-    """Load and validate a problem file; every failure is an :class:`InputError`."""
+def data_sha256(problem: Problem) -> str:
+    """The identity of the data a mixture is fitted on: ``logp`` and ``users`` (shape, values),
+    whatever file or extra arrays carry them. The privacy budget belongs to this."""
+    digest = hashlib.sha256()
+    for array in (problem.logp.astype(np.float64), problem.users):
+        if array is None:
+            digest.update(b"no users")
+            continue
+        array = np.ascontiguousarray(array, dtype=np.float64 if array.dtype.kind == "f" else np.int64)
+        digest.update(f"{array.dtype.str}{array.shape}".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def read_bytes(path: str | os.PathLike[str]) -> bytes:
+    """A problem file's bytes, read once: callers hash these and :func:`loads` them, so what is
+    hashed is what is used even if the file is replaced meanwhile."""
     path = Path(path)
     require(path.is_file(), f"problem file not found: {path}")
     try:
-        loaded = np.load(path, allow_pickle=False)
+        return path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read problem file {path}: {exc.strerror or exc}") from None
+
+
+def load(path: str | os.PathLike[str]) -> Problem:
+    """Load and validate a problem file; every failure is an :class:`InputError`."""
+    return loads(read_bytes(path), Path(path))
+
+
+def loads(content: bytes, path: str | os.PathLike[str]) -> Problem:
+    """Validate and decode the bytes of a problem file (``path`` names it in messages)."""
+    path = Path(path)
+    try:
+        loaded = np.load(io.BytesIO(content), allow_pickle=False)
         require(isinstance(loaded, np.lib.npyio.NpzFile),
                 f"problem file {path} is a single .npy array, not an .npz archive of named arrays")
         with loaded as z:
@@ -130,8 +161,14 @@ def load(path: str | os.PathLike[str]) -> Problem:
     )
 
 
-def save(problem: Problem, path: str | os.PathLike[str]) -> None:
-    """Write ``problem`` atomically as ``.npz`` (no pickled objects)."""
+def dumps(problem: Problem) -> bytes:
+    """The ``.npz`` bytes of ``problem`` (no pickled objects)."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **_arrays(problem))
+    return buffer.getvalue()
+
+
+def _arrays(problem: Problem) -> dict[str, np.ndarray]:
     arrays: dict[str, np.ndarray] = {
         "logp": problem.logp,
         "sources": np.array(problem.sources, dtype=str),
@@ -145,4 +182,9 @@ def save(problem: Problem, path: str | os.PathLike[str]) -> None:
         arrays["heldout_users"] = problem.heldout_users
     for key, value in problem.meta.items():
         arrays[f"meta_{key}"] = np.array(value)
-    write_npz(path, **arrays)
+    return arrays
+
+
+def save(problem: Problem, path: str | os.PathLike[str]) -> None:
+    """Write ``problem`` atomically as ``.npz`` (no pickled objects)."""
+    write_npz(path, **_arrays(problem))

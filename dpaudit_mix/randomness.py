@@ -33,9 +33,8 @@ VERSION = 1
 
 #: every purpose a stream may name: a typo is a programming error, not a silent new stream.
 PURPOSES = frozenset({
-    # data worlds (public construction: which image goes where)
-    "world-pool-split", "world-sources", "world-public-validation", "world-shards", "world-graded-sources",
-    "world-text-test-speakers", "problem-users",
+    # the grouping of an image problem's examples into users
+    "problem-users",
     # the mixing learner and its baselines
     "learner-noise", "random-search-candidates", "random-search-noise",
     # pipelines
@@ -152,6 +151,23 @@ class Stream:
         import torch
 
         return torch.Generator().manual_seed(self.integer())
+
+
+#: The embedded worlds' public layout (which image or speaker goes where), frozen as the v1
+#: benchmark: every figure measured on the worlds (λ★ per task, the README's tables) depends on
+#: it. These are data-set definitions, never privacy randomness; each part has its own stream.
+#: "pool" continues into the mnist-labels sources' samples (one generator, as built).
+WORLD_LAYOUT: dict[str, tuple[int, ...]] = {
+    "pool": (), "shards": (2,), "shift-sources": (7,), "graded-sources": (8,), "validation-slice": (9,),
+    "text-test-speakers": (11,),
+}
+
+
+def world_layout(seed: int, part: str) -> np.random.Generator:
+    """The generator that lays out ``part`` of an embedded world under data seed ``seed``."""
+    if part not in WORLD_LAYOUT:
+        raise ValueError(f"unknown world layout part {part!r}; known: {sorted(WORLD_LAYOUT)}")
+    return np.random.default_rng([seed, *WORLD_LAYOUT[part]] if WORLD_LAYOUT[part] else seed)
 
 
 def stream(root: int, purpose: str, /, **ids: object) -> Stream:

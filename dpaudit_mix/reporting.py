@@ -71,7 +71,7 @@ def write_pages(out: Path, title: str, blocks: list[Block], name: str = "report"
     """
     record = out / f".{name}.figures"
     figures = sorted(os.path.relpath(value, out) for kind, value in blocks if kind == "figure")
-    old = record.read_text().splitlines() if record.is_file() else []
+    old = record.read_text(encoding="utf-8").splitlines() if record.is_file() else []
     write_text(out / f"{name}.md", _markdown(title, blocks, out))
     write_text(out / f"{name}.html", _html(title, blocks))
     write_text(record, "".join(f"{f}\n" for f in figures))

@@ -103,12 +103,24 @@ def check_fields(spec: Any) -> None:
             object.__setattr__(spec, f.name, coerced)
 
 
-def _read(path: Path) -> dict[str, Any]:
+def read_spec_bytes(path: Path) -> bytes:
+    """A spec file's bytes, read once (a release hashes exactly what it parses)."""
     require(path.is_file(), f"spec not found: {path}")
     try:
-        return tomllib.loads(path.read_text())
+        return path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read spec {path}: {exc.strerror or exc}") from None
+
+
+def _parse(path: Path, content: bytes) -> dict[str, Any]:
+    try:
+        return tomllib.loads(content.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot parse spec {path}: {exc}") from None
+
+
+def _read(path: Path) -> dict[str, Any]:
+    return _parse(path, read_spec_bytes(path))
 
 
 def spec_value(path: str | Path, key: str, default: Any) -> Any:
@@ -119,7 +131,12 @@ def spec_value(path: str | Path, key: str, default: Any) -> Any:
 def load_spec_file(cls: type[SpecT], path: str | Path, **overrides: Any) -> SpecT:
     """Read ``path`` into the spec dataclass ``cls``; one clear InputError on any problem."""
     path = Path(path)
-    raw = _read(path)
+    return parse_spec(cls, path, read_spec_bytes(path), **overrides)
+
+
+def parse_spec(cls: type[SpecT], path: Path, content: bytes, **overrides: Any) -> SpecT:
+    """The spec dataclass ``cls`` from the bytes of ``path`` (already read once by the caller)."""
+    raw = _parse(path, content)
     known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(raw) - known)
     require(not unknown, f"unknown key(s) in {path}: {', '.join(unknown)}; known: {', '.join(sorted(known))}")

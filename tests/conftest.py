@@ -13,6 +13,9 @@ from dpaudit_mix.problem import Problem
 
 # Built embedded problems are cached on disk: tests use a cache of their own, never the user's.
 os.environ["DPAUDIT_MIX_CACHE"] = tempfile.mkdtemp(prefix="dpaudit-mix-test-cache-")
+# Releases record their budget in the machine's ledger: tests keep one of their own, never the user's.
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="dpaudit-mix-test-state-")
+os.environ.pop("DPAUDIT_MIX_LEDGER", None)
 
 
 def random_problem(n: int, k: int, seed: int, users: bool = False) -> Problem:

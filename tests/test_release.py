@@ -86,7 +86,7 @@ def test_a_2x_leak_is_refused_and_leaves_no_weights(tmp_path: Path, problem_file
     assert "REFUSED (audit)" in captured.err and "weights" not in captured.out
     assert json.loads((out / "refused.json").read_text())["stage"] == "audit"
     assert not (out / "release.json").exists() and holds_weights(out) == []
-    assert not (tmp_path / "ledger.json").exists()  # nothing was spent
+    assert ledger.read(tmp_path / "ledger.json") == []  # the reservation was withdrawn: nothing was spent
 
 
 def test_a_patched_learner_is_refused(tmp_path: Path, problem_file: Path, monkeypatch, capsys) -> None:
@@ -104,14 +104,16 @@ def test_ledger_composes_in_pld_and_enforces_the_budget(tmp_path: Path, problem_
     assert main(["release", str(spec), "--out", str(tmp_path / "second")]) == 3
     assert "REFUSED (budget)" in capsys.readouterr().err
     assert json.loads((tmp_path / "second" / "refused.json").read_text())["stage"] == "budget"
-    entries = json.loads((tmp_path / "ledger.json").read_text())["releases"]
-    assert len(entries) == 1
-    sigma = entries[0]["noise_multiplier"]
+    entries = ledger.read(tmp_path / "ledger.json")
+    assert len(entries) == 1 and entries[0].status == "released"
+    manifest = json.loads((tmp_path / "first" / "release.json").read_text())
+    assert entries[0].manifest_sha256 == manifest["manifest_sha256"] == gate.manifest_digest(manifest)
+    sigma = entries[0].noise_multiplier
     pld = dp_accounting.pld.PLDAccountant()
     event = dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma), STEPS)
     pld.compose(dp_accounting.ComposedDpEvent([event, event]))
     phase = accounting.GaussianPhase(sigma, 1.0, STEPS)
-    composed = ledger.spent(entries, entries[0]["problem_sha256"], DELTA, (phase,))
+    composed = ledger.spent(entries, entries[0].data_sha256, "", DELTA, (phase,))
     assert composed == pytest.approx(pld.get_epsilon(DELTA), rel=1e-9) and composed > 1.2
 
 

@@ -60,7 +60,7 @@ class ChunkStore:
         return self.root / "manifest.jsonl"
 
     def _open_manifest(self) -> None:
-        lines = self.manifest.read_text().splitlines() if self.manifest.is_file() else []
+        lines = self.manifest.read_text(encoding="utf-8").splitlines() if self.manifest.is_file() else []
         try:
             header = json.loads(lines[0]) if lines else {}
         except json.JSONDecodeError:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..randomness import stream
+from ..randomness import world_layout
 from . import images as im
 from .sources import PublicSource, SensitiveData, split_pool
 
@@ -71,7 +71,7 @@ KINDS: dict[str, Callable[[np.ndarray, float, np.random.Generator], np.ndarray]]
 
 def _pool(seed: int) -> tuple[np.ndarray, np.ndarray, PublicSource, SensitiveData]:
     """The source part of the public pool, the clean validation slice, and the sensitive data."""
-    px, py, sensitive = split_pool(seed)
+    px, py, sensitive = split_pool(world_layout(seed, "pool"))
     validation = PublicSource("public-validation", px[:VALIDATION_SIZE], py[:VALIDATION_SIZE])
     return px[VALIDATION_SIZE:], py[VALIDATION_SIZE:], validation, sensitive
 
@@ -83,7 +83,7 @@ def public_validation(seed: int = 0) -> PublicSource:
 def shift_world(seed: int = 0) -> tuple[list[PublicSource], SensitiveData, PublicSource]:
     """The sources, the sensitive split (the same as mnist-labels') and the public validation slice."""
     px, py, validation, sensitive = _pool(seed)
-    rng = stream(seed, "world-sources", world="mnist-shift").numpy()
+    rng = world_layout(seed, "shift-sources")
     ux, uy = im.uci_digits(framed=True)
     sources = [PublicSource("uci", ux, uy)]
     for name, shift in SHIFTS.items():
@@ -100,7 +100,7 @@ def shift_world(seed: int = 0) -> tuple[list[PublicSource], SensitiveData, Publi
 def graded_sources(count: int, seed: int = 0) -> tuple[list[PublicSource], SensitiveData]:
     """``count`` sources, each 1–3 random shift kinds of random strength on its own pool sample."""
     px, py, _, sensitive = _pool(seed)
-    rng = stream(seed, "world-graded-sources", count=count).numpy()
+    rng = world_layout(seed, "graded-sources")
     sources = []
     kinds = sorted(KINDS)
     for s in range(count):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..randomness import stream
+from ..randomness import world_layout
 from . import images as im
 
 
@@ -48,10 +48,10 @@ def _only(x: np.ndarray, y: np.ndarray, digits: tuple[int, ...]) -> tuple[np.nda
     return x[keep], y[keep]
 
 
-def split_pool(seed: int) -> tuple[np.ndarray, np.ndarray, SensitiveData]:
+def split_pool(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, SensitiveData]:
     """The public pool (images, labels) and the disjoint sensitive data."""
     x, y = im.mnist()
-    order = stream(seed, "world-pool-split").numpy().permutation(len(y))
+    order = rng.permutation(len(y))
     x, y = x[order], y[order]
     sx, sy = x[PUBLIC_POOL:], y[PUBLIC_POOL:]
     sensitive = SensitiveData(sx[:SENSITIVE_TRAIN], sy[:SENSITIVE_TRAIN], sx[SENSITIVE_TRAIN:], sy[SENSITIVE_TRAIN:])
@@ -60,8 +60,8 @@ def split_pool(seed: int) -> tuple[np.ndarray, np.ndarray, SensitiveData]:
 
 def mnist_world(seed: int = 0) -> tuple[list[PublicSource], SensitiveData]:
     """The public sources and the sensitive split, deterministic in ``seed``."""
-    px, py, sensitive = split_pool(seed)
-    rng = stream(seed, "world-sources", world="mnist-labels").numpy()
+    rng = world_layout(seed, "pool")
+    px, py, sensitive = split_pool(rng)
 
     def sample(m: int) -> tuple[np.ndarray, np.ndarray]:
         idx = rng.choice(PUBLIC_POOL, size=m, replace=False)
@@ -90,8 +90,8 @@ def mnist_world(seed: int = 0) -> tuple[list[PublicSource], SensitiveData]:
 def validation_slice(seed: int = 0, size: int = 500) -> PublicSource:
     """Clean public images drawn like the sensitive data (a seeded sample of the public pool),
     for choices that must spend no privacy; in mnist-labels they also appear in some sources."""
-    px, py, _ = split_pool(seed)
-    idx = stream(seed, "world-public-validation", size=size).numpy().choice(PUBLIC_POOL, size=size, replace=False)
+    px, py, _ = split_pool(world_layout(seed, "pool"))
+    idx = world_layout(seed, "validation-slice").choice(PUBLIC_POOL, size=size, replace=False)
     return PublicSource("public-validation", px[idx], py[idx])
 
 
@@ -106,8 +106,8 @@ def public_shards(count: int, seed: int = 0) -> tuple[list[PublicSource], Sensit
     class weights ~ Dirichlet(SHARD_CONCENTRATION): sources that differ in which digits they
     know well, as many as needed, from the same 2,000 public images (shards overlap).
     """
-    px, py, sensitive = split_pool(seed)
-    rng = stream(seed, "world-shards", count=count).numpy()
+    px, py, sensitive = split_pool(world_layout(seed, "pool"))
+    rng = world_layout(seed, "shards")
     shards = []
     for s in range(count):
         class_weights = rng.dirichlet(np.full(10, SHARD_CONCENTRATION))

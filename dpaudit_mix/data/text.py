@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import require
-from ..randomness import stream
+from ..randomness import world_layout
 
 GENRES = ("comedies", "histories", "problems", "roman", "romances", "tragedies")
 SENSITIVE_GENRE = "comedies"
@@ -76,7 +76,7 @@ def text_world(seed: int = 0) -> tuple[list[TextSource], Speeches, Speeches]:
     names = sorted({s for s, _ in pairs})
     ids = {s: i for i, s in enumerate(names)}
     users = np.array([ids[s] for s, _ in pairs])
-    held = stream(seed, "world-text-test-speakers").numpy().permutation(len(names))[:round(TEST_SPEAKERS * len(names))]
+    held = world_layout(seed, "text-test-speakers").permutation(len(names))[:round(TEST_SPEAKERS * len(names))]
     test = np.isin(users, held)
     texts = np.array([t for _, t in pairs], dtype=object)
     _, train_users = np.unique(users[~test], return_inverse=True)  # dense ids 0..U−1

@@ -12,6 +12,7 @@ from ..data.text import GENRES, SENSITIVE_GENRE
 from ..errors import require
 from ..learner import LearnerConfig
 from ..pipeline.spec import DEFAULT_METHODS, check_shared_keys
+from ..resources import BYTES_PER_WINDOW, require_memory
 from ..specfile import Seed, check_fields, load_spec_file
 
 
@@ -56,6 +57,7 @@ class TextPipelineSpec:
             require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("pretrain_learning_rate", "finetune_learning_rate", "finetune_clip", "finetune_users"):
             require(getattr(self, name) > 0, f"{name} must be > 0, got {getattr(self, name)}")
+        require_memory(self.pretrain_windows * BYTES_PER_WINDOW, f"pretrain_windows = {self.pretrain_windows}")
         require(all(lr > 0 for lr in self.finetune_learning_rates),
                 f"finetune_learning_rates must be > 0, got {list(self.finetune_learning_rates)}")
         public = [g for g in GENRES if g != SENSITIVE_GENRE]

@@ -10,6 +10,7 @@ from .. import accounting
 from ..data import registry
 from ..errors import require
 from ..learner import LearnerConfig
+from ..resources import BYTES_PER_IMAGE, require_memory
 from ..specfile import Seed, check_fields, load_spec_file
 
 #: every method; a spec runs DEFAULT_METHODS unless it names others.
@@ -62,6 +63,7 @@ class PipelineSpec:
         for name in ("pretrain_learning_rate", "finetune_learning_rate", "finetune_clip"):
             require(getattr(self, name) > 0, f"{name} must be > 0, got {getattr(self, name)}")
         registry.image_world(self.world)
+        require_memory(self.pretrain_examples * BYTES_PER_IMAGE, f"pretrain_examples = {self.pretrain_examples}")
         require(all(lr > 0 for lr in self.finetune_learning_rates),
                 f"finetune_learning_rates must be > 0, got {list(self.finetune_learning_rates)}")
         require(all(e >= 1 for e in self.finetune_epochs_grid),

@@ -54,15 +54,15 @@ def _spread(values: np.ndarray) -> dict[str, Any]:
     return {"mean": float(np.mean(values)), "std": std, "runs": [float(v) for v in values]}
 
 
-def _subset(problem: Problem, rho: float, user_level: bool, seed: int) -> Problem:
-    """The ρ fraction DP-MixMin sees: examples, or whole users under user-level DP."""
-    rng = stream(seed, "recovery-subset", task=problem.task, rho=rho, user_level=user_level).numpy()
+def _subset_rows(problem: Problem, rho: float, user_level: bool, seed: int) -> np.ndarray:
+    """The rows of the ρ fraction DP-MixMin sees: examples, or whole users under user-level DP.
+    One draw per (task, ρ, unit), shared by every ε and k of it (a paired design)."""
+    rng = stream(seed, "recovery-subset", task=problem.task, rho=rho, user_level=user_level, n=problem.n).numpy()
     if not user_level:
-        rows = rng.permutation(problem.n)[: max(1, round(rho * problem.n))]
-        return problem.subset(np.sort(rows))
+        return np.sort(rng.permutation(problem.n)[: max(1, round(rho * problem.n))])
     users = np.unique(problem.users)
     chosen = rng.permutation(users)[: max(1, round(rho * len(users)))]
-    return problem.subset(np.flatnonzero(np.isin(problem.users, chosen)))
+    return np.flatnonzero(np.isin(problem.users, chosen))
 
 
 def score(target: Target, weights: np.ndarray) -> dict[str, Any]:
@@ -161,12 +161,16 @@ def run_recovery(spec: RecoverySpec, progress: bool = True) -> dict[str, Any]:
     jobs = list(_cells(spec, the_plan))
     require_memory(len(jobs) * spec.seeds * BYTES_PER_CELL_RUN, f"recovery with seeds = {spec.seeds} over {len(jobs)} cells")
     cells: dict[str, list[dict[str, Any]]] = {"grid": [], "noiseless": [], "k": []}
+    rows: dict[tuple[str, float, bool, int], np.ndarray] = {}
     for kind, target, eps, rho, user_level in tqdm(jobs, desc="recovery cells", unit="cell", disable=not progress,
                                                    file=sys.stderr):
         if eps not in sigmas:
             sigmas[eps] = 0.0 if eps is None else spec.noise_multiplier(eps)
         config = spec.config(sigmas[eps], user_level)
-        data = _subset(target.problem, rho, user_level, spec.seed)
+        unit = (target.task, rho, user_level, target.problem.n)
+        if unit not in rows:
+            rows[unit] = _subset_rows(target.problem, rho, user_level, spec.seed)
+        data = target.problem.subset(rows[unit])
         noise = stream(spec.seed, "learner-noise", recovery=kind, task=target.task, k=len(target.lambda_star),
                        epsilon="none" if eps is None else eps, rho=rho, user_level=user_level)
         weights = fit(data, config, spec.seeds, noise).weights

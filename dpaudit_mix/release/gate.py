@@ -1,9 +1,11 @@
 """`dpaudit-mix release`: publish λ only after the exact configuration passes its checks (DESIGN §11).
 
-validate and hash the inputs → ledger budget → verify-accountant (quick) → a white-box audit of
-the exact configuration (same problem, ρ = 1, same σ, q, T, C, learner) with the profile verdict
-→ only then one fit with noise from the OS CSPRNG → the ledger entry, then release.json (with
-its own sha256) and a one-page card. A refusal writes refused.json and nothing that holds λ.
+read the inputs once and hash those bytes → reserve the budget in the ledger (under its lock) →
+verify-accountant (quick) → a white-box audit of the exact configuration (same problem bytes,
+ρ = 1, same σ, q, T, C, learner) with the profile verdict → only then one fit with noise from the
+OS CSPRNG → the card, release.json (with its own sha256), and the reservation committed as the
+ledger entry (with that digest). A refusal withdraws the reservation and writes refused.json
+and nothing that holds λ.
 """
 
 from __future__ import annotations
@@ -21,23 +23,25 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from .. import accounting, problem as problem_io
-from ..atomic import check_output, write_json
-from ..cache import sha256
+from ..atomic import check_output, write_bytes, write_json
+from ..cache import sha256, sha256_bytes
 from ..audit.engine import AuditSpec, run_audit
 from ..audit.report import write_report
 from ..data import registry
 from ..errors import InputError, require
 from ..learner import LearnerConfig, fit
+from ..problem import Problem
 from ..reporting import save_figure, write_pages
+from ..specfile import parse_spec, read_spec_bytes
 from ..verify.checks import QUICK
 from ..verify.suite import failures, verify
 from . import ledger
-from .spec import ReleaseSpec, load_release_spec
+from .spec import ReleaseSpec
 
 #: the verification level run before every release (tests swap in a smaller one).
 VERIFY_LEVEL = QUICK
-#: what a release writes in its folder that may hold λ, cleared before anything else runs.
-OUTPUTS = ("release.json", "release.md", "release.html", "lambda.png", "refused.json")
+#: the card a release writes beside release.json (it shows λ).
+CARD = ("release.md", "release.html", "lambda.png")
 EXIT_REFUSED = 3
 
 
@@ -55,16 +59,18 @@ def manifest_digest(manifest: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _problem_file(spec: ReleaseSpec, out: Path) -> Path:
-    """The problem file released on: the spec's path, or the embedded problem saved in ``out``."""
+def _problem_bytes(spec: ReleaseSpec, out: Path) -> tuple[Path, bytes]:
+    """The problem released on, as bytes read once: the spec's file, or the embedded problem
+    (saved in ``out`` for check-release, from the same bytes)."""
     if spec.problem in registry.PROBLEMS:
+        content = problem_io.dumps(registry.build(spec.problem, spec.task))
         path = out / "problem.npz"
-        problem_io.save(registry.build(spec.problem, spec.task), path)
-        return path
+        write_bytes(path, content)
+        return path, content
     path = Path(spec.problem)
     require(path.is_file(), f"problem {spec.problem!r} is neither an embedded problem "
             f"({', '.join(registry.PROBLEMS)}) nor an existing file")
-    return path
+    return path, problem_io.read_bytes(path)
 
 
 def _card(manifest: dict[str, Any], out: Path) -> None:
@@ -99,26 +105,43 @@ def _card(manifest: dict[str, Any], out: Path) -> None:
     write_pages(out, "dpaudit-mix release", blocks, name="release")
 
 
-def _release(spec_path: Path, out: Path, noise_multiplier: float | None, progress: bool) -> dict[str, Any]:
-    spec = load_release_spec(spec_path)
-    path = _problem_file(spec, out)
-    prob = problem_io.load(path)
+def _release(spec_path: Path, spec_bytes: bytes, spec: ReleaseSpec, out: Path, ledger_path: Path,
+             noise_multiplier: float | None, progress: bool) -> dict[str, Any]:
+    path, content = _problem_bytes(spec, out)
+    prob = problem_io.loads(content, path)  # these bytes are hashed, audited, fitted and released
     require(not spec.user_level or prob.users is not None, "user_level = true needs a problem file with 'users'")
     calibrated = accounting.calibrate(spec.epsilon, spec.delta, spec.sample_rate, spec.steps, spec.accountant)
     sigma = calibrated if noise_multiplier is None else noise_multiplier
     require(np.isfinite(sigma) and sigma > 0, f"noise multiplier must be finite and > 0, got {sigma}")
-    inputs = {"problem_path": str(path.resolve()), "problem_sha256": sha256(path),
-              "spec_path": str(spec_path.resolve()), "spec_sha256": sha256(spec_path),
-              "package_version": version("dpaudit-mix")}
-    ledger_path = Path(spec.ledger) if spec.ledger else out.resolve().parent / "ledger.json"
+    inputs = {"problem_path": str(path.resolve()), "problem_sha256": sha256_bytes(content),
+              "data_sha256": problem_io.data_sha256(prob), "spec_path": str(spec_path.resolve()),
+              "spec_sha256": sha256_bytes(spec_bytes), "package_version": version("dpaudit-mix")}
     phase = accounting.GaussianPhase(sigma, spec.sample_rate, spec.steps)
-    entries = ledger.read(ledger_path)
-    total = ledger.spent(entries, inputs["problem_sha256"], spec.delta, (phase,))
-    if spec.budget_epsilon is not None and total > spec.budget_epsilon:
-        before = ledger.spent(entries, inputs["problem_sha256"], spec.delta)
-        raise Refused("budget", f"this release would bring the epsilon spent on this problem file from {before:.4g} "
-                      f"to {total:.4g} (PLD, delta {spec.delta:g}), over budget_epsilon {spec.budget_epsilon:g} "
-                      f"(ledger {ledger_path})")
+    try:
+        reservation = ledger.reserve(ledger_path, data_sha256=inputs["data_sha256"],
+                                     problem_sha256=inputs["problem_sha256"], epsilon=spec.epsilon, delta=spec.delta,
+                                     phase=phase, user_level=spec.user_level, timestamp=_now(),
+                                     budget=spec.budget_epsilon)
+    except ledger.OverBudget as over:
+        raise Refused("budget", f"this release would bring the epsilon spent on this data from {over.before:.4g} "
+                      f"to {over.after:.4g} (PLD, delta {spec.delta:g}), over budget_epsilon {spec.budget_epsilon:g} "
+                      f"(ledger {ledger_path})") from None
+    try:
+        manifest = _checked_release(spec, prob, path, inputs, phase, calibrated, out, progress)
+    except (Refused, InputError):
+        ledger.withdraw(ledger_path, reservation)  # refused: nothing published, nothing spent
+        raise
+    # Only now is λ published; a crash before the commit leaves the reservation counted.
+    write_json(out / "release.json", manifest)
+    ledger.commit(ledger_path, reservation, (out / "release.json").resolve(), manifest["manifest_sha256"])
+    return manifest
+
+
+def _checked_release(spec: ReleaseSpec, prob: Problem, path: Path, inputs: dict[str, str],
+                     phase: accounting.GaussianPhase, calibrated: float, out: Path, progress: bool) -> dict[str, Any]:
+    """verify-accountant, the audit of this exact configuration, then the one CSPRNG fit: the
+    manifest, with its card written (release.json is the caller's, last)."""
+    sigma = phase.noise_multiplier
     verification = verify(VERIFY_LEVEL, progress=progress)
     if failures(verification):
         raise Refused("verify", "verify-accountant failed: " + "; ".join(failures(verification)))
@@ -128,7 +151,7 @@ def _release(spec_path: Path, out: Path, noise_multiplier: float | None, progres
                            canaries=spec.audit_canaries, natural_policy=spec.natural_policy,
                            threats=("white_box",), controls=False, runs=spec.audit_runs, seed=spec.seed,
                            confidence=spec.confidence, threshold=spec.threshold, chunk_size=spec.chunk_size)
-    outcome = run_audit(audit_spec, out / "audit", noise_multiplier=sigma, progress=progress)
+    outcome = run_audit(audit_spec, out / "audit", noise_multiplier=sigma, progress=progress, problem=prob)
     write_report(outcome, out / "audit")
     audit = outcome.summary
     if audit["violation"]:
@@ -149,64 +172,126 @@ def _release(spec_path: Path, out: Path, noise_multiplier: float | None, progres
         "verification": {"level": verification["level"], "passed": True, "seconds": verification["seconds"]},
         "audit": {key: audit[key] for key in ("violation", "results", "confidence", "threshold_strategy",
                                               "claimed_tradeoff", "noise_multiplier")},
-        "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "timestamp": _now(),
     }
+    manifest["audit"]["problem"] = audit["problem"]
     manifest["audit"]["results"] = [{k: r[k] for k in ("canary", "threat", "runs", "epsilon_lower_bound",
                                                        "mu_lower_bound", "epsilon_lower_bound_gdp",
                                                        "profile_violation")} for r in audit["results"]]
     manifest["manifest_sha256"] = manifest_digest(manifest)
-    # The ledger first: a crash between the two over-counts the budget, never under-counts it.
-    ledger.append(ledger_path, {"problem_sha256": inputs["problem_sha256"], "epsilon": spec.epsilon,
-                                "delta": spec.delta, "noise_multiplier": sigma, "sample_rate": spec.sample_rate,
-                                "steps": spec.steps, "user_level": spec.user_level,
-                                "timestamp": manifest["timestamp"], "manifest": str((out / "release.json").resolve())})
-    write_json(out / "release.json", manifest)
     _card(manifest, out)
     return manifest
 
 
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
 def release(spec_path: str | Path, out: Path, noise_multiplier: float | None = None,
-            progress: bool = True) -> dict[str, Any]:
-    """Run the gate; on refusal write ``out/refused.json`` and raise :class:`Refused`."""
+            progress: bool = True, ledger_path: Path | None = None) -> dict[str, Any]:
+    """Run the gate; on refusal write ``out/refused.json`` and raise :class:`Refused`.
+
+    A folder that already holds a published release is refused up front (a release is never
+    overwritten); what an unfinished earlier run left (a card without release.json, a refusal)
+    is replaced only by this run's own outcome. ``ledger_path`` overrides the spec's ``ledger``
+    (and the default :func:`.ledger.default_path`).
+    """
     spec_path = Path(spec_path)
     check_output(out, folder=True)
-    for name in OUTPUTS:
-        (out / name).unlink(missing_ok=True)
+    require(not (out / "release.json").exists(), f"{out} already holds a published release (release.json); "
+            "a release is never overwritten: choose another --out")
     try:
-        return _release(spec_path, out, noise_multiplier, progress)
+        spec_bytes = read_spec_bytes(spec_path)
+        spec = parse_spec(ReleaseSpec, spec_path, spec_bytes)
+        ledger_path = ledger_path or (Path(spec.ledger) if spec.ledger else ledger.default_path())
+        manifest = _release(spec_path, spec_bytes, spec, out, ledger_path, noise_multiplier, progress)
     except (Refused, InputError) as exc:
         refusal = exc if isinstance(exc, Refused) else Refused("input", str(exc), exit_code=2)
+        for name in CARD:  # a card of an unpublished release must not outlive this refusal
+            (out / name).unlink(missing_ok=True)
         try:
             write_json(out / "refused.json", {"stage": refusal.stage, "reason": refusal.reason,
                                               "exit_code": refusal.exit_code, "spec": str(spec_path),
-                                              "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+                                              "timestamp": _now()})
         except OSError as err:  # an unwritable --out: the one line on stderr must do
             print(f"dpaudit-mix: cannot write {out / 'refused.json'}: {err}", file=sys.stderr)
         raise refusal from None
+    (out / "refused.json").unlink(missing_ok=True)  # stale now that this run has published
+    return manifest
+
+
+def _field(mapping: Any, key: str, kinds: tuple[type, ...], where: str) -> Any:
+    """``mapping[key]`` if it is one of ``kinds`` (bool is never a number), else an InputError."""
+    require(isinstance(mapping, dict), f"{where} is not an object")
+    value = mapping.get(key)
+    is_bool = isinstance(value, bool)
+    require(isinstance(value, kinds) and (bool in kinds or not is_bool)
+            and not (isinstance(value, float) and not np.isfinite(value)),
+            f"{where}: '{key}' must be {' or '.join(k.__name__ for k in kinds)}, got {value!r}")
+    return value
+
+
+def _read_manifest(path: Path) -> tuple[dict[str, Any], accounting.GaussianPhase, str]:
+    """The manifest, its phase and its accountant, every field the checks read type-checked first."""
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError, OSError) as exc:
+        raise InputError(f"{path} is not a release manifest: {exc}") from None
+    where = f"release manifest {path}"
+    claim = _field(manifest, "claim", (dict,), where)
+    for key in ("inputs", "audit", "verification"):
+        _field(manifest, key, (dict,), where)
+    for key in ("weights", "sources"):
+        _field(manifest, key, (list,), where)
+    _field(manifest["inputs"], "problem_sha256", (str,), f"{where}, inputs")
+    _field(manifest["inputs"], "problem_path", (str,), f"{where}, inputs")
+    for key in ("epsilon", "delta", "noise_multiplier", "sample_rate"):
+        _field(claim, key, (int, float), f"{where}, claim")
+    _field(claim, "steps", (int,), f"{where}, claim")
+    _field(claim, "epsilon_by_accountant", (dict,), f"{where}, claim")
+    accountant = _field(claim, "accountant", (str,), f"{where}, claim")
+    accounting.check_delta(claim["delta"])
+    try:
+        phase = accounting.GaussianPhase(claim["noise_multiplier"], claim["sample_rate"], claim["steps"])
+    except InputError as exc:
+        raise InputError(f"{where}, claim: {exc}") from None
+    return manifest, phase, accountant
 
 
 def check_release(manifest_path: str | Path, problem: str | Path | None = None) -> list[str]:
-    """Everything about a release.json that does not match; [] when it all holds."""
+    """Everything about a release.json that does not hold; [] when it all does: its digest, the
+    claim recomputed under every accountant, its own verification and audit verdicts, λ (on the
+    simplex, one weight per source) and the problem file's bytes."""
     manifest_path = Path(manifest_path)
     require(manifest_path.is_file(), f"manifest not found: {manifest_path}")
-    try:
-        manifest = json.loads(manifest_path.read_text())
-        claim, inputs = manifest["claim"], manifest["inputs"]
-        phase = accounting.GaussianPhase(claim["noise_multiplier"], claim["sample_rate"], claim["steps"])
-        recorded = claim["epsilon_by_accountant"]
-        delta, epsilon, accountant = claim["delta"], claim["epsilon"], claim["accountant"]
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{manifest_path} is not a release manifest: {exc!r}") from None
+    manifest, phase, accountant = _read_manifest(manifest_path)
+    claim, inputs = manifest["claim"], manifest["inputs"]
     problems = []
     if manifest.get("manifest_sha256") != manifest_digest(manifest):
         problems.append("manifest_sha256 does not match the manifest's contents (edited after release)")
+    if accountant not in accounting.ACCOUNTANTS:
+        problems.append(f"unknown accountant {accountant!r}; known: {', '.join(accounting.ACCOUNTANTS)}")
+    recorded, delta, epsilon = claim["epsilon_by_accountant"], claim["delta"], claim["epsilon"]
     for name in accounting.ACCOUNTANTS:
         eps = accounting.epsilon([phase], delta, name)
-        if name not in recorded or not np.isclose(eps, recorded[name], rtol=1e-6, atol=1e-9):
+        if not isinstance(recorded.get(name), (int, float)) or not np.isclose(eps, recorded[name], rtol=1e-6, atol=1e-9):
             problems.append(f"epsilon under {name}: recomputed {eps:.6g} from (sigma, q, T), manifest says "
                             f"{recorded.get(name)}")
         if name == accountant and eps > epsilon * (1 + 1e-9):
             problems.append(f"the claimed epsilon {epsilon:g} is below what {name} gives for (sigma, q, T): {eps:.6g}")
+    if manifest["verification"].get("passed") is not True:
+        problems.append("the manifest's own verification did not pass (verification.passed is not true)")
+    audit = manifest["audit"]
+    results = audit.get("results")
+    if audit.get("violation") is not False or not isinstance(results, list) or not results or any(
+            not isinstance(r, dict) or r.get("profile_violation") is not False for r in results):
+        problems.append("the manifest's own audit does not show a clean pass (a violation, or no results)")
+    weights, sources = manifest["weights"], manifest["sources"]
+    numeric = all(isinstance(w, (int, float)) and not isinstance(w, bool) and np.isfinite(w) for w in weights)
+    if len(weights) != len(sources) or len(weights) < 2:
+        problems.append(f"{len(weights)} weights for {len(sources)} sources (one weight per source, k >= 2)")
+    if not numeric or any(w < 0 for w in weights) or abs(sum(weights) - 1) > 1e-6:
+        problems.append("the released weights are not a point of the simplex (finite, >= 0, summing to 1)")
     path = Path(problem) if problem is not None else Path(inputs["problem_path"])
     if not path.is_file():
         problems.append(f"problem file {path} not found")

@@ -1,43 +1,226 @@
-"""The privacy-budget ledger: every release per problem file, composed in the PLD accountant.
+"""The privacy-budget ledger: every release on one data set, composed in the PLD accountant.
 
 Releasing twice on the same data spends budget twice (sequential composition), so the ledger
-keys releases by the problem file's sha256 and composes all of their phases at the new
-release's δ before the next one may go out.
+keys releases by the data (the digest of the problem's ``logp`` and ``users``, not of a file's
+bytes or path: an extra array or a copy elsewhere is the same data) and composes all of their
+phases at the new release's δ before the next one may go out.
+
+The ledger is a critical section (DESIGN §11). :func:`reserve` checks the budget and appends a
+*reservation* under an exclusive lock, before verification starts; :func:`commit` turns it into
+the release's entry (with its manifest's digest), :func:`withdraw` removes it after a refusal. A
+crash leaves the reservation standing: the budget is over-counted, never under-counted, and two
+releases started together serialise on the lock and cannot spend one budget twice.
+
+A ledger that cannot be read (truncated, not JSON, an entry failing its checks) refuses with the
+entry it stopped at; it never reads as empty. So does a missing ledger whose lock file shows it
+once existed. Symlinks are resolved, so a shared ledger is written through, never replaced.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import math
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import accounting
 from ..atomic import write_json
-from ..errors import InputError
+from ..cache import user_state_dir
+from ..errors import InputError, require
+
+FORMAT = "dpaudit-mix privacy ledger v2"
+STATUSES = ("reserved", "released")
+#: written into the lock file once the ledger exists: a ledger missing after that was deleted.
+_EXISTED = b"ledger written\n"
 
 
-def read(path: Path) -> list[dict[str, Any]]:
-    """The ledger's entries ([] when there is no ledger yet)."""
-    if not path.is_file():
+def default_path() -> Path:
+    """``$DPAUDIT_MIX_LEDGER``, else ``ledger.json`` in the user state folder: one ledger for every
+    release on this machine, wherever its ``--out`` is."""
+    if os.environ.get("DPAUDIT_MIX_LEDGER"):
+        return Path(os.environ["DPAUDIT_MIX_LEDGER"])
+    return user_state_dir() / "ledger.json"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One release (or a reservation for one): its data, its Gaussian phase and where it went."""
+
+    id: str
+    status: str
+    data_sha256: str
+    epsilon: float
+    delta: float
+    noise_multiplier: float
+    sample_rate: float
+    steps: int
+    user_level: bool
+    timestamp: str
+    problem_sha256: str = ""  # the problem file's bytes (v1 ledgers keyed entries by these)
+    manifest: str = ""
+    manifest_sha256: str = ""
+
+    @property
+    def phase(self) -> accounting.GaussianPhase:
+        return accounting.GaussianPhase(self.noise_multiplier, self.sample_rate, self.steps)
+
+    def on(self, data_sha256: str, problem_sha256: str) -> bool:
+        """Whether this entry spent budget on that data (a v1 entry knows the file's bytes only)."""
+        return (bool(self.data_sha256) and self.data_sha256 == data_sha256) or (
+            not self.data_sha256 and self.problem_sha256 == problem_sha256)
+
+
+def _number(raw: dict[str, Any], key: str, where: str) -> float:
+    value = raw.get(key)
+    require(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value),
+            f"{where}: '{key}' must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _text(raw: dict[str, Any], key: str, where: str, default: str | None = None) -> str:
+    value = raw.get(key, default)
+    require(isinstance(value, str), f"{where}: '{key}' must be a string, got {value!r}")
+    return value
+
+
+def _entry(raw: object, where: str) -> Entry:
+    """An entry from its JSON, every field checked (a v1 entry: released, keyed by file bytes)."""
+    require(isinstance(raw, dict), f"{where} is not an object: {raw!r}")
+    steps = raw.get("steps")
+    require(isinstance(steps, int) and not isinstance(steps, bool), f"{where}: 'steps' must be an integer, got {steps!r}")
+    require(isinstance(raw.get("user_level"), bool), f"{where}: 'user_level' must be true or false")
+    entry = Entry(
+        id=_text(raw, "id", where, ""), status=_text(raw, "status", where, "released"),
+        data_sha256=_text(raw, "data_sha256", where, ""), epsilon=_number(raw, "epsilon", where),
+        delta=_number(raw, "delta", where), noise_multiplier=_number(raw, "noise_multiplier", where),
+        sample_rate=_number(raw, "sample_rate", where), steps=steps, user_level=raw["user_level"],
+        timestamp=_text(raw, "timestamp", where), problem_sha256=_text(raw, "problem_sha256", where, ""),
+        manifest=_text(raw, "manifest", where, ""), manifest_sha256=_text(raw, "manifest_sha256", where, ""))
+    require(entry.status in STATUSES, f"{where}: 'status' must be one of {STATUSES}, got {entry.status!r}")
+    require(bool(entry.data_sha256 or entry.problem_sha256), f"{where}: names no data (data_sha256)")
+    require(entry.epsilon > 0 and 0 < entry.delta < 1, f"{where}: epsilon {entry.epsilon}, delta {entry.delta} "
+            "out of range")
+    try:
+        entry.phase  # σ, q and T within the accountant's ranges
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
+    return entry
+
+
+def _parse(path: Path, text: str) -> list[Entry]:
+    try:
+        body = json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"the privacy ledger {path} is not JSON ({exc}); refusing to guess what was spent") from None
+    require(isinstance(body, dict) and isinstance(body.get("releases"), list),
+            f"the privacy ledger {path} has no 'releases' list; refusing to guess what was spent")
+    return [_entry(raw, f"the privacy ledger {path}, entry {i}") for i, raw in enumerate(body["releases"])]
+
+
+def _real(path: Path) -> Path:
+    """The file a (possibly symlinked) ledger path names, so writes go through the link."""
+    return Path(os.path.realpath(path))
+
+
+def read(path: Path) -> list[Entry]:
+    """The ledger's entries, checked ([] only where no ledger has ever been written)."""
+    real = _real(path)
+    lock = _lock_path(real)
+    if not real.exists():
+        require(not (lock.is_file() and lock.read_bytes() == _EXISTED),
+                f"the privacy ledger {path} is missing but its lock file {lock} shows it was written before; "
+                "restore it (refusing to read a deleted ledger as nothing spent)")
         return []
     try:
-        entries = json.loads(path.read_text())["releases"]
-        assert isinstance(entries, list)
-        return entries
-    except (ValueError, KeyError, TypeError, AssertionError, UnicodeDecodeError):
-        raise InputError(f"the privacy ledger {path} is not a valid ledger file; refusing to guess what was spent")
+        text = real.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read the privacy ledger {path}: {exc}") from None
+    return _parse(path, text)
 
 
-def _phase(entry: dict[str, Any]) -> accounting.GaussianPhase:
-    return accounting.GaussianPhase(entry["noise_multiplier"], entry["sample_rate"], entry["steps"])
+def _lock_path(real: Path) -> Path:
+    return real.with_name(real.name + ".lock")
 
 
-def spent(entries: list[dict[str, Any]], problem_sha256: str, delta: float,
+@contextmanager
+def _locked(path: Path) -> Iterator[Path]:
+    """The real ledger path, held under an exclusive lock beside it (the lock file is never removed)."""
+    real = _real(path)
+    try:
+        real.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(_lock_path(real), os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise InputError(f"cannot use the privacy ledger {path}: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield real
+    finally:
+        os.close(fd)  # releases the lock (so does the death of the process)
+
+
+def _write(real: Path, entries: list[Entry]) -> None:
+    write_json(real, {"format": FORMAT, "releases": [asdict(e) for e in entries]})
+    lock = _lock_path(real)
+    if lock.read_bytes() != _EXISTED:
+        lock.write_bytes(_EXISTED)
+
+
+def spent(entries: list[Entry], data_sha256: str, problem_sha256: str, delta: float,
           extra: tuple[accounting.GaussianPhase, ...] = ()) -> float:
-    """ε at ``delta`` of every release on this problem, plus ``extra`` phases, composed in PLD."""
-    phases = [_phase(e) for e in entries if e["problem_sha256"] == problem_sha256] + list(extra)
+    """ε at ``delta`` of every entry (reservations too) on this data, plus ``extra``, composed in PLD."""
+    phases = [e.phase for e in entries if e.on(data_sha256, problem_sha256)] + list(extra)
     return accounting.epsilon(phases, delta, "pld") if phases else 0.0
 
 
-def append(path: Path, entry: dict[str, Any]) -> None:
-    write_json(path, {"releases": [*read(path), entry]})
+class OverBudget(Exception):
+    """The reservation would take the data past its budget: nothing was written."""
+
+    def __init__(self, before: float, after: float) -> None:
+        super().__init__(f"{before:.4g} -> {after:.4g}")
+        self.before, self.after = before, after
+
+
+def reserve(path: Path, *, data_sha256: str, problem_sha256: str, epsilon: float, delta: float,
+            phase: accounting.GaussianPhase, user_level: bool, timestamp: str, budget: float | None) -> str:
+    """Check the budget and append a reservation, atomically; its id, or :class:`OverBudget`."""
+    with _locked(path) as real:
+        entries = read(real)
+        if budget is not None:
+            total = spent(entries, data_sha256, problem_sha256, delta, (phase,))
+            if total > budget:
+                raise OverBudget(spent(entries, data_sha256, problem_sha256, delta), total)
+        entry = Entry(id=uuid.uuid4().hex, status="reserved", data_sha256=data_sha256, epsilon=epsilon, delta=delta,
+                      noise_multiplier=phase.noise_multiplier, sample_rate=phase.sample_rate, steps=phase.steps,
+                      user_level=user_level, timestamp=timestamp, problem_sha256=problem_sha256)
+        _write(real, [*entries, entry])
+        return entry.id
+
+
+def _find(entries: list[Entry], reservation: str, path: Path) -> int:
+    where = [i for i, e in enumerate(entries) if e.id == reservation]
+    require(len(where) == 1, f"the privacy ledger {path} lost reservation {reservation}")
+    return where[0]
+
+
+def commit(path: Path, reservation: str, manifest: Path, manifest_sha256: str) -> None:
+    """The reservation becomes the release's entry, naming its manifest and the manifest's digest."""
+    with _locked(path) as real:
+        entries = read(real)
+        i = _find(entries, reservation, path)
+        entries[i] = Entry(**{**asdict(entries[i]), "status": "released", "manifest": str(manifest),
+                              "manifest_sha256": manifest_sha256})
+        _write(real, entries)
+
+
+def withdraw(path: Path, reservation: str) -> None:
+    """Remove a reservation whose release was refused (nothing was published, nothing was spent)."""
+    with _locked(path) as real:
+        entries = read(real)
+        del entries[_find(entries, reservation, path)]
+        _write(real, entries)

@@ -37,7 +37,7 @@ class ReleaseSpec:
     seed: Seed = 0  # the audit's seed (the released λ's noise comes from the OS CSPRNG)
     chunk_size: int = 4096
     budget_epsilon: float | None = None  # total ε allowed on one problem file, composed in PLD (None: no cap)
-    ledger: str = ""  # default: ledger.json beside the output folder
+    ledger: str = ""  # default: $DPAUDIT_MIX_LEDGER, else ~/.local/state/dpaudit-mix/ledger.json
 
     def __post_init__(self) -> None:
         check_fields(self)

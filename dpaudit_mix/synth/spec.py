@@ -9,6 +9,7 @@ from typing import Any
 from .. import accounting
 from ..data import registry
 from ..errors import require
+from ..resources import BYTES_PER_SYNTHETIC, require_memory
 from ..specfile import Seed, check_fields, load_spec_file
 
 #: the seed paper's ablation, in order; each row adds one thing to the one before.
@@ -47,6 +48,7 @@ class WarmSynSpec:
         for name in ("synthetic_size", "edm_steps", "seeds", "warmup_steps", "finetune_epochs", "finetune_batch"):
             require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
         require(0 < self.sensitive_fraction <= 1, f"sensitive_fraction must be in (0, 1], got {self.sensitive_fraction}")
+        require_memory(self.synthetic_size * BYTES_PER_SYNTHETIC, f"synthetic_size = {self.synthetic_size}")
         for name in ("warmup_learning_rate", "finetune_learning_rate", "finetune_clip"):
             require(getattr(self, name) > 0, f"{name} must be > 0, got {getattr(self, name)}")
 

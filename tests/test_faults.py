@@ -1,0 +1,253 @@
+"""Fresh noise, inputs read once, nothing destroyed, and faults that end in one line (issue classes)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpaudit_mix import atomic, cli
+from dpaudit_mix.audit import engine
+from dpaudit_mix.cli import main
+from dpaudit_mix.problem import Problem, save
+from dpaudit_mix.release import gate
+
+from .conftest import random_problem
+from .test_release import write_spec
+from .test_verify import TINY
+
+
+def _problem(folder: Path) -> Path:
+    prob = random_problem(60, 4, seed=7)
+    path = folder / "p.npz"
+    save(Problem(prob.logp, prob.sources, heldout_logp=random_problem(10, 4, seed=8).logp, task="t"), path)
+    return path
+
+
+@pytest.fixture
+def problem_file(tmp_path: Path) -> Path:
+    return _problem(tmp_path)
+
+
+def _mix(capsys, problem_file: Path, *extra: str) -> tuple[int, dict, str]:
+    code = main(["mix", "--problem", str(problem_file), "--epsilon", "1", "--delta", "1e-5", "--steps", "10", *extra])
+    out, err = capsys.readouterr()
+    return code, json.loads(out) if code == 0 else {}, err
+
+
+# --- fresh noise by default -------------------------------------------------------------------
+
+def test_mix_draws_fresh_noise_unless_seeded(capsys, problem_file: Path) -> None:
+    a, b = _mix(capsys, problem_file)[1], _mix(capsys, problem_file)[1]
+    assert a["noise"] == b["noise"] == "csprng" and a["weights"] != b["weights"]
+    code, c, err = _mix(capsys, problem_file, "--seed", "3")
+    d = _mix(capsys, problem_file, "--seed", "3")[1]
+    assert code == 0 and c["noise"] == "seeded" and c["seed"] == 3 and c["weights"] == d["weights"]
+    assert err.count("\n") == 1 and "not for release" in err
+    code, _, err = _mix(capsys, problem_file, "--seed", "3", "--secure")
+    assert code == 2 and "exclude each other" in err
+
+
+# --- never destroy what you did not make ------------------------------------------------------
+
+def test_mix_never_writes_over_its_input_or_a_special_file(capsys, tmp_path: Path, problem_file: Path) -> None:
+    before = problem_file.read_bytes()
+    assert _mix(capsys, problem_file, "--out", str(problem_file))[0] == 2
+    assert problem_file.read_bytes() == before
+    link = tmp_path / "alias.npz"
+    link.symlink_to(problem_file)
+    code, _, err = _mix(capsys, problem_file, "--out", str(link))
+    assert code == 2 and "is the input" in err and problem_file.read_bytes() == before
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    code, _, err = _mix(capsys, problem_file, "--out", str(fifo))
+    assert code == 2 and "special file" in err and fifo.is_fifo()
+    spec = tmp_path / "spec.toml"
+    spec.write_text(f"problem = {json.dumps(str(problem_file))}\n")
+    assert main(["audit", str(spec), "--out", "/dev/null"]) == 2
+    assert "special file" in capsys.readouterr().err and Path("/dev/null").is_char_device()
+
+
+def test_outputs_with_looping_or_overlong_names_are_one_line(capsys, tmp_path: Path, problem_file: Path) -> None:
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    for out in (loop / "x.json", tmp_path / ("n" * 300) / "x.json", loop):
+        code, _, err = _mix(capsys, problem_file, "--out", str(out))
+        assert code == 2 and err.count("\n") == 1, err
+
+
+def test_a_published_release_is_never_overwritten(capsys, tmp_path: Path, problem_file: Path, monkeypatch) -> None:
+    monkeypatch.setattr(gate, "VERIFY_LEVEL", TINY)
+    out = tmp_path / "r"
+    spec = write_spec(tmp_path, problem_file)
+    assert main(["release", str(spec), "--out", str(out)]) == 0
+    published = (out / "release.json").read_bytes()
+    for argv in (["release", str(spec)], ["release", str(tmp_path / "typo.toml")]):
+        assert main([*argv, "--out", str(out)]) == 2
+        assert "never overwritten" in capsys.readouterr().err
+        assert (out / "release.json").read_bytes() == published and not (out / "refused.json").exists()
+
+
+# --- inputs read once ---------------------------------------------------------------------------
+
+def test_a_problem_swapped_during_the_release_is_not_what_is_released(tmp_path: Path, problem_file: Path,
+                                                                      monkeypatch) -> None:
+    """The file is replaced by a 30-row problem after hashing, before the audit and the fit: the
+    release audits and fits the 60 rows it hashed, and says so; check-release sees the swap."""
+    monkeypatch.setattr(gate, "VERIFY_LEVEL", TINY)
+    original = problem_file.read_bytes()
+    audited = engine.run_audit
+
+    def swap_then_audit(*args, **kwargs):
+        small = random_problem(30, 4, seed=1)
+        save(Problem(small.logp, small.sources, heldout_logp=small.logp[:5], task="t"), problem_file)
+        return audited(*args, **kwargs)
+
+    monkeypatch.setattr(gate, "run_audit", swap_then_audit)
+    out = tmp_path / "r"
+    assert main(["release", str(write_spec(tmp_path, problem_file)), "--out", str(out)]) == 0
+    manifest = json.loads((out / "release.json").read_text())
+    audit = json.loads((out / "audit" / "audit.json").read_text())
+    assert audit["problem"]["n_mixing"] == manifest["audit"]["problem"]["n_mixing"] == 60
+    import hashlib
+
+    assert manifest["inputs"]["problem_sha256"] == hashlib.sha256(original).hexdigest()
+    assert any("does not match" in p for p in gate.check_release(out / "release.json"))
+
+
+# --- check-release reads what a manifest claims -------------------------------------------------
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One honest release for every forgery below (a release takes seconds)."""
+    folder = tmp_path_factory.mktemp("released")
+    path = _problem(folder)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gate, "VERIFY_LEVEL", TINY)
+        assert main(["release", str(write_spec(folder, path)), "--out", str(folder / "r")]) == 0
+    return folder / "r" / "release.json"
+
+
+def _edited(path: Path, edit) -> Path:
+    manifest = json.loads(path.read_text())
+    edit(manifest)
+    manifest["manifest_sha256"] = gate.manifest_digest(manifest)  # a consistent forgery
+    forged = path.with_name(f"forged-{os.urandom(4).hex()}.json")
+    forged.write_text(json.dumps(manifest))
+    return forged
+
+
+@pytest.mark.parametrize("edit, code, message", [
+    (lambda m: m["audit"].update(violation=True), 3, "own audit"),
+    (lambda m: m["audit"]["results"][0].update(profile_violation=True), 3, "own audit"),
+    (lambda m: m["verification"].update(passed=False), 3, "own verification"),
+    (lambda m: m.update(weights=[0.9, 0.9, -0.8, 0.0]), 3, "simplex"),
+    (lambda m: m.update(weights=m["weights"][:2]), 3, "one weight per source"),
+    (lambda m: m["claim"].update(accountant="magic"), 3, "unknown accountant"),
+    (lambda m: m["claim"].update(steps=10**9), 2, "steps T must be in"),
+    (lambda m: m["claim"].update(steps="10"), 2, "'steps' must be int"),
+    (lambda m: m["claim"].update(noise_multiplier=True), 2, "'noise_multiplier' must be"),
+    (lambda m: m.update(weights={"a": 1}), 2, "'weights' must be list"),
+    (lambda m: m.update(claim=[]), 2, "'claim' must be dict"),
+])
+def test_check_release_reads_the_manifests_own_verdicts_and_types(capsys, released: Path, edit, code: int,
+                                                                  message: str) -> None:
+    assert main(["check-release", str(_edited(released, edit))]) == code
+    assert message in capsys.readouterr().err
+
+
+# --- faults end in one line ----------------------------------------------------------------------
+
+def _one_line(err: str) -> bool:
+    return err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_ctrl_c_is_one_line_and_exit_130(capsys, monkeypatch, problem_file: Path) -> None:
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("dpaudit_mix.learner.fit", interrupted)
+    code, _, err = _mix(capsys, problem_file)
+    assert code == cli.EXIT_INTERRUPTED and _one_line(err) and "rerun the same command to resume" in err
+
+
+def test_a_full_disk_is_one_line(capsys, monkeypatch, tmp_path: Path, problem_file: Path) -> None:
+    def full(path, obj):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(cli, "write_json", full)
+    code = main(["mix", "--problem", str(problem_file), "--nonprivate", "--out", str(tmp_path / "w.json")])
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_FAULT and _one_line(err) and "No space left" in err
+    assert not (tmp_path / "w.json").exists()
+
+
+def _cli(*argv: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dpaudit_mix.cli", *argv], capture_output=True, text=True, **kwargs)
+
+
+def test_a_closed_or_full_stdout_is_one_line() -> None:
+    bound = ["bound", "--fp", "1", "--fn", "1", "--negatives", "100", "--positives", "100", "--delta", "1e-5"]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "dpaudit_mix.cli", *bound], stdout=full, stderr=subprocess.PIPE,
+                              text=True)
+    assert done.returncode == cli.EXIT_FAULT and _one_line(done.stderr), done.stderr
+    reader, writer = os.pipe()
+    os.close(reader)
+    done = subprocess.run([sys.executable, "-m", "dpaudit_mix.cli", *bound], stdout=writer, stderr=subprocess.PIPE,
+                          text=True)
+    os.close(writer)
+    assert done.returncode == cli.EXIT_FAULT and _one_line(done.stderr), done.stderr
+
+
+def test_a_non_utf8_locale_is_not_a_traceback(tmp_path: Path) -> None:
+    spec = tmp_path / "empty-grid.toml"
+    spec.write_text("epsilons = []\n")
+    done = _cli("pipeline", str(spec), env={**os.environ, "PYTHONIOENCODING": "ascii", "LC_ALL": "C"})
+    assert done.returncode == 2 and "grid is empty" in done.stderr and _one_line(done.stderr), done.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["calibrate", "--epsilon", "1", "--delta", "1e-5", "--sample-rate", "1e-9", "--steps", "100"], "sample rate q"),
+    (["account", "--noise-multiplier", "1", "--sample-rate", "0.01", "--steps", "1000000000", "--delta", "1e-5"],
+     "steps T must be in"),
+])
+def test_requests_no_accountant_can_answer_are_refused_up_front(capsys, argv: list[str], message: str) -> None:
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("pretrain_examples = 1000000000000\n", "pretrain_examples"),
+    ('world = "shakespeare-users"\npretrain_windows = 1000000000000\n', "pretrain_windows"),
+])
+def test_sizes_a_spec_asks_for_are_checked_against_memory(capsys, tmp_path: Path, spec: str, message: str) -> None:
+    path = tmp_path / "big.toml"
+    path.write_text(spec)
+    assert main(["pipeline", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "GiB of memory" in err and not (tmp_path / "out").exists()
+
+
+def test_warmsyn_synthetic_size_is_checked_against_memory(capsys, tmp_path: Path) -> None:
+    path = tmp_path / "big.toml"
+    path.write_text("synthetic_size = 1000000000000\n")
+    assert main(["warmsyn", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert "synthetic_size" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_the_temp_file_of_a_killed_write_is_removed_by_the_next(tmp_path: Path) -> None:
+    target = tmp_path / "chunk.npz"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f".chunk.npz.{int(dead.stdout)}.abc123.tmp.npz"
+    stale.write_bytes(b"half")
+    mine = tmp_path / f".chunk.npz.{os.getpid()}.live99.tmp.npz"  # a live writer's: kept
+    mine.write_bytes(b"busy")
+    atomic.write_npz(target, x=np.zeros(2))
+    assert not stale.exists() and mine.exists() and target.is_file()
