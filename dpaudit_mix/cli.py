@@ -449,9 +449,9 @@ def _say(line: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Every failure ends in one line on stderr and its exit code (see the module docstring)."""
-    for stream in (sys.stdout, sys.stderr):  # a non-UTF-8 locale must not turn "λ" into a traceback
-        if hasattr(stream, "reconfigure"):
-            stream.reconfigure(errors="backslashreplace")
+    for text in (sys.stdout, sys.stderr):  # a non-UTF-8 locale must not turn "λ" into a traceback
+        if hasattr(text, "reconfigure"):
+            text.reconfigure(errors="backslashreplace")
     try:
         args = build_parser().parse_args(argv)
         code = int(args.func(args) or 0)

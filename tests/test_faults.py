@@ -251,3 +251,17 @@ def test_the_temp_file_of_a_killed_write_is_removed_by_the_next(tmp_path: Path) 
     mine.write_bytes(b"busy")
     atomic.write_npz(target, x=np.zeros(2))
     assert not stale.exists() and mine.exists() and target.is_file()
+
+
+def test_an_unusable_ledger_refuses_before_verification(capsys, tmp_path: Path, problem_file: Path,
+                                                        monkeypatch) -> None:
+    def never(*args, **kwargs):
+        raise AssertionError("verification ran before the ledger was checked")
+
+    monkeypatch.setattr(gate, "verify", never)
+    for book in ("/proc/no-such-folder/ledger.json", str(tmp_path / "damaged.json")):
+        (tmp_path / "damaged.json").write_text('{"releases": [{"epsilon": 1}]}')
+        spec = write_spec(tmp_path, problem_file, ledger=book)
+        assert main(["release", str(spec), "--out", str(tmp_path / "r")]) == 2
+        err = capsys.readouterr().err
+        assert _one_line(err) and "ledger" in err

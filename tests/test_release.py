@@ -4,7 +4,6 @@ import json
 from pathlib import Path
 
 import dp_accounting
-import numpy as np
 import pytest
 
 from dpaudit_mix import accounting, learner
