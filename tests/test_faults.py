@@ -54,6 +54,17 @@ def test_mix_draws_fresh_noise_unless_seeded(capsys, problem_file: Path) -> None
     assert code == 2 and "exclude each other" in err
 
 
+@pytest.fixture(scope="module")
+def released(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One honest release for every forgery below (a release takes seconds)."""
+    folder = tmp_path_factory.mktemp("released")
+    path = _problem(folder)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gate, "VERIFY_LEVEL", TINY)
+        assert main(["release", str(write_spec(folder, path)), "--out", str(folder / "r")]) == 0
+    return folder / "r" / "release.json"
+
+
 # --- never destroy what you did not make ------------------------------------------------------
 
 def test_mix_never_writes_over_its_input_or_a_special_file(capsys, tmp_path: Path, problem_file: Path) -> None:
@@ -82,16 +93,14 @@ def test_outputs_with_looping_or_overlong_names_are_one_line(capsys, tmp_path: P
         assert code == 2 and err.count("\n") == 1, err
 
 
-def test_a_published_release_is_never_overwritten(capsys, tmp_path: Path, problem_file: Path, monkeypatch) -> None:
-    monkeypatch.setattr(gate, "VERIFY_LEVEL", TINY)
-    out = tmp_path / "r"
-    spec = write_spec(tmp_path, problem_file)
-    assert main(["release", str(spec), "--out", str(out)]) == 0
-    published = (out / "release.json").read_bytes()
-    for argv in (["release", str(spec)], ["release", str(tmp_path / "typo.toml")]):
+def test_a_published_release_is_never_overwritten(capsys, released: Path) -> None:
+    out = released.parent
+    published = released.read_bytes()
+    spec = out.parent / "spec.toml"
+    for argv in (["release", str(spec)], ["release", str(out.parent / "typo.toml")]):
         assert main([*argv, "--out", str(out)]) == 2
         assert "never overwritten" in capsys.readouterr().err
-        assert (out / "release.json").read_bytes() == published and not (out / "refused.json").exists()
+        assert released.read_bytes() == published and not (out / "refused.json").exists()
 
 
 # --- inputs read once ---------------------------------------------------------------------------
@@ -122,17 +131,6 @@ def test_a_problem_swapped_during_the_release_is_not_what_is_released(tmp_path: 
 
 
 # --- check-release reads what a manifest claims -------------------------------------------------
-
-@pytest.fixture(scope="module")
-def released(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One honest release for every forgery below (a release takes seconds)."""
-    folder = tmp_path_factory.mktemp("released")
-    path = _problem(folder)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(gate, "VERIFY_LEVEL", TINY)
-        assert main(["release", str(write_spec(folder, path)), "--out", str(folder / "r")]) == 0
-    return folder / "r" / "release.json"
-
 
 def _edited(path: Path, edit) -> Path:
     manifest = json.loads(path.read_text())

@@ -113,12 +113,20 @@ def test_a_damaged_ledger_refuses_and_names_where(tmp_path: Path, content: str, 
     assert path.read_text(encoding="utf-8") == content  # refused, never rewritten
 
 
-def test_a_deleted_ledger_does_not_read_as_nothing_spent(tmp_path: Path) -> None:
+def test_a_deleted_emptied_or_edited_ledger_does_not_read_as_nothing_spent(tmp_path: Path) -> None:
     path = tmp_path / "ledger.json"
     _reserve(path)
+    written = path.read_bytes()
     path.unlink()
     with pytest.raises(InputError, match="missing but its lock file"):
         _reserve(path)
+    for tampered in ('{"releases": []}', written.decode().replace('"epsilon": 1.0', '"epsilon": 0.5')):
+        path.write_text(tampered)
+        with pytest.raises(InputError, match="changed outside dpaudit-mix"):
+            _reserve(path)
+    path.write_bytes(written)  # restored: accepted again
+    _reserve(path)
+    assert len(ledger.read(path)) == 2
 
 
 def test_a_symlinked_ledger_is_written_through(tmp_path: Path) -> None:

@@ -74,13 +74,12 @@ def _repeated(draws: list) -> list:
 
 def test_a_tiny_pipeline_recovery_and_audit_never_draw_one_stream_twice(tmp_path: Path) -> None:
     """Every stream a run opens, by purpose and identifiers: no two alike (DESIGN §8)."""
-    spec = PipelineSpec(methods=("dpmixmin", "random_search", "no_pretrain"),
-                        **{**TINY, "epsilons": (1.0, 2.0), "seeds": 2})
+    spec = PipelineSpec(methods=("dpmixmin", "random_search"), **{**TINY, "epsilons": (1.0, 2.0), "seeds": 2})
     with recording() as pipeline_draws:
         run_pipeline(spec, tmp_path / "pipeline", progress=False)
     purposes = {purpose for purpose, _ in pipeline_draws}
-    assert {"learner-noise", "random-search-noise", "finetune-noise", "finetune-batches", "pretrain-sample",
-            "model-init", "pipeline-split"} <= purposes
+    assert {"learner-noise", "random-search-candidates", "random-search-noise", "finetune-noise", "finetune-batches",
+            "pretrain-sample", "pretrain-shuffle", "model-init", "pipeline-split"} <= purposes
     fits = {ids[:-1] for purpose, ids in pipeline_draws if purpose == "learner-noise"}  # less the run id
     assert len(fits) == 2 * 2  # one DP-MixMin fit per (ε, seed), each with streams of its own
     assert _repeated(pipeline_draws) == []

@@ -12,8 +12,10 @@ crash leaves the reservation standing: the budget is over-counted, never under-c
 releases started together serialise on the lock and cannot spend one budget twice.
 
 A ledger that cannot be read (truncated, not JSON, an entry failing its checks) refuses with the
-entry it stopped at; it never reads as empty. So does a missing ledger whose lock file shows it
-once existed. Symlinks are resolved, so a shared ledger is written through, never replaced.
+entry it stopped at; it never reads as empty. Its lock file records the sha256 of the ledger as
+last written here, so a ledger deleted, emptied or edited behind the package's back refuses too
+(an operator who means it deletes the lock file). Symlinks are resolved, so a shared ledger is
+written through, never replaced.
 """
 
 from __future__ import annotations
@@ -30,14 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import accounting
-from ..atomic import write_json
-from ..cache import user_state_dir
+from ..atomic import write_bytes
+from ..cache import sha256_bytes, user_state_dir
 from ..errors import InputError, require
 
 FORMAT = "dpaudit-mix privacy ledger v2"
 STATUSES = ("reserved", "released")
-#: written into the lock file once the ledger exists: a ledger missing after that was deleted.
-_EXISTED = b"ledger written\n"
 
 
 def default_path() -> Path:
@@ -128,18 +128,33 @@ def _real(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
 
+def _recorded(lock: Path) -> str:
+    """The sha256 of the ledger as last written here ("" where it never was)."""
+    try:
+        return lock.read_text(encoding="utf-8").strip() if lock.is_file() else ""
+    except (OSError, UnicodeDecodeError):
+        return "unreadable"
+
+
 def read(path: Path) -> list[Entry]:
     """The ledger's entries, checked ([] only where no ledger has ever been written)."""
     real = _real(path)
     lock = _lock_path(real)
+    recorded = _recorded(lock)
     if not real.exists():
-        require(not (lock.is_file() and lock.read_bytes() == _EXISTED),
-                f"the privacy ledger {path} is missing but its lock file {lock} shows it was written before; "
-                "restore it (refusing to read a deleted ledger as nothing spent)")
+        require(not recorded, f"the privacy ledger {path} is missing but its lock file {lock} shows it was written; "
+                "restore it (a deleted ledger is not 'nothing spent')")
         return []
     try:
-        text = real.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        content = real.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read the privacy ledger {path}: {exc.strerror or exc}") from None
+    require(not recorded or recorded == sha256_bytes(content),
+            f"the privacy ledger {path} was changed outside dpaudit-mix (its sha256 is not the one recorded in "
+            f"{lock}); restore it, or delete the lock file to accept it as it is")
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise InputError(f"cannot read the privacy ledger {path}: {exc}") from None
     return _parse(path, text)
 
@@ -165,10 +180,10 @@ def _locked(path: Path) -> Iterator[Path]:
 
 
 def _write(real: Path, entries: list[Entry]) -> None:
-    write_json(real, {"format": FORMAT, "releases": [asdict(e) for e in entries]})
-    lock = _lock_path(real)
-    if lock.read_bytes() != _EXISTED:
-        lock.write_bytes(_EXISTED)
+    """The ledger, then its digest in the lock file (a crash between the two refuses: fails closed)."""
+    content = (json.dumps({"format": FORMAT, "releases": [asdict(e) for e in entries]}, indent=2) + "\n").encode()
+    write_bytes(real, content)
+    _lock_path(real).write_text(sha256_bytes(content) + "\n", encoding="utf-8")
 
 
 def spent(entries: list[Entry], data_sha256: str, problem_sha256: str, delta: float,
