@@ -89,8 +89,10 @@ def opacus_sigma(epsilon: float, delta: float, sample_rate: float, epochs: int) 
     per setting: it takes seconds, and every seed, method and row of a run asks for the same few."""
     from opacus.accountants.utils import get_noise_multiplier
 
-    return float(get_noise_multiplier(target_epsilon=epsilon, target_delta=delta, sample_rate=sample_rate,
-                                      epochs=epochs, accountant="prv"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # opacus' RDP note on its largest order
+        return float(get_noise_multiplier(target_epsilon=epsilon, target_delta=delta, sample_rate=sample_rate,
+                                          epochs=epochs, accountant="prv"))
 
 
 def _own_noise(optimizer: Any, gaussians: RandomSource) -> None:
