@@ -96,6 +96,8 @@ def cmd_mix(args: argparse.Namespace) -> None:
     from .learner import fit, fit_losses
     from .mixmin import mixmin
 
+    require(not (args.secure and args.seed is not None), "--secure and --seed exclude each other: --seed makes "
+            "the noise reproducible, which a release must not be")
     if args.out:
         check_output(args.out, folder=False, inputs=[args.problem])
     prob = problem_io.load(args.problem)
@@ -111,8 +113,6 @@ def cmd_mix(args: argparse.Namespace) -> None:
     LearnerConfig(steps=args.steps, clip=args.clip, sample_rate=args.sample_rate)  # validate before calibrating
     require_memory(args.runs * prob.k * MIX_BYTES_PER_WEIGHT, f"mix --runs {args.runs} (it returns every λ)")
     sigma = accounting.calibrate(args.epsilon, args.delta, args.sample_rate, args.steps, args.accountant)
-    require(not (args.secure and args.seed is not None), "--secure and --seed exclude each other: --seed makes "
-            "the noise reproducible, which a release must not be")
     seeded = args.seed is not None
     if seeded:
         print(f"dpaudit-mix: warning: --seed {args.seed}: the noise is reproducible from the seed; for audits and "

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from .. import accounting
 from ..audit.attack import STRATEGIES
@@ -12,7 +10,7 @@ from ..audit.canaries import CANARY_KINDS, NATURAL_POLICIES
 from ..data import registry
 from ..errors import require
 from ..learner import LearnerConfig
-from ..specfile import Seed, check_fields, load_spec_file
+from ..specfile import Seed, check_fields
 
 
 @dataclass(frozen=True)
@@ -59,7 +57,3 @@ class ReleaseSpec:
             require(self.budget_epsilon >= self.epsilon,
                     f"budget_epsilon must be at least this release's epsilon {self.epsilon:g}, "
                     f"got {self.budget_epsilon}")
-
-
-def load_release_spec(path: str | Path, **overrides: Any) -> ReleaseSpec:
-    return load_spec_file(ReleaseSpec, path, **overrides)
