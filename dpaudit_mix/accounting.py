@@ -174,13 +174,17 @@ def calibrate(
     require(high <= MAX_NOISE_MULTIPLIER, f"epsilon {target_epsilon:g} at delta {delta:g} over {steps} steps needs a "
             f"noise multiplier of about {high:.3g}, above the largest accepted ({MAX_NOISE_MULTIPLIER:g})")
     if excess(high) > 0:
-        floor = excess(MAX_NOISE_MULTIPLIER) + target_epsilon  # one look at the top first: no long climb
-        if floor > target_epsilon:
-            raise InputError(
-                f"the {accountant} accountant cannot certify epsilon {target_epsilon:g} at delta {delta:g}: even "
-                f"noise multiplier {MAX_NOISE_MULTIPLIER:g} gives epsilon {floor:.4g} (its conversion to (epsilon, "
-                f"delta) has that floor); try {' or '.join(a for a in ACCOUNTANTS if a != accountant)}")
+        climbs = 0
         while excess(high) > 0:
+            climbs += 1
+            # After a few steps up, one look at the top: an unreachable ε is refused without the long
+            # climb (a reachable one is within three steps of the start; the top can take seconds).
+            if high >= MAX_NOISE_MULTIPLIER or (climbs == 3 and excess(MAX_NOISE_MULTIPLIER) > 0):
+                floor = excess(MAX_NOISE_MULTIPLIER) + target_epsilon
+                raise InputError(
+                    f"the {accountant} accountant cannot certify epsilon {target_epsilon:g} at delta {delta:g}: even "
+                    f"noise multiplier {MAX_NOISE_MULTIPLIER:g} gives epsilon {floor:.4g} (its conversion to "
+                    f"(epsilon, delta) has that floor); try {' or '.join(a for a in ACCOUNTANTS if a != accountant)}")
             low, high = high, min(high * factor, MAX_NOISE_MULTIPLIER)
     else:
         while excess(low) <= 0:

@@ -180,7 +180,7 @@ def _fit_block(
     T, C, q = config.steps, config.clip, config.sample_rate
     noise_scale = _noise_scale(config.noise_multiplier * C, k)
     streams: list[RandomSource] = (
-        [SecureSource()] * r_count if noise is None else [noise.child(run=int(r)).numpy() for r in runs]
+        [SecureSource()] * r_count if noise is None else [noise.run(int(r)) for r in runs]
     )
     if not config.poisson:
         gaussians = np.stack([s.standard_normal((T, k)) for s in streams], axis=2).astype(np.float32)
@@ -232,7 +232,7 @@ def fit(
 ) -> FitResult:
     """Run the DP-MixMin fits with run ids ``runs`` (an int R means 0..R−1) in one call.
 
-    Run r draws its noise (and Poisson masks) from ``noise.child(run=r)``; with
+    Run r draws its noise (and Poisson masks) from ``noise.run(r)``; with
     ``config.secure`` (and only then) ``noise`` is None and every draw comes from the OS CSPRNG.
 
     ``include[r]`` marks the runs whose dataset contains ``canary``. Blocks of runs are spread

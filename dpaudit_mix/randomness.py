@@ -21,6 +21,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -90,6 +91,13 @@ def recording() -> Iterator[list[tuple[str, tuple[tuple[str, object], ...]]]]:
             _recording = None
 
 
+def _record(purpose: str, ids: tuple[tuple[str, object], ...]) -> None:
+    if _recording is not None:
+        with _lock:
+            if _recording is not None:
+                _recording.append((purpose, ids))
+
+
 @dataclass(frozen=True)
 class Key:
     """A root seed and named identifiers: what a unit of work (a method at ε in seed s) draws with.
@@ -128,17 +136,24 @@ class Stream:
         """The same purpose with more identifiers (a distinct, independent stream)."""
         return Stream(self.key.child(**ids), self.purpose)
 
-    @property
+    @cached_property
     def spawn_key(self) -> tuple[int, ...]:
         text = json.dumps([self.purpose, [[k, v] for k, v in self.key.ids]], separators=(",", ":"))
-        digest = hashlib.sha256(text.encode()).digest()
-        return tuple(int.from_bytes(digest[i:i + 4], "little") for i in range(0, 32, 4))
+        digest = hashlib.sha256(text.encode()).digest()  # 128 bits: no two names meet (2^-64 at 2^32 names)
+        return tuple(int.from_bytes(digest[i:i + 4], "little") for i in range(0, 16, 4))
 
     def _sequence(self) -> np.random.SeedSequence:
-        with _lock:
-            if _recording is not None:
-                _recording.append((self.purpose, self.key.ids))
+        _record(self.purpose, self.key.ids)
         return np.random.SeedSequence(int(self.key.seed), spawn_key=self.spawn_key)
+
+    def run(self, index: int) -> np.random.Generator:
+        """The generator of run ``index`` of this stream: the same as ``child(run=index).numpy()`` in
+        independence (SeedSequence's own child key: the parent's words and the index, one word
+        longer than any named stream's), without hashing a name per run in the learner's loop."""
+        if _recording is not None:
+            _record(self.purpose, (*self.key.ids, ("run", int(index))))
+        return np.random.Generator(np.random.PCG64(
+            np.random.SeedSequence(self.key.seed, spawn_key=self.spawn_key + (index,))))
 
     def numpy(self) -> np.random.Generator:
         return np.random.Generator(np.random.PCG64(self._sequence()))

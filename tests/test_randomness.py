@@ -36,7 +36,7 @@ def test_same_name_same_draws_any_other_name_other_draws() -> None:
               stream(3, "learner-noise", task="t", epsilon=2.0, seed=0),  # ε
               stream(3, "learner-noise", task="t", epsilon=1.0, seed=1),  # seed
               a.child(run=0)]
-    draws = [s.numpy().random(5) for s in [a, *others]]
+    draws = [s.numpy().random(5) for s in [a, *others]] + [a.run(0).random(5), a.run(1).random(5)]
     assert len({d.tobytes() for d in draws}) == len(draws)
     assert a.integer() == stream(3, "learner-noise", task="t", epsilon=1.0, seed=0).integer()
 
@@ -133,7 +133,7 @@ def test_two_methods_private_noise_in_one_seed_is_uncorrelated() -> None:
     """DP-MixMin's and random search's Gaussian noise in one task, ε and seed come from their own
     streams: their draws are uncorrelated."""
     ids = {"task": "digit-1", "epsilon": 1.0, "seed": 0}
-    mix = stream(0, "learner-noise", **ids, method="dpmixmin").child(run=0).numpy().standard_normal(4000)
+    mix = stream(0, "learner-noise", **ids, method="dpmixmin").run(0).standard_normal(4000)
     search = stream(0, "random-search-noise", **ids).numpy().standard_normal(4000)
     r, _ = pearsonr(mix, search)
     assert abs(r) < 4 / np.sqrt(4000)

@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from .. import accounting
 from ..atomic import write_json
 from ..cache import cached, content_key, load_json, load_npz, save_npz, sha256, user_cache_dir
 from ..data import registry
@@ -60,8 +59,6 @@ def preflight(spec: WarmSynSpec, n: int) -> None:
     unreachable ε fails before the EDM and the warm-ups run."""
     batches = math.ceil(n / min(spec.finetune_batch, n))
     for eps in spec.epsilons:
-        # Our bracketed calibration refuses a hopeless ε at once; Opacus' own search would take a minute.
-        accounting.calibrate(eps, spec.delta, 1 / batches, spec.finetune_epochs * batches, "prv")
         try:
             cnn.opacus_sigma(eps, spec.delta, 1 / batches, spec.finetune_epochs)
         except ValueError as exc:
