@@ -68,7 +68,7 @@ def _canonical(value: object) -> object:
     if isinstance(value, str):
         return value
     if isinstance(value, (tuple, list)):
-        return [_canonical(v) for v in value]
+        return tuple(_canonical(v) for v in value)
     raise TypeError(f"a stream identifier must be a number, string or sequence of them, got {type(value).__name__}")
 
 
