@@ -178,20 +178,18 @@ def _ctrl_c(root: Path) -> bool:
     return proc.returncode == 130 and "Traceback" not in err
 
 
-@case("traceback", "a malformed ledger entry ({\"releases\": [1]})")
-def _ledger_entry(root: Path) -> bool:
-    (root / "ledger.json").write_text('{"releases": [1]}')
+def _release_on_ledger(root: Path, content: str) -> bool:
+    """A release on a ledger holding ``content``: one line, exit 2."""
+    (root / "ledger.json").write_text(content)
     done = cli("release", release_spec(root, "s.toml", problem(root), ledger=str(root / "ledger.json")),
                "--out", root / "a")
     return one_line(done, 2)
 
 
-@case("traceback", "a ledger entry missing a key")
-def _ledger_key(root: Path) -> bool:
-    (root / "ledger.json").write_text('{"releases": [{"epsilon": 1.0}]}')
-    done = cli("release", release_spec(root, "s.toml", problem(root), ledger=str(root / "ledger.json")),
-               "--out", root / "a")
-    return one_line(done, 2)
+case("traceback", "a malformed ledger entry ({\"releases\": [1]})")(
+    lambda root: _release_on_ledger(root, '{"releases": [1]}'))
+case("traceback", "a ledger entry missing a key")(
+    lambda root: _release_on_ledger(root, '{"releases": [{"epsilon": 1.0}]}'))
 
 
 def _forged(root: Path, edit: Callable[[dict], None]) -> Path:
