@@ -132,10 +132,6 @@ class Stream:
         if self.purpose not in PURPOSES:
             raise ValueError(f"unknown stream purpose {self.purpose!r}; add it to randomness.PURPOSES")
 
-    def child(self, **ids: object) -> Stream:
-        """The same purpose with more identifiers (a distinct, independent stream)."""
-        return Stream(self.key.child(**ids), self.purpose)
-
     @cached_property
     def spawn_key(self) -> tuple[int, ...]:
         text = json.dumps([self.purpose, [[k, v] for k, v in self.key.ids]], separators=(",", ":"))

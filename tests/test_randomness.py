@@ -35,7 +35,7 @@ def test_same_name_same_draws_any_other_name_other_draws() -> None:
               stream(3, "learner-noise", task="u", epsilon=1.0, seed=0),  # task
               stream(3, "learner-noise", task="t", epsilon=2.0, seed=0),  # ε
               stream(3, "learner-noise", task="t", epsilon=1.0, seed=1),  # seed
-              a.child(run=0)]
+              stream(3, "learner-noise", task="t", epsilon=1.0, seed=0, run=0)]
     draws = [s.numpy().random(5) for s in [a, *others]] + [a.run(0).random(5), a.run(1).random(5)]
     assert len({d.tobytes() for d in draws}) == len(draws)
     assert a.integer() == stream(3, "learner-noise", task="t", epsilon=1.0, seed=0).integer()
