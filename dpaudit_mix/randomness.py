@@ -143,8 +143,8 @@ class Stream:
         return np.random.SeedSequence(int(self.key.seed), spawn_key=self.spawn_key)
 
     def run(self, index: int) -> np.random.Generator:
-        """The generator of run ``index`` of this stream: the same as ``child(run=index).numpy()`` in
-        independence (SeedSequence's own child key: the parent's words and the index, one word
+        """The generator of run ``index`` of this stream, independent of every other run and named
+        stream (SeedSequence's own child key: the parent's words and the index, one word
         longer than any named stream's), without hashing a name per run in the learner's loop."""
         if _recording is not None:
             _record(self.purpose, (*self.key.ids, ("run", int(index))))
