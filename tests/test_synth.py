@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from dpaudit_mix.cli import main
-from dpaudit_mix.randomness import Key
+from dpaudit_mix.randomness import Key, stream, torch_scope
 from dpaudit_mix.synth import edm, quality
 from dpaudit_mix.synth.warmup import CUTOUT, SAM, augment
 
@@ -68,7 +68,8 @@ def test_augmentation_cuts_out_one_square_and_sam_restores_the_weights() -> None
     x = torch.ones(6, 1, 28, 28)
     out = augment(x, torch.Generator().manual_seed(0))
     assert out.shape == x.shape and bool(torch.all((out == 0).flatten(1).sum(1) >= CUTOUT * CUTOUT))
-    model = torch.nn.Linear(3, 1)
+    with torch_scope(stream(0, "model-init")):
+        model = torch.nn.Linear(3, 1)
     before = [p.detach().clone() for p in model.parameters()]
     base = torch.optim.SGD(model.parameters(), lr=0.0)  # a zero step: the weights must come back unchanged
     SAM(list(model.parameters()), base).step(lambda: model(torch.ones(2, 3)).pow(2).sum().backward())

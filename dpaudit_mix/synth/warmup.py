@@ -60,14 +60,13 @@ class SAM:
             for p in self.params:
                 if p.grad is None:
                     continue
-                e = self.rho * p.grad / norm
-                p.add_(e)
-                moved.append((p, e))
+                moved.append((p, p.detach().clone()))
+                p.add_(self.rho * p.grad / norm)
         self.base.zero_grad()
         closure()  # gradient at w + ε
         with torch.no_grad():
-            for p, e in moved:
-                p.sub_(e)
+            for p, w in moved:
+                p.copy_(w)  # back to w exactly ((w + ε) − ε is not w in floating point)
         self.base.step()
         self.base.zero_grad()
 
