@@ -51,8 +51,8 @@ def main() -> None:
         print(f"n={N} k={K} T=100 full batch, eps=1, delta=1e-5")
         for i, (name, spec) in enumerate(cases):
             seconds, summary = timed(spec, Path(tmp) / f"a{i}")
-            fits = spec.runs * len(summary["results"]) // len(spec.threats)
-            best = max(r["epsilon_lower_bound"] for r in summary["results"] if r["noise"])
+            fits = spec.runs * len(summary.results) // len(spec.threats)
+            best = max(r.epsilon_lower_bound for r in summary.results if r.noise)
             print(f"{name:<42} {seconds:8.1f} s   {fits / seconds:8,.0f} fits/s   private eps_LB max = {best:.3f}")
 
 

@@ -72,8 +72,8 @@ def main() -> None:
                 rows, seconds = [], []
                 for seed in range(seeds):
                     summary, took = audit(spec_for(eps, runs, seed), problem, Path(tmp) / f"{eps}-{runs}-{seed}")
-                    r = summary["results"][0]
-                    rows.append((r["epsilon_lower_bound"], r["epsilon_lower_bound_gdp"], r["profile_violation"]))
+                    r = summary.results[0]
+                    rows.append((r.epsilon_lower_bound, r.epsilon_lower_bound_gdp, r.profile_violation))
                     seconds.append(took)
                 b = np.array(rows, dtype=float)
                 print(f"eps={eps:g} runs={runs:>7,} seeds={seeds}  strict eps_LB/eps = {b[:, 0].mean() / eps:.3f} "
@@ -87,7 +87,7 @@ def main() -> None:
             for seed in range(audits):
                 summary, _ = audit(spec_for(1.0, 20_000, 100 + seed), problem, Path(tmp) / f"power-{name}-{seed}",
                                    override)
-                flagged.append(summary["violation"])
+                flagged.append(summary.violation)
             print(f"power, eps=1, 20,000 runs, {name}: flagged in {sum(flagged)}/{audits} audits "
                   f"({np.mean(flagged):.0%})")
 

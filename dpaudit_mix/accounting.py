@@ -12,7 +12,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -196,6 +196,20 @@ def calibrate(
     while excess(sigma) > 0:
         sigma = min(high, sigma * (1 + rel_tol / 4))
     return sigma
+
+
+@lru_cache(maxsize=None)
+def calibrate_once(target_epsilon: float, delta: float, sample_rate: float, steps: int,
+                   prior: tuple[GaussianPhase, ...] = ()) -> float:
+    """:func:`calibrate` (default accountant), once per setting: experiments ask for the same σ for
+    every method and seed, and a PLD calibration under Poisson sampling takes seconds."""
+    return calibrate(target_epsilon, delta, sample_rate, steps, prior=prior)
+
+
+@lru_cache(maxsize=None)
+def epsilon_once(phases: tuple[GaussianPhase, ...], delta: float) -> float:
+    """:func:`epsilon` (default accountant) of ``phases`` composed, once per setting."""
+    return epsilon(phases, delta)
 
 
 def _start_sigma(target_epsilon: float, delta: float, sample_rate: float, steps: int) -> float:

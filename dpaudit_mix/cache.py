@@ -34,9 +34,16 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def json_sha256(obj: Any, compact: bool = False) -> hashlib._Hash:
+    """sha256 of ``obj`` as key-sorted JSON (``compact``: without spaces), ready for more bytes:
+    the one canonical form every key, digest and resume check here hashes."""
+    separators = (",", ":") if compact else (", ", ": ")
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=separators, default=str).encode())
+
+
 def content_key(**parts: object) -> str:
     """A short hash of a stage's parameters and its inputs' keys: the name of its cached output."""
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    return json_sha256(parts).hexdigest()[:20]
 
 
 def load_json(path: Path) -> Any:
@@ -65,8 +72,10 @@ def user_state_dir() -> Path:
     return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "dpaudit-mix"
 
 
-def cached(path: Path, compute: Callable[[], T], save: Callable[[Path, T], None], load: Callable[[Path], T]) -> T:
-    """``load(path)`` if it passes its checksum; else ``compute()``, saved with a fresh checksum."""
+def cached(path: Path, compute: Callable[[], T], save: Callable[[Path, T], None], load: Callable[[Path], T],
+           write: bool = True) -> T:
+    """``load(path)`` if it passes its checksum; else ``compute()``, saved with a fresh checksum
+    (unless ``write`` is False: a cache known to be unwritable is only read)."""
     check = path.with_name(path.name + ".sha256")
     if path.is_file():
         try:
@@ -75,6 +84,8 @@ def cached(path: Path, compute: Callable[[], T], save: Callable[[Path, T], None]
         except (InputError, OSError, ValueError, KeyError, EOFError) as exc:
             print(f"dpaudit-mix: warning: cached {path} failed its check ({exc}); recomputing", file=sys.stderr)
     value = compute()
+    if not write:
+        return value
     try:
         save(path, value)
         write_text(check, sha256(path) + "\n")

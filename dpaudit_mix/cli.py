@@ -22,19 +22,14 @@ from . import accounting, problem as problem_io
 from .atomic import check_output, write_json
 from .audit import BACKENDS
 from .data import registry
-from .errors import InputError, require
+from .errors import (EXIT_BAD_INPUT, EXIT_FAULT, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_VIOLATION, InputError,
+                     require)
 from .learner import LearnerConfig
 from .randomness import stream
 from .resources import require_memory
 
 # Each command imports what it needs when it runs: torch, opacus, pandas and seaborn take seconds
 # to load, and `--help` or `bound` should not wait for them (bench/startup.py measures this).
-
-EXIT_BAD_INPUT = 2
-EXIT_VIOLATION = 3
-EXIT_INCONCLUSIVE = 4
-EXIT_FAULT = 5
-EXIT_INTERRUPTED = 130
 
 #: errors of a path the user gave (exit 2); any other OSError is the machine's fault (exit 5).
 PATH_ERRORS = {errno.ELOOP, errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM,
@@ -192,13 +187,13 @@ def cmd_audit(args: argparse.Namespace) -> int:
     outcome = run_audit(spec, out, noise_multiplier=args.noise_multiplier, backend=args.backend,
                         scheduler=args.scheduler)
     write_report(outcome, out)
-    print(json.dumps(outcome.summary, indent=2))
-    if outcome.summary["violation"]:
+    print(json.dumps(outcome.summary.to_dict(), indent=2))
+    if outcome.summary.violation:
         print(f"dpaudit-mix: VIOLATION: empirical epsilon exceeds the claimed {spec.epsilon:g}; see {out}/report.md",
               file=sys.stderr)
         return EXIT_VIOLATION
-    if outcome.summary["inconclusive"]:
-        print(f"dpaudit-mix: INCONCLUSIVE: the sigma=0 control(s) {', '.join(outcome.summary['blind_controls'])} "
+    if outcome.summary.inconclusive:
+        print(f"dpaudit-mix: INCONCLUSIVE: the sigma=0 control(s) {', '.join(outcome.summary.blind_controls)} "
               f"stay within the claimed epsilon {spec.epsilon:g}: this audit cannot see leakage; see {out}/report.md",
               file=sys.stderr)
         return EXIT_INCONCLUSIVE
@@ -210,14 +205,11 @@ def cmd_release(args: argparse.Namespace) -> int:
 
     out = Path(args.out or Path("reports") / f"release-{Path(args.spec).stem}")
     try:
-        manifest = release(args.spec, out, noise_multiplier=args.noise_multiplier)
+        published = release(args.spec, out, noise_multiplier=args.noise_multiplier)
     except Refused as refusal:
         print(f"dpaudit-mix: release REFUSED ({refusal.stage}): {refusal.reason}", file=sys.stderr)
         return refusal.exit_code
-    claim = manifest["claim"]
-    print(json.dumps({"out": str(out), "manifest": str(out / "release.json"), "sources": manifest["sources"],
-                      "weights": manifest["weights"], "epsilon": claim["epsilon"], "delta": claim["delta"],
-                      "manifest_sha256": manifest["manifest_sha256"]}, indent=2))
+    print(json.dumps(published.to_dict(), indent=2))
     return 0
 
 
@@ -241,60 +233,21 @@ def cmd_recovery(args: argparse.Namespace) -> None:
     out = check_output(args.out or Path("reports") / f"recovery-{Path(args.spec).stem}", folder=True)
     result = run_recovery(spec)
     write_recovery_report(result, out)
-    ks = result["k_scaling"]
-    print(json.dumps({"out": str(out), "cells": len(result["cells"]), "k_slope": ks["slope"],
+    ks = result.k_scaling
+    print(json.dumps({"out": str(out), "cells": len(result.cells), "k_slope": ks["slope"],
                       "k_fit_range": ks["fit_range"]}, indent=2))
 
 
 def cmd_pipeline(args: argparse.Namespace) -> None:
-    from .specfile import spec_value
+    from .experiments import run_pipeline_file
 
-    world = spec_value(args.spec, "world", "mnist-labels")
-    if isinstance(world, str) and world in registry.PROBLEMS and registry.canonical(world) == registry.TEXT_WORLD:
-        return _text_pipeline(args)
-    from .pipeline.report import paired_differences, write_pipeline_report
-    from .pipeline.run import build_world, run_pipeline
-    from .pipeline.spec import load_pipeline_spec
-
-    spec = load_pipeline_spec(args.spec)
-    out = check_output(args.out or Path("reports") / f"pipeline-{Path(args.spec).stem}", folder=True)
-    world = build_world(spec)  # every data error is raised here, before anything is written
-    records = run_pipeline(spec, out, world=world, secure=args.secure)
-    frame = write_pipeline_report(records, spec, [s.name for s in world.sources], out)
-    diffs = {other: paired_differences(frame, "dpmixmin", other)["mean"].to_dict()
-             for other in ("uniform", "random_search", "nonprivate_mixmin") if {"dpmixmin", other} <= set(spec.methods)}
-    print(json.dumps({"out": str(out), "runs": len(records), "dpmixmin_minus": diffs}, indent=2))
-
-
-def _text_pipeline(args: argparse.Namespace) -> None:
-    """The pipeline on the text world: the same stages with users as the privacy unit."""
-    from .lm.report import relative_reduction, write_text_report
-    from .lm.run import build_text_world, run_text_pipeline
-    from .lm.spec import load_text_pipeline_spec
-
-    spec = load_text_pipeline_spec(args.spec)
-    out = check_output(args.out or Path("reports") / f"pipeline-{Path(args.spec).stem}", folder=True)
-    world = build_text_world(spec)  # every data error is raised here, before anything is written
-    records = run_text_pipeline(spec, out, world=world, secure=args.secure)
-    finetune = len(world.user_windows) if spec.composition == "sequential" else len(world.split_b)
-    users = {"split_a": len(world.split_a), "finetune": finetune, "test": len(set(world.problem.heldout_users))}
-    frame = write_text_report(records, spec, list(world.sources), users, out)
-    reductions = {other: relative_reduction(frame, "dpmixmin", other)["mean"].to_dict()
-                  for other in ("uniform", "random_search", "nonprivate_mixmin") if {"dpmixmin", other} <= set(spec.methods)}
-    print(json.dumps({"out": str(out), "runs": len(records), "dpmixmin_perplexity_reduction_vs": reductions}, indent=2))
+    print(json.dumps(run_pipeline_file(args.spec, args.out, secure=args.secure).to_dict(), indent=2))
 
 
 def cmd_warmsyn(args: argparse.Namespace) -> None:
-    from .synth.report import write_warmsyn_report
-    from .synth.run import run_warmsyn
-    from .synth.spec import load_warmsyn_spec
+    from .experiments import run_warmsyn_file
 
-    spec = load_warmsyn_spec(args.spec)
-    out = check_output(args.out or Path("reports") / f"warmsyn-{Path(args.spec).stem}", folder=True)
-    result = run_warmsyn(spec, out)
-    write_warmsyn_report(result, out)
-    print(json.dumps({"out": str(out), "runs": len(result["records"]),
-                      "effects": {f"{e['row']}@{e['epsilon']:g}": e["here"] for e in result["effects"]}}, indent=2))
+    print(json.dumps(run_warmsyn_file(args.spec, args.out).to_dict(), indent=2))
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

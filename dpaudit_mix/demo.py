@@ -12,8 +12,10 @@ import numpy as np
 
 from . import accounting
 from .audit.engine import load_spec, run_audit
+from .audit.result import SettingResult
 from .audit.report import write_report
 from .data import registry
+from .errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VIOLATION
 from .learner import LearnerConfig, fit, fit_losses
 from .mixmin import mixmin
 from .problem import save
@@ -29,11 +31,11 @@ SPEC = Path("audits/default.toml")
 RELEASE_SPEC = Path("releases/default.toml")
 
 
-def _verdict(result: dict) -> str:
+def _verdict(result: SettingResult) -> str:
     """A private result should stay on or above the claimed curve; a σ = 0 control should not."""
-    if result["noise"]:
-        return "profile VIOLATED" if result["profile_violation"] else "profile ok"
-    return "control sees the leak" if result["exceeds_claim"] else "control sees NOTHING"
+    if result.noise:
+        return "profile VIOLATED" if result.profile_violation else "profile ok"
+    return "control sees the leak" if result.exceeds_claim else "control sees NOTHING"
 
 
 def main() -> int:
@@ -59,20 +61,20 @@ def main() -> int:
     outcome = run_audit(load_spec(SPEC), OUT)
     write_report(outcome, OUT)
     summary = outcome.summary
-    print(f"\naudit {SPEC}: claimed ε = {summary['claimed_epsilon']:g}, δ = {summary['delta']:g}, "
-          f"{summary['results'][0]['runs']} runs per setting")
-    for r in summary["results"]:
-        print(f"  {r['canary']:<9} {r['threat']:<10} {'private' if r['noise'] else 'σ=0 control':<12} "
-              f"ε_LB = {r['epsilon_lower_bound']:.3f}  GDP ε_LB = {r['epsilon_lower_bound_gdp']:.3f}  "
+    print(f"\naudit {SPEC}: claimed ε = {summary.claimed_epsilon:g}, δ = {summary.delta:g}, "
+          f"{summary.results[0].runs} runs per setting")
+    for r in summary.results:
+        print(f"  {r.canary:<9} {r.threat:<10} {'private' if r.noise else 'σ=0 control':<12} "
+              f"ε_LB = {r.epsilon_lower_bound:.3f}  GDP ε_LB = {r.epsilon_lower_bound_gdp:.3f}  "
               f"{_verdict(r)}")
-    print(f"violation: {summary['violation']}; inconclusive: {summary['inconclusive']}; report: {OUT / 'report.html'}")
+    print(f"violation: {summary.violation}; inconclusive: {summary.inconclusive}; report: {OUT / 'report.html'}")
     # A demonstration, not a real release: its own release folder and ledger, made afresh on every
     # run (a real release is never overwritten, and its ledger is the machine's).
     shutil.rmtree(OUT / "release", ignore_errors=True)
     for name in ("ledger.json", "ledger.json.lock"):
         (OUT / name).unlink(missing_ok=True)
     try:
-        manifest = release(RELEASE_SPEC, OUT / "release", ledger_path=OUT / "ledger.json")
+        manifest = release(RELEASE_SPEC, OUT / "release", ledger_path=OUT / "ledger.json").manifest
     except Refused as refusal:
         print(f"\nrelease {RELEASE_SPEC}: REFUSED ({refusal.stage}): {refusal.reason}")
         return refusal.exit_code
@@ -80,7 +82,7 @@ def main() -> int:
           f"canary, no violation), released λ = {np.round(manifest['weights'], 3).tolist()}; manifest "
           f"{OUT / 'release' / 'release.json'}, card {OUT / 'release' / 'release.html'}; "
           f"{time.perf_counter() - start:.1f} s")
-    return 3 if summary["violation"] else 4 if summary["inconclusive"] else 0
+    return EXIT_VIOLATION if summary.violation else EXIT_INCONCLUSIVE if summary.inconclusive else EXIT_OK
 
 
 if __name__ == "__main__":

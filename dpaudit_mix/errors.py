@@ -1,4 +1,11 @@
-"""The one exception type that the CLI turns into exit code 2 (bad input)."""
+"""Bad input (the one exception type the CLI turns into exit 2) and every command's exit codes."""
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2  # one line on stderr, nothing written
+EXIT_VIOLATION = 3  # an audit violation, a refused release or a failed check
+EXIT_INCONCLUSIVE = 4  # a σ = 0 control saw nothing: the audit cannot see leakage
+EXIT_FAULT = 5  # the machine's fault: a full disk, an I/O error, a closed stdout
+EXIT_INTERRUPTED = 130  # Ctrl-C: finished chunks and stages are kept
 
 
 class InputError(ValueError):

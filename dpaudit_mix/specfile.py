@@ -123,9 +123,9 @@ def _read(path: Path) -> dict[str, Any]:
     return _parse(path, read_spec_bytes(path))
 
 
-def spec_value(path: str | Path, key: str, default: Any) -> Any:
-    """One key of a spec file, before choosing which spec class reads it (e.g. its world)."""
-    return _read(Path(path)).get(key, default)
+def spec_table(path: Path, content: bytes) -> dict[str, Any]:
+    """A spec file's keys, before choosing which spec class reads them (e.g. by its world)."""
+    return _parse(path, content)
 
 
 def load_spec_file(cls: type[SpecT], path: str | Path, **overrides: Any) -> SpecT:

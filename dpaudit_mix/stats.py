@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -20,13 +21,24 @@ COLUMNS = ["mean", "std", "seeds", "p", "p_holm"]
 ALPHA = 0.05
 
 
+def sample_std(values: Any) -> float:
+    """The sample standard deviation (ddof = 1); 0 for a single value, which has no spread to estimate."""
+    values = np.asarray(values, dtype=float)
+    return float(values.std(ddof=1)) if len(values) > 1 else 0.0
+
+
+def mean_std(values: Any, digits: int = 3, separator: str = "±") -> str:
+    """"mean±std" over seeds (or runs), the form every table and report line here uses."""
+    return f"{np.mean(values):.{digits}f}{separator}{sample_std(values):.{digits}f}"
+
+
 def paired_tests(differences: Mapping[float, np.ndarray]) -> pd.DataFrame:
     """One row per ε (index); p is NaN with fewer than two seeds or no spread."""
     rows = {}
     for eps, values in differences.items():
         values = np.asarray(values, dtype=float)
         testable = len(values) > 1 and np.std(values) > 0
-        rows[eps] = {"mean": values.mean(), "std": values.std(ddof=1) if len(values) > 1 else 0.0,
+        rows[eps] = {"mean": values.mean(), "std": sample_std(values),
                      "seeds": len(values), "p": DescrStatsW(values).ttest_mean(0.0)[1] if testable else math.nan}
     table = pd.DataFrame.from_dict(rows, orient="index", columns=COLUMNS[:4])
     table["p_holm"] = math.nan

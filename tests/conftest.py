@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 
 import numpy as np
@@ -12,10 +13,17 @@ from dpaudit_mix.problem import Problem
 
 
 # Built embedded problems are cached on disk: tests use a cache of their own, never the user's.
-os.environ["DPAUDIT_MIX_CACHE"] = tempfile.mkdtemp(prefix="dpaudit-mix-test-cache-")
 # Releases record their budget in the machine's ledger: tests keep one of their own, never the user's.
-os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="dpaudit-mix-test-state-")
+# Both are removed when the run ends.
+_FOLDERS = {"DPAUDIT_MIX_CACHE": tempfile.mkdtemp(prefix="dpaudit-mix-test-cache-"),
+            "XDG_STATE_HOME": tempfile.mkdtemp(prefix="dpaudit-mix-test-state-")}
+os.environ.update(_FOLDERS)
 os.environ.pop("DPAUDIT_MIX_LEDGER", None)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    for folder in _FOLDERS.values():
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def random_problem(n: int, k: int, seed: int, users: bool = False) -> Problem:

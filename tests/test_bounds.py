@@ -68,3 +68,17 @@ def test_bad_counts(args: tuple) -> None:
         epsilon_lower_bound(*args)
     with pytest.raises(InputError, match="confidence"):
         epsilon_lower_bound(0, 0, 4, 4, 1e-5, confidence=1.0)
+
+
+def test_the_attack_carries_the_runs_it_counted() -> None:
+    """The report draws each ROC from these runs: all of them for bonferroni, EVAL alone for split."""
+    rng = np.random.default_rng(5)
+    include, select = rng.random(400) < 0.5, rng.random(400) < 0.5
+    scores = rng.normal(size=400) + include
+    every = attack(scores, include, select, 1e-5)
+    halves = attack(scores, include, select, 1e-5, strategy="split")
+    assert every.evaluated.all() and np.array_equal(halves.evaluated, ~select)
+    for result in (every, halves):
+        counted = result.evaluated
+        assert (result.strict.negatives, result.strict.positives) == ((counted & ~include).sum(),
+                                                                      (counted & include).sum())

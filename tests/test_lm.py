@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 import torch
 
+from dpaudit_mix.alphabet import V
 from dpaudit_mix.errors import InputError
-from dpaudit_mix.lm import model as lm
+from dpaudit_mix.models import chargru as lm
 from dpaudit_mix.lm.spec import TextPipelineSpec
-from dpaudit_mix.lm.userdp import UserLevelSGD, clip_rows, noisy_mean, released_step, train, user_gradient
+from dpaudit_mix.models.userdp import UserLevelSGD, clip_rows, noisy_mean, released_step, train, user_gradient
 from dpaudit_mix.randomness import Key
 
 KEY = Key(0).child(test="lm")
@@ -139,7 +140,8 @@ def test_text_pipeline_end_to_end(tmp_path: Path) -> None:
     import pandas as pd
 
     frame = pd.read_csv(out / "results.csv")
-    assert len(frame) == 8 and (frame["perplexity"] > 1).all()
+    # every pretrained model predicts better than the uniform character model (perplexity V − 1)
+    assert len(frame) == 8 and (frame.loc[frame["method"] != "no_pretrain", "perplexity"] < V - 1).all()
     assert (frame.loc[frame["method"] == "no_pretrain", "perplexity"].min()
             > frame.loc[frame["method"] != "no_pretrain", "perplexity"].max())  # pretraining matters
     private = frame[frame["releasable"]]

@@ -7,7 +7,7 @@ import pytest
 
 from dpaudit_mix import accounting
 from dpaudit_mix.cli import main
-from dpaudit_mix.pipeline import model as cnn
+from dpaudit_mix.models import cnn
 from dpaudit_mix.pipeline.methods import LOSS_BOUND, _candidate_losses, choose
 from dpaudit_mix.pipeline.run import build_world, run_pipeline
 from dpaudit_mix.pipeline.spec import DEFAULT_METHODS, PipelineSpec
@@ -30,12 +30,19 @@ def test_quick_spec_end_to_end(capsys, tmp_path: Path) -> None:
     private = frame[frame["releasable"]]
     assert (private["epsilon_total"] <= private["epsilon"]).all()
     assert not frame[frame["method"] == "nonprivate_mixmin"]["releasable"].any()
-    assert frame["value"].between(0, 1).all()
+    digits = frame[frame["task"].str.startswith("digit-")].groupby(["method", "epsilon", "seed"])["value"].mean()
+    macro = frame[frame["task"] == "macro"].set_index(["method", "epsilon", "seed"])["value"]
+    assert np.allclose(macro.loc[digits.index], digits)  # macro AUC is the mean of the per-digit AUCs
+    assert (macro.drop("no_pretrain", level="method") > 0.85).all()  # every pretrained model learned the digits
     assert (frame[frame["method"] == "no_pretrain"]["relative_gain"] == 0).all()
     report = (out / "report.md").read_text()
     assert "NOT releasable" in report and "DP-MixMin" in report
     assert {p.name for p in out.iterdir()} >= {"results.csv", "report.md", "report.html", "macro_auc_vs_epsilon.png",
                                                 "relative_gain.png"}
+
+
+def _dicts(runs: list) -> list[dict]:
+    return [run.to_dict() for run in runs]
 
 
 def test_rerun_skips_finished_stages_and_same_seed_same_result(tmp_path: Path, monkeypatch) -> None:
@@ -48,16 +55,16 @@ def test_rerun_skips_finished_stages_and_same_seed_same_result(tmp_path: Path, m
     with monkeypatch.context() as m:
         m.setattr(cnn, "pretrain", forbidden)
         m.setattr(cnn, "dp_finetune", forbidden)
-        assert run_pipeline(spec, tmp_path / "a", progress=False) == first
-    assert run_pipeline(spec, tmp_path / "b", progress=False) == first
+        assert _dicts(run_pipeline(spec, tmp_path / "a", progress=False)) == _dicts(first)
+    assert _dicts(run_pipeline(spec, tmp_path / "b", progress=False)) == _dicts(first)
 
 
 def test_sequential_composition_spends_the_budget_once(tmp_path: Path) -> None:
     spec = PipelineSpec(methods=("dpmixmin",), composition="sequential", **TINY)
-    record = run_pipeline(spec, tmp_path, progress=False)[0]
-    phases = [accounting.GaussianPhase(**record["mixture"]["phase"]), accounting.GaussianPhase(**record["finetune_phase"])]
+    run = run_pipeline(spec, tmp_path, progress=False)[0]
+    phases = [run.mixture.phase, accounting.GaussianPhase(**run.result["finetune_phase"])]
     total = accounting.epsilon(phases, spec.delta)
-    assert record["epsilon_total"] == pytest.approx(total) and 0.95 * 2.0 <= total <= 2.0
+    assert run.privacy.epsilon_total == pytest.approx(total) and 0.95 * 2.0 <= total <= 2.0
     assert accounting.epsilon(phases[:1], spec.delta) < 2.0 * spec.mix_share + 1e-9
 
 
@@ -115,14 +122,14 @@ def test_secure_runs_draw_fresh_noise_and_stay_within_the_budget(tmp_path: Path)
     second = run_pipeline(spec, tmp_path / "b", progress=False, secure=True)
     for a, b in zip(first, second):
         # random search may well pick the same candidate twice; DP-MixMin's λ is continuous
-        assert a["secure"] and (a["method"] != "dpmixmin" or a["mixture"]["weights"] != b["mixture"]["weights"])
-        assert a["metrics"] != b["metrics"]  # the finetune's noise and batches are fresh too
-        assert a["releasable"] and a["epsilon_total"] <= spec.epsilons[0]
+        assert a.secure and (a.job.method != "dpmixmin" or not np.array_equal(a.mixture.weights, b.mixture.weights))
+        assert a.result["metrics"] != b.result["metrics"]  # the finetune's noise and batches are fresh too
+        assert a.privacy.releasable and a.privacy.epsilon_total <= spec.epsilons[0]
 
 
 def test_finetune_hyper_parameters_are_chosen_on_public_data(tmp_path: Path) -> None:
     spec = PipelineSpec(methods=("uniform", "warm"), finetune_learning_rates=(0.02, 0.2), **TINY)
-    record, warm = run_pipeline(spec, tmp_path, progress=False)
+    record, warm = _dicts(run_pipeline(spec, tmp_path, progress=False))
     assert warm["mixture"]["weights"] is None and warm["releasable"]  # pretrained on the public slice alone
     assert len(list((tmp_path / "cache" / "pretrain").glob("*.npz"))) == 2
     choice = record["finetune_choice"]

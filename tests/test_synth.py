@@ -11,8 +11,9 @@ import torch
 
 from dpaudit_mix.cli import main
 from dpaudit_mix.randomness import Key, stream, torch_scope
-from dpaudit_mix.synth import edm, quality
-from dpaudit_mix.synth.warmup import CUTOUT, SAM, augment
+from dpaudit_mix.models import edm
+from dpaudit_mix.synth import quality
+from dpaudit_mix.models.warmup import CUTOUT, SAM, augment
 
 
 def test_preconditioning_matches_its_definitions() -> None:
@@ -64,16 +65,35 @@ def test_a_sampled_image_comes_from_a_trained_denoiser() -> None:
     assert sample[:, 10:18, 10:18].mean() > sample[:, :4, :4].mean() + 0.5  # the square, not noise
 
 
-def test_augmentation_cuts_out_one_square_and_sam_restores_the_weights() -> None:
-    x = torch.ones(6, 1, 28, 28)
-    out = augment(x, torch.Generator().manual_seed(0))
-    assert out.shape == x.shape and bool(torch.all((out == 0).flatten(1).sum(1) >= CUTOUT * CUTOUT))
+#: pixels this far from the border are always sampled from inside the image (shift 2 px, scale
+#: 10%, rotation 10°: at most about 5.8 px of displacement), so affine padding never zeroes them.
+INTERIOR = 6
+
+
+def test_augmentation_cuts_out_exactly_one_square() -> None:
+    out = augment(torch.ones(64, 1, 28, 28), torch.Generator().manual_seed(0))[:, 0]
+    inner = out[:, INTERIOR:-INTERIOR, INTERIOR:-INTERIOR] == 0  # zeros here are Cutout's alone
+    counts = inner.flatten(1).sum(1)
+    assert int(counts.max()) == CUTOUT * CUTOUT  # some hole lies wholly inside: one 8×8 square, no more
+    for hole in inner[counts > 0]:
+        rows, cols = torch.nonzero(hole, as_tuple=True)
+        assert int(rows.max() - rows.min()) < CUTOUT and int(cols.max() - cols.min()) < CUTOUT
+        assert int(hole.sum()) == (int(rows.max() - rows.min()) + 1) * (int(cols.max() - cols.min()) + 1)  # solid
+    assert float(out[:, INTERIOR:-INTERIOR, INTERIOR:-INTERIOR][~inner].min()) > 0.99  # the rest is the image
+
+
+def test_sam_steps_with_the_gradient_at_the_perturbed_weights() -> None:
+    """On L(w) = ‖w‖²: g = 2w, ε = ρ g/‖g‖, and SGD applies ∇L(w + ε) = 2(w + ε) at w."""
     with torch_scope(stream(0, "model-init")):
-        model = torch.nn.Linear(3, 1)
-    before = [p.detach().clone() for p in model.parameters()]
-    base = torch.optim.SGD(model.parameters(), lr=0.0)  # a zero step: the weights must come back unchanged
-    SAM(list(model.parameters()), base).step(lambda: model(torch.ones(2, 3)).pow(2).sum().backward())
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+        model = torch.nn.Linear(3, 1, bias=False)
+    w = model.weight.detach().clone()
+    base = torch.optim.SGD(model.parameters(), lr=0.1)
+    sam = SAM(list(model.parameters()), base, rho=0.3)
+    sam.step(lambda: model.weight.pow(2).sum().backward())
+    expected = w - 0.1 * 2 * (w + 0.3 * w / w.norm())
+    torch.testing.assert_close(model.weight.detach(), expected)
+    plain = w - 0.1 * 2 * w  # what SGD without the perturbation would give: far enough to tell apart
+    assert float((expected - plain).norm()) > 0.05
 
 
 def test_memorisation_flags_copies() -> None:
@@ -94,7 +114,7 @@ def test_warmsyn_end_to_end_and_cached(capsys, tmp_path: Path) -> None:
     result = json.loads((out / "warmsyn.json").read_text())
     assert len(result["records"]) == 5 * 2 and {e["row"] for e in result["effects"]} == {"warm", "warmsyn",
                                                                                            "augment", "sam"}
-    assert all(r["opacus_epsilon"] <= 2.0 + 1e-9 for r in result["records"])
+    assert all(r["finetune_epsilon"] <= 2.0 + 1e-9 for r in result["records"])
     assert "Cold" in (out / "report.md").read_text() and (out / "ablation.png").exists()
     stamps = {p: p.stat().st_mtime_ns for p in (out / "cache").rglob("*") if p.is_file()}
     assert main(["warmsyn", str(spec), "--out", str(out)]) == 0  # a rerun recomputes nothing
@@ -103,13 +123,35 @@ def test_warmsyn_end_to_end_and_cached(capsys, tmp_path: Path) -> None:
 
 
 def test_the_synthetic_set_is_one_more_source_for_dp_mixmin(monkeypatch, tmp_path: Path) -> None:
-    from dpaudit_mix.pipeline.run import run_pipeline
+    from dpaudit_mix.data import registry, synthetic
+    from dpaudit_mix.pipeline.run import build_world, run_pipeline
     from dpaudit_mix.pipeline.spec import PipelineSpec
-    from dpaudit_mix.synth import run as synth_run
 
-    monkeypatch.setattr(synth_run, "SOURCE_EDM_STEPS", 30)
-    monkeypatch.setattr(synth_run, "SOURCE_SIZE", 100)
+    monkeypatch.setattr(synthetic, "EDM_STEPS", 30)
+    monkeypatch.setattr(synthetic, "SIZE", 100)
     spec = PipelineSpec(methods=("dpmixmin",), synthetic_source=True, epsilons=(2.0,), seeds=1, sensitive_fraction=0.25,
-                        public_fraction=0.25, pretrain_examples=300, pretrain_epochs=1, finetune_epochs=1)
-    record = run_pipeline(spec, tmp_path, progress=False)[0]
-    assert len(record["mixture"]["weights"]) == 15  # mnist-labels' 14 sources and the synthetic one
+                        public_fraction=1.0, pretrain_examples=300, pretrain_epochs=1, finetune_epochs=1)
+    world = build_world(spec)
+    names = [s.name for s in world.sources]
+    assert names[:-1] == [s.name for s in registry.world_sources(spec.world, spec.seed)[0]] and names[-1] == "synthetic"
+    made = world.sources[-1]
+    public = registry.world_validation(spec.world, spec.seed).images[:synthetic.PUBLIC]
+    assert np.array_equal(np.bincount(made.labels), np.full(10, 10))  # class-balanced EDM samples
+    nearest = np.min(((made.images[:, None] - public[None]) ** 2).sum(axis=(2, 3)), axis=1)
+    assert nearest.min() > 0  # samples, not copies of the public slice
+    weights = run_pipeline(spec, tmp_path, progress=False, world=world)[0].mixture.weights
+    assert len(weights) == 15 and weights.min() >= 0 and weights.sum() == pytest.approx(1.0)
+
+
+def test_warmsyn_finishes_with_one_warning_when_its_cache_cannot_be_written(capsys, tmp_path: Path) -> None:
+    """Every stage is held in memory, never read back from the cache (the cache folder is a file here)."""
+    spec = tmp_path / "tiny.toml"
+    spec.write_text("public_size = 20\nsynthetic_size = 20\nedm_steps = 3\nepsilons = [4.0]\nseeds = 1\n"
+                    "warmup_steps = 2\nfinetune_epochs = 1\nsensitive_fraction = 0.05\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "cache").write_text("not a folder")
+    assert main(["warmsyn", str(spec), "--out", str(out)]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "cannot write the stage cache" in warnings[0]
+    assert len(json.loads((out / "warmsyn.json").read_text())["records"]) == 5

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from dpaudit_mix.data import registry
-from dpaudit_mix.data.ngram import ALPHABET, OTHER, V, CharNGram, encode
+from dpaudit_mix.alphabet import ALPHABET, OTHER, V, encode
+from dpaudit_mix.data.ngram import CharNGram
 from dpaudit_mix.data.text import text_world
 from dpaudit_mix.audit.canaries import black_box_scores, natural_canary, natural_canary_index
 from dpaudit_mix.audit.engine import AuditSpec, run_audit
@@ -99,7 +100,7 @@ def test_user_level_audit_plants_a_whole_held_out_speaker(tmp_path) -> None:
                      canaries=("natural",), threats=("white_box",))
     summary = run_audit(spec, tmp_path / "audit", progress=False).summary
     prob = registry.build("shakespeare-users", "lm")
-    speaker = np.unique(prob.heldout_users)[summary["canaries"]["natural"]["heldout_index"]]
-    assert summary["canaries"]["natural"]["examples"] == int(np.sum(prob.heldout_users == speaker)) > 1
-    control = [r for r in summary["results"] if not r["noise"]][0]
-    assert control["exceeds_claim"] and not summary["inconclusive"]
+    speaker = np.unique(prob.heldout_users)[summary.canaries["natural"]["heldout_index"]]
+    assert summary.canaries["natural"]["examples"] == int(np.sum(prob.heldout_users == speaker)) > 1
+    control = [r for r in summary.results if not r.noise][0]
+    assert control.exceeds_claim and not summary.inconclusive

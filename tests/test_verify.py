@@ -4,7 +4,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpaudit_mix import accounting, cli, learner
+from dpaudit_mix import cli, learner
 from dpaudit_mix.cli import main
 from dpaudit_mix.verify import checks
 from dpaudit_mix.verify.checks import CHECKS, AuditPoint, Level, noise_conformance
@@ -46,12 +46,26 @@ def test_broken_learner_in_the_package_fails_verification(capsys, monkeypatch, t
     assert not summary["passed"]
 
 
-def test_mechanism_patches_are_undone_on_exit() -> None:
-    shipped = (learner._clip_weights, learner._noise_scale, learner._normaliser, accounting._pld_event)
-    for mutant in MUTANTS:
+def test_a_mutant_changes_what_the_learner_releases_only_while_active() -> None:
+    """The self-test's premise: inside ``active()`` the package itself behaves differently (the
+    same fit, seeded alike, releases another λ), and the shipped behaviour is back afterwards."""
+    from dpaudit_mix.randomness import stream
+
+    from .conftest import random_problem
+
+    problem = random_problem(40, 4, seed=7)
+    config = learner.LearnerConfig(steps=5, clip=0.05, noise_multiplier=1.0, sample_rate=0.5)  # clipping binds
+
+    def released() -> np.ndarray:
+        return learner.fit(problem, config, 2, stream(0, "verify-conformance", test="mutants")).weights
+
+    shipped = released()
+    in_learner = [m for m in MUTANTS if any(module is learner for module, _, _ in m.patches)]
+    assert len(in_learner) >= 4
+    for mutant in in_learner:
         with mutant.active():
-            pass
-    assert (learner._clip_weights, learner._noise_scale, learner._normaliser, accounting._pld_event) == shipped
+            assert not np.allclose(released(), shipped), mutant.name
+        assert np.array_equal(released(), shipped), mutant.name
 
 
 def test_noise_conformance_statistic_is_standard_normal_for_the_shipped_learner() -> None:

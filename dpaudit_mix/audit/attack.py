@@ -62,6 +62,7 @@ class AttackResult:
     epsilon_lower_bound_gdp: float
     points: tuple[CPPoint, ...]
     candidates: int  # the number of thresholds α was shared over (1 for split)
+    evaluated: np.ndarray  # the runs the bounds were counted on (bool per run): all, or EVAL for split
 
     def profile_violation(self, claimed: TradeOff) -> bool:
         fpr = np.array([p.fpr_upper for p in self.points])
@@ -118,14 +119,14 @@ def attack(scores: np.ndarray, include: np.ndarray, select: np.ndarray, delta: f
         best_gdp = max(chosen, key=_mu)
         strict, gdp = _points(scores[~select & include], scores[~select & ~include],
                               np.array([best_strict.threshold, best_gdp.threshold]), confidence)
-        points, shared = (gdp,), 1
+        points, shared, evaluated = (gdp,), 1, ~select
     else:
         s_in, s_out = scores[include], scores[~include]
         thresholds, fp = _candidates(s_out)
-        shared = len(thresholds)
+        shared, evaluated = len(thresholds), np.ones(len(scores), dtype=bool)
         points = _points(s_in, s_out, thresholds, 1 - (1 - confidence) / shared, fp)
         strict = max(points, key=lambda p: _strict(p, delta))
         gdp = max(points, key=_mu)
     mu = _mu(gdp)
     return AttackResult(strategy, strict, gdp, _strict(strict, delta), mu, gdp_epsilon_of_mu(mu, delta), points,
-                        shared)
+                        shared, evaluated)

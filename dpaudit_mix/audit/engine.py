@@ -11,8 +11,6 @@ and is refused up front where they cannot fit in memory.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
@@ -24,6 +22,7 @@ from joblib import Parallel, delayed
 from tqdm import tqdm
 
 from .. import accounting, randomness
+from ..cache import json_sha256
 from ..data import registry
 from ..errors import InputError, require
 from ..learner import BLOCK, Canary, LearnerConfig, default_threads, fit
@@ -38,6 +37,7 @@ from .canaries import (CANARY_KINDS, NATURAL_POLICIES, black_box_scores, max_cli
 from .chunks import ChunkStore
 from .diagnostics import diagnose
 from .profile import GaussianTradeOff, TradeOff, claimed_tradeoff
+from .result import AuditSummary, SettingResult
 
 THREATS = ("black_box", "white_box")
 
@@ -94,9 +94,7 @@ def load_spec(path: str | Path, **overrides: Any) -> AuditSpec:
 def resolve_problem(spec: AuditSpec) -> Problem:
     if spec.problem in registry.PROBLEMS:
         return registry.build(spec.problem, spec.task)
-    require(Path(spec.problem).is_file(), f"problem {spec.problem!r} is neither an embedded problem "
-            f"({', '.join(registry.PROBLEMS)}) nor an existing file")
-    return load(spec.problem)
+    return load(registry.problem_path(spec.problem))
 
 
 def mixing_data(problem: Problem, spec: AuditSpec) -> Problem:
@@ -133,8 +131,7 @@ def _chunk_scores(problem: Problem, config: LearnerConfig, canary: Canary, runs:
 
 def _spec_hash(spec: AuditSpec, sigma: float, problem: Problem) -> str:
     """Everything that determines the scores: a resumed audit must match it exactly."""
-    h = hashlib.sha256(json.dumps({**asdict(spec), "sigma": sigma, "streams": randomness.VERSION},
-                                  sort_keys=True).encode())
+    h = json_sha256({**asdict(spec), "sigma": sigma, "streams": randomness.VERSION})
     for array in (problem.logp, problem.heldout_logp, problem.users, problem.heldout_users):  # users pick the
         h.update(b"-" if array is None else np.ascontiguousarray(array).tobytes())  # units and the canary
     return h.hexdigest()
@@ -203,7 +200,7 @@ def _gather(store: ChunkStore, setting: Setting, bounds: list[tuple[int, int]], 
 class AuditOutcome:
     """``summary`` is audit.json; ``attacks`` keeps each result's attack and scores for the report."""
 
-    summary: dict[str, Any]
+    summary: AuditSummary
     attacks: dict[tuple[str, str, bool], tuple[AttackResult, np.ndarray]]
     include: np.ndarray
     select: np.ndarray
@@ -271,41 +268,23 @@ def run_audit(spec: AuditSpec, out: Path, noise_multiplier: float | None = None,
             attacks[(s.canary, threat, s.noise)] = (result, values)
             diag = diagnose(values[include], values[~include],
                             stream(spec.seed, "audit-bootstrap", setting=s.name, threat=threat))
-            results.append({
-                "canary": s.canary, "threat": threat, "noise": s.noise, "runs": spec.runs,
-                "epsilon_lower_bound": result.epsilon_lower_bound,
-                "fpr_upper": result.strict.fpr_upper, "fnr_upper": result.strict.fnr_upper,
-                "mu_lower_bound": result.mu_lower_bound,
-                "epsilon_lower_bound_gdp": result.epsilon_lower_bound_gdp,
-                **({"claimed_mu": claimed.mu} if isinstance(claimed, GaussianTradeOff) else {}),
-                "profile_violation": result.profile_violation(claimed),
-                "gdp_fpr_upper": result.gdp.fpr_upper, "gdp_fnr_upper": result.gdp.fnr_upper,
-                "threshold": result.strict.threshold, "gdp_threshold": result.gdp.threshold,
-                "candidate_thresholds": result.candidates,
-                "counts": {"fp": result.strict.fp, "fn": result.strict.fn, "negatives": result.strict.negatives,
-                           "positives": result.strict.positives},
-                "auroc": diag.auroc, "auroc_ci": list(diag.auroc_ci), "tpr_at_fpr": diag.tpr_at_fpr,
-            })
-    for r in results:
-        r["exceeds_claim"] = r["epsilon_lower_bound"] > spec.epsilon or r["profile_violation"]
-    violation = any(r["noise"] and r["exceeds_claim"] for r in results)
+            profile_violation = result.profile_violation(claimed)
+            results.append(SettingResult(
+                s.canary, threat, s.noise, spec.runs, result.epsilon_lower_bound, result.strict.fpr_upper,
+                result.strict.fnr_upper, result.mu_lower_bound, result.epsilon_lower_bound_gdp,
+                claimed.mu if isinstance(claimed, GaussianTradeOff) else None, profile_violation,
+                result.gdp.fpr_upper, result.gdp.fnr_upper, result.strict.threshold, result.gdp.threshold,
+                result.candidates, {"fp": result.strict.fp, "fn": result.strict.fn,
+                                    "negatives": result.strict.negatives, "positives": result.strict.positives},
+                diag.auroc, diag.auroc_ci, diag.tpr_at_fpr,
+                exceeds_claim=result.epsilon_lower_bound > spec.epsilon or profile_violation))
     # A σ = 0 control releases its canary in the clear: if even it stays within the claim, this
     # audit (its runs, canary or attack) cannot see leakage, and its silence proves nothing.
-    blind = [f"{r['canary']}/{r['threat']}" for r in results if not r["noise"] and not r["exceeds_claim"]]
-    summary = {
-        "claimed_epsilon": spec.epsilon,
-        "delta": spec.delta,
-        "violation": violation,
-        "inconclusive": bool(blind),
-        "blind_controls": blind,
-        "results": results,
-        "noise_multiplier": sigma,
-        "calibrated_noise_multiplier": calibrated,
-        "problem": {"name": spec.problem, "task": full.task, "n_mixing": data.n, "k": data.k},
-        "canaries": canary_info,
-        "confidence": spec.confidence,
-        "threshold_strategy": spec.threshold,
-        "claimed_tradeoff": claimed.describe(),
-        "seed": spec.seed,
-    }
+    blind = tuple(r.name for r in results if not r.noise and not r.exceeds_claim)
+    summary = AuditSummary(spec.epsilon, spec.delta, violation=any(r.noise and r.exceeds_claim for r in results),
+                           inconclusive=bool(blind), blind_controls=blind, results=tuple(results),
+                           noise_multiplier=sigma, calibrated_noise_multiplier=calibrated,
+                           problem={"name": spec.problem, "task": full.task, "n_mixing": data.n, "k": data.k},
+                           canaries=canary_info, confidence=spec.confidence, threshold_strategy=spec.threshold,
+                           claimed_tradeoff=claimed.describe(), seed=spec.seed)
     return AuditOutcome(summary, attacks, include, select, claimed)

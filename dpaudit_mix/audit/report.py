@@ -12,6 +12,7 @@ import seaborn as sns
 from ..atomic import write_json
 from ..reporting import save_figure, write_pages
 from .engine import AuditOutcome
+from .result import AuditSummary
 
 
 def _label(canary: str, threat: str, noise: bool) -> str:
@@ -19,16 +20,17 @@ def _label(canary: str, threat: str, noise: bool) -> str:
 
 
 def _figures(outcome: AuditOutcome, out: Path) -> list[Path]:
-    """Score histograms (EVAL, in vs out), ROC curves with the chosen threshold, ε_LB vs claim."""
+    """Score histograms (in vs out) and ROC curves with the chosen threshold, each over the runs its
+    attack counted (all of them, or EVAL for the split strategy), and ε_LB vs claim."""
     sns.set_theme(style="whitegrid")
     keys = list(outcome.attacks)
-    evaluate = ~outcome.select
     cols = 2
     rows = -(-len(keys) // cols)
     hist, hist_axes = plt.subplots(rows, cols, figsize=(11, 3 * rows), squeeze=False)
     roc, roc_axes = plt.subplots(rows, cols, figsize=(9, 3.6 * rows), squeeze=False)
     for i, key in enumerate(keys):
         attack, scores = outcome.attacks[key]
+        evaluate = attack.evaluated
         frame = pd.DataFrame({"score": scores[evaluate],
                               "canary": np.where(outcome.include[evaluate], "in", "out")})
         ax = hist_axes.flat[i]
@@ -51,13 +53,13 @@ def _figures(outcome: AuditOutcome, out: Path) -> list[Path]:
     for ax in list(hist_axes.flat[len(keys):]) + list(roc_axes.flat[len(keys):]):
         ax.set_visible(False)
     summary = outcome.summary
-    frame = pd.DataFrame([{"setting": _label(r["canary"], r["threat"], r["noise"]), "bound": name, "ε": r[key]}
-                          for r in summary["results"]
-                          for name, key in (("strict ε_LB", "epsilon_lower_bound"),
-                                            ("GDP ε_LB", "epsilon_lower_bound_gdp"))])
-    bar, ax = plt.subplots(figsize=(8, 0.6 * len(summary["results"]) + 1.2))
+    frame = pd.DataFrame([{"setting": _label(r.canary, r.threat, r.noise), "bound": name, "ε": value}
+                          for r in summary.results
+                          for name, value in (("strict ε_LB", r.epsilon_lower_bound),
+                                              ("GDP ε_LB", r.epsilon_lower_bound_gdp))])
+    bar, ax = plt.subplots(figsize=(8, 0.6 * len(summary.results) + 1.2))
     sns.barplot(frame, y="setting", x="ε", hue="bound", ax=ax)
-    ax.axvline(summary["claimed_epsilon"], color="red", ls="--", label=f"claimed ε = {summary['claimed_epsilon']:g}")
+    ax.axvline(summary.claimed_epsilon, color="red", ls="--", label=f"claimed ε = {summary.claimed_epsilon:g}")
     ax.legend()
     paths = [out / "tradeoff.png", out / "scores.png", out / "roc.png", out / "epsilon.png"]
     for fig, path in zip((_tradeoff_figure(outcome), hist, roc, bar), paths):
@@ -74,7 +76,7 @@ def _tradeoff_figure(outcome: AuditOutcome) -> plt.Figure:
     fig, ax = plt.subplots(figsize=(6.4, 5.6))
     alpha = np.concatenate([np.geomspace(1e-6, 1e-2, 200), np.linspace(1e-2, 1, 400)])
     ax.plot(alpha, outcome.claimed.fnr_floor(alpha), color="red", lw=2,
-            label=f"claimed trade-off f (ε = {outcome.summary['claimed_epsilon']:g})")
+            label=f"claimed trade-off f (ε = {outcome.summary.claimed_epsilon:g})")
     markers = iter("osD^vP")
     for key, (attack, _) in outcome.attacks.items():
         if not key[2]:
@@ -92,26 +94,26 @@ def _tradeoff_figure(outcome: AuditOutcome) -> plt.Figure:
     return fig
 
 
-def _table(summary: dict) -> list[list[str]]:
+def _table(summary: AuditSummary) -> list[list[str]]:
     rows = [["canary", "threat", "noise", "runs", "ε_LB", "μ_LB", "ε_LB (GDP)", "profile", "AUROC [95% CI]",
              "TPR@1e-3", "TPR@1e-2"]]
-    for r in summary["results"]:
-        low, high = r["auroc_ci"]
-        rows.append([r["canary"], r["threat"], "private" if r["noise"] else "σ=0 control", str(r["runs"]),
-                     f"{r['epsilon_lower_bound']:.3f}", f"{r['mu_lower_bound']:.3f}",
-                     f"{r['epsilon_lower_bound_gdp']:.3f}", "VIOLATED" if r["profile_violation"] else "ok",
-                     f"{r['auroc']:.3f} [{low:.3f}, {high:.3f}]", f"{r['tpr_at_fpr']['0.001']:.4f}",
-                     f"{r['tpr_at_fpr']['0.01']:.4f}"])
+    for r in summary.results:
+        low, high = r.auroc_ci
+        rows.append([r.canary, r.threat, "private" if r.noise else "σ=0 control", str(r.runs),
+                     f"{r.epsilon_lower_bound:.3f}", f"{r.mu_lower_bound:.3f}",
+                     f"{r.epsilon_lower_bound_gdp:.3f}", "VIOLATED" if r.profile_violation else "ok",
+                     f"{r.auroc:.3f} [{low:.3f}, {high:.3f}]", f"{r.tpr_at_fpr['0.001']:.4f}",
+                     f"{r.tpr_at_fpr['0.01']:.4f}"])
     return rows
 
 
-def _verdict(summary: dict) -> str:
-    eps = summary["claimed_epsilon"]
-    if summary["violation"]:
+def _verdict(summary: AuditSummary) -> str:
+    eps = summary.claimed_epsilon
+    if summary.violation:
         return (f"VIOLATION: a private result's CP point lies below the claimed trade-off curve, or its strict ε_LB "
                 f"exceeds the claimed ε = {eps:g}; the mechanism or its accounting is broken.")
-    if summary["inconclusive"]:
-        return (f"INCONCLUSIVE: the σ = 0 control(s) {', '.join(summary['blind_controls'])} stay within the claimed "
+    if summary.inconclusive:
+        return (f"INCONCLUSIVE: the σ = 0 control(s) {', '.join(summary.blind_controls)} stay within the claimed "
                 f"ε = {eps:g}, so this audit cannot see leakage there (too few runs, or a canary the attack cannot "
                 "detect); its private results prove nothing.")
     return (f"No violation: every private result's CP point lies on or above the claimed trade-off curve, and every "
@@ -121,15 +123,15 @@ def _verdict(summary: dict) -> str:
 def write_report(outcome: AuditOutcome, out: Path) -> None:
     """audit.json, report.md, report.html and PNG figures in ``out`` (each written atomically)."""
     summary = outcome.summary
-    prob = summary["problem"]
+    prob = summary.problem
     head = (f"Problem {prob['name']} / {prob['task']}: n = {prob['n_mixing']} mixing examples, k = {prob['k']}; "
-            f"claimed (ε, δ) = ({summary['claimed_epsilon']:g}, {summary['delta']:g}); σ = "
-            f"{summary['noise_multiplier']:.4g} (calibrated {summary['calibrated_noise_multiplier']:.4g}); "
-            f"{summary['confidence']:.0%} Clopper–Pearson, thresholds chosen by '{summary['threshold_strategy']}'. "
+            f"claimed (ε, δ) = ({summary.claimed_epsilon:g}, {summary.delta:g}); σ = "
+            f"{summary.noise_multiplier:.4g} (calibrated {summary.calibrated_noise_multiplier:.4g}); "
+            f"{summary.confidence:.0%} Clopper–Pearson, thresholds chosen by '{summary.threshold_strategy}'. "
             f"ε_LB is the strict (ε, δ) bound; μ_LB and ε_LB (GDP) assume a Gaussian trade-off curve (exact for full "
             f"batch); 'profile' compares the CP points with the claimed trade-off curve "
-            f"({summary['claimed_tradeoff']['kind']}), a rigorous test.")
+            f"({summary.claimed_tradeoff['kind']}), a rigorous test.")
     blocks = [("p", head), ("strong", _verdict(summary)), ("table", _table(summary))]
     blocks += [("figure", path) for path in _figures(outcome, out)]
     write_pages(out, "dpaudit-mix audit", blocks)
-    write_json(out / "audit.json", summary)
+    write_json(out / "audit.json", summary.to_dict())

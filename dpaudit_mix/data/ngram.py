@@ -14,16 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789 .,;:!?'-\n"
-OTHER = len(ALPHABET) + 1  # codes 1..len(ALPHABET) are letters; 0 pads a sequence's start
-V = OTHER + 1
-_LOOKUP = np.full(0x110000, OTHER, dtype=np.int64)
-_LOOKUP[[ord(ch) for ch in ALPHABET]] = np.arange(1, len(ALPHABET) + 1)
-
-
-def encode(text: str) -> np.ndarray:
-    codes = np.frombuffer(text.lower().encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
-    return _LOOKUP[np.minimum(codes, 0x10FFFF)]
+from ..alphabet import V, encode
 
 
 def _keys(sequences: list[np.ndarray], order: int) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:

@@ -7,15 +7,13 @@ old name ``mnist`` is ``mnist-labels``.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
 from ..atomic import write_npz
-from ..cache import cached, load_npz, save_npz, user_cache_dir
+from ..cache import cached, json_sha256, load_npz, save_npz, user_cache_dir
 from ..errors import require
 from ..problem import Problem
 from ..randomness import stream
@@ -62,14 +60,28 @@ def max_sources(name: str) -> int:
     return len(TEXT_SOURCES) if canonical(name) == TEXT_WORLD else MAX_SHARDS
 
 
-def world_sources(name: str, seed: int, shards: int = 0) -> tuple[list[PublicSource], SensitiveData]:
+def problem_path(name: str) -> Path:
+    """A spec's ``problem`` that is not an embedded name: the path of an existing problem file."""
+    require(Path(name).is_file(), f"problem {name!r} is neither an embedded problem ({', '.join(PROBLEMS)}) nor an "
+            "existing file")
+    return Path(name)
+
+
+def world_sources(name: str, seed: int, shards: int = 0, synthetic: bool = False
+                  ) -> tuple[list[PublicSource], SensitiveData]:
     """The world's public sources (or, with ``shards`` = K > 0, its K k-scaling sources: class-skewed
-    shards for mnist-labels, random compositions of graded shifts for mnist-shift)."""
+    shards for mnist-labels, random compositions of graded shifts for mnist-shift); ``synthetic``
+    adds EDM samples of the world's public validation slice as one more source."""
     if image_world(name) == "mnist-labels":
-        return public_shards(shards, seed) if shards else mnist_world(seed)
-    if shards:
-        return graded_sources(shards, seed)
-    sources, sensitive, _ = shift_world(seed)
+        sources, sensitive = public_shards(shards, seed) if shards else mnist_world(seed)
+    elif shards:
+        sources, sensitive = graded_sources(shards, seed)
+    else:
+        sources, sensitive, _ = shift_world(seed)
+    if synthetic:
+        from .synthetic import synthetic_source  # torch-heavy; only when asked for
+
+        sources = [*sources, synthetic_source(world_validation(name, seed), canonical(name), seed)]
     return sources, sensitive
 
 
@@ -96,8 +108,8 @@ def _cache_key(name: str, seed: int, shards: int) -> str:
     it reads (this package's data modules), and the numeric libraries that train the proxies."""
     import sklearn
 
-    digest = hashlib.sha256(json.dumps({"world": name, "seed": seed, "shards": shards, "numpy": np.__version__,
-                                        "sklearn": sklearn.__version__}).encode())
+    digest = json_sha256({"world": name, "seed": seed, "shards": shards, "numpy": np.__version__,
+                          "sklearn": sklearn.__version__})
     for module in sorted(Path(__file__).parent.glob("*.py")):
         digest.update(module.read_bytes())
     return digest.hexdigest()[:24]

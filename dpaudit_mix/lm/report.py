@@ -14,9 +14,8 @@ import pandas as pd
 import seaborn as sns
 
 from ..atomic import atomic_path
-from ..pipeline.report import mean_std
 from ..reporting import Block, save_figure, write_pages
-from ..stats import COLUMNS, finding, paired_tests
+from ..stats import COLUMNS, finding, mean_std, paired_tests
 from .spec import TextPipelineSpec
 
 COMPARED = (("uniform", "uniform"), ("random_search", "random search"), ("no_pretrain", "no pretraining"),
@@ -69,8 +68,7 @@ def lambda_table(records: list[dict[str, Any]], sources: list[str]) -> list[list
         arr = np.array(values)
         if name.startswith("λ★"):
             arr = arr[:1]  # the same λ★ for every seed and ε
-        rows.append([name, eps, *(f"{m:.2f}" if len(arr) == 1 else f"{m:.2f}±{s:.2f}"
-                                  for m, s in zip(arr.mean(axis=0), arr.std(axis=0, ddof=1 if len(arr) > 1 else 0)))])
+        rows.append([name, eps, *(f"{column[0]:.2f}" if len(arr) == 1 else mean_std(column, 2) for column in arr.T)])
     return rows
 
 

@@ -1,38 +1,36 @@
-"""The text pipeline (DESIGN §13): the image pipeline's stages with users as the privacy unit.
+"""The text track of the pipeline (DESIGN §13): the image track's stages with users as the
+privacy unit.
 
 n-gram proxies → user-level problem on split A (a fraction ρ of the training speakers) → λ per
-method (DP-MixMin at user level) → pretrain the character GRU on public windows sampled by λ →
+method (DP-MixMin at user level) → pretrain the character GRU on public windows drawn by λ →
 user-level DP-SGD on the other speakers (parallel) or on all of them after the mixture
-(sequential, budgets composed) → perplexity on the held-out speakers. Stages are cached by
-content hash like the image pipeline's (:class:`..pipeline.run.StageCache`).
+(sequential, budgets composed) → perplexity on the held-out speakers. The stages, their cache and
+the privacy composition are :mod:`..pipeline.stages`'.
 """
 
 from __future__ import annotations
 
-import sys
 from dataclasses import asdict, dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from .. import accounting
-from ..atomic import write_json
-from ..cache import content_key, load_json, load_npz, save_npz
+from ..alphabet import V
+from ..cache import content_key
 from ..data import registry
-from ..data.ngram import V
 from ..data.text import speeches, text_world
 from ..errors import require
-from ..pipeline.methods import choose
-from ..pipeline.model import state_arrays
-from ..pipeline.run import StageCache, mixture_json, phases_epsilon, release_privacy
+from ..models import chargru as lm
+from ..models.cnn import state_arrays
+from ..models.userdp import UserLevelSGD, train
+from ..pipeline.methods import Mixture
+from ..pipeline.stages import (Arrays, Job, MixingTrack, Rehearsal, Run, Stage, StageCache, choose_by_rehearsal,
+                               mixture_draw, preflight, run_stages)
 from ..problem import Problem
 from ..randomness import Key, stream
-from . import model as lm
 from .spec import TextPipelineSpec
-from .userdp import UserLevelSGD, train
 
 #: B for random search at user level: a user's mean per-character loss, clipped at the loss of
 #: the uniform character model (a public constant; mixtures of the proxies rarely do worse).
@@ -83,145 +81,97 @@ def _rehearsal(genre: str, seed: int) -> tuple[tuple[np.ndarray, ...], np.ndarra
             lm.all_windows([t for i in order[half:] for t in by_speaker[names[i]]]))
 
 
-def _finetune_users(spec: TextPipelineSpec, world: TextWorld) -> np.ndarray:
-    return np.arange(len(world.user_windows)) if spec.composition == "sequential" else world.split_b
-
-
-@lru_cache(maxsize=None)
-def _calibrate(epsilon: float, delta: float, sample_rate: float, steps: int,
-               prior: tuple[accounting.GaussianPhase, ...]) -> float:
-    """σ per setting, once: PLD calibration under Poisson sampling takes seconds, and every
-    method and seed of a run asks for the same few."""
-    return accounting.calibrate(epsilon, delta, sample_rate, steps, prior=prior)
-
-
-def _finetune_sigma(spec: TextPipelineSpec, world: TextWorld, epsilon: float,
-                    prior: tuple[accounting.GaussianPhase, ...]) -> tuple[float, float]:
-    """(q, σ) of the user-level finetune: q = expected users / users, σ so that it (after
-    ``prior`` on the same users) spends ``epsilon``."""
-    users = len(_finetune_users(spec, world))
-    q = min(1.0, spec.finetune_users / users)
-    return q, _calibrate(epsilon, spec.delta, q, spec.finetune_steps, prior)
-
-
-def _mix_epsilon(spec: TextPipelineSpec, epsilon: float) -> float:
-    return spec.mix_share * epsilon if spec.composition == "sequential" else epsilon
-
-
-def preflight(spec: TextPipelineSpec, world: TextWorld) -> None:
-    """Calibrate every σ the run needs, so an unreachable ε fails before anything is written."""
-    for eps in spec.epsilons:
-        prior = ()
-        if spec.composition == "sequential":
-            prior = (accounting.GaussianPhase(_calibrate(_mix_epsilon(spec, eps), spec.delta, 1.0, spec.mix_steps, ()),
-                                              1.0, spec.mix_steps),)
-        _finetune_sigma(spec, world, eps, prior)
-
-
-def _pretrain_windows(world: TextWorld, weights: list[float], count: int, rng: np.random.Generator) -> np.ndarray:
-    """``count`` public windows: a source drawn by λ, then one of its windows uniformly."""
-    per_source = rng.multinomial(count, np.asarray(weights) / np.sum(weights))
-    return np.concatenate([w[rng.integers(len(w), size=c)] for w, c in zip(world.source_windows, per_source)])
-
-
 def _rows(problem: Problem, users: np.ndarray) -> Problem:
     return problem.subset(np.flatnonzero(np.isin(problem.users, users)))
 
 
-def run_text_pipeline(spec: TextPipelineSpec, out: Path, world: TextWorld | None = None, progress: bool = True,
-                      secure: bool = False) -> list[dict[str, Any]]:
-    """Every (method, ε, seed): one record with test perplexity, λ and accounting."""
-    world = world or build_text_world(spec)
-    preflight(spec, world)
-    cache = StageCache(out / "cache")
-    show = {"disable": not progress, "file": sys.stderr}
-    data_key = content_key(world=registry.TEXT_WORLD, seed=spec.seed, rho=spec.rho)
-    split_a = _rows(world.problem, world.split_a)
-    jobs = [(m, eps, s) for eps in spec.epsilons for m in spec.methods for s in range(spec.seeds)]
+def finetune_users(spec: TextPipelineSpec, world: TextWorld) -> np.ndarray:
+    """The users the private finetune trains on: all of them after the mixture (sequential), else split B."""
+    return np.arange(len(world.user_windows)) if spec.composition == "sequential" else world.split_b
 
-    mixtures: dict[tuple[str, float, int], dict[str, Any]] = {}
-    for method, eps, seed in tqdm(jobs, desc="mixtures", unit="λ", **show):
-        private = method in ("dpmixmin", "random_search")
-        key = content_key(data=data_key, method=method, seed=seed, delta=spec.delta,
-                          epsilon=_mix_epsilon(spec, eps) if private else None, steps=spec.mix_steps,
-                          clip=spec.mix_clip, lr=spec.mix_learning_rate, candidates=spec.search_candidates,
-                          secure=secure and private)
 
-        def mix(method: str = method, eps: float = eps, seed: int = seed) -> dict[str, Any]:
-            mixture = choose(method, split_a, world.problem, _mix_epsilon(spec, eps), spec, seed, secure,
-                             user_level=True, loss_bound=TEXT_LOSS_BOUND)
-            return mixture_json(mixture)
+def user_counts(spec: TextPipelineSpec, world: TextWorld) -> dict[str, int]:
+    """How many users each part of the run sees (for the report)."""
+    return {"split_a": len(world.split_a), "finetune": len(finetune_users(spec, world)),
+            "test": len(set(world.problem.heldout_users))}
 
-        mixtures[(method, eps, seed)] = cache.get("mixture", key, "json", mix, write_json, load_json)
 
-    pretrained: dict[tuple[str, float, int], str | None] = {}
-    pretrained_arrays: dict[str, dict[str, np.ndarray]] = {}  # held, not re-read: the cache may be unwritable
-    for method, eps, seed in tqdm(jobs, desc="pretrain", unit="model", **show):
-        weights = mixtures[(method, eps, seed)]["weights"]
-        if weights is None:
-            pretrained[(method, eps, seed)] = None
-            continue
-        key = content_key(data=data_key, weights=[round(w, 12) for w in weights], seed=seed,
-                          n=spec.pretrain_windows, epochs=spec.pretrain_epochs, lr=spec.pretrain_learning_rate)
+#: the text rehearsal: perplexity on the rehearsal genre's other speakers, lower is better.
+REHEARSAL = Rehearsal("rehearsal_perplexity", "perplexity", higher_is_better=False)
 
-        def pretrain(weights: list[float] = weights, stage: Key = Key(spec.seed).child(pretrain=key)
-                     ) -> dict[str, np.ndarray]:
-            data = _pretrain_windows(world, weights, spec.pretrain_windows, stage.stream("pretrain-sample").numpy())
+
+class TextTrack(MixingTrack):
+    """The character GRU on the text world: user-level DP-SGD, scored by held-out-user perplexity."""
+
+    def __init__(self, spec: TextPipelineSpec, world: TextWorld, secure: bool) -> None:
+        data_key = content_key(world=registry.TEXT_WORLD, seed=spec.seed, rho=spec.rho)
+        super().__init__(spec, registry.TEXT_TASK, lambda: (_rows(world.problem, world.split_a), world.problem),
+                         data_key, data_key, secure, user_level=True, loss_bound=TEXT_LOSS_BOUND)
+        self.text_spec, self.world = spec, world
+        self.users = finetune_users(spec, world)
+
+    def sigma(self, epsilon: float, prior: tuple[accounting.GaussianPhase, ...]) -> tuple[float, float]:
+        """(q, σ) of the user-level finetune: q = expected users / users, σ so that it (after
+        ``prior`` on the same users) spends ``epsilon``."""
+        q = min(1.0, self.text_spec.finetune_users / len(self.users))
+        return q, accounting.calibrate_once(epsilon, self.delta, q, self.text_spec.finetune_steps, prior)
+
+    def calibrate(self, epsilon: float, prior: tuple[accounting.GaussianPhase, ...]) -> None:
+        self.sigma(epsilon, prior)
+
+    def pretrain(self, job: Job, mixture: Mixture) -> Stage[Arrays] | None:
+        spec, sources = self.text_spec, self.world.source_windows
+
+        def train_lm(weights: list[float] | None, stage: Key) -> Arrays:
+            assert weights is not None  # the text spec has no "warm" method
+            picks = mixture_draw([len(w) for w in sources], weights, spec.pretrain_windows,
+                                 stage.stream("pretrain-sample").numpy())
+            data = np.concatenate([w[p] for w, p in zip(sources, picks)])
             return state_arrays(lm.pretrain(data, spec.pretrain_epochs, spec.pretrain_learning_rate, stage))
 
-        pretrained_arrays[key] = cache.get("pretrain", key, "npz", pretrain, save_npz, load_npz)
-        pretrained[(method, eps, seed)] = key
+        return self.pretrain_on(job, mixture, spec.pretrain_windows, spec.pretrain_epochs, spec.pretrain_learning_rate,
+                                train_lm)
 
-    users = _finetune_users(spec, world)
-    records = []
-    for method, eps, seed in tqdm(jobs, desc="finetune", unit="model", **show):
-        mixture = mixtures[(method, eps, seed)]
-        prior = ((accounting.GaussianPhase(**mixture["phase"]),)
-                 if spec.composition == "sequential" and mixture["phase"] else ())
-        base = pretrained[(method, eps, seed)]
-        key = content_key(pretrain=base, data=data_key, composition=spec.composition, epsilon=eps, delta=spec.delta,
-                          prior=[asdict(p) for p in prior], seed=seed, steps=spec.finetune_steps,
+    def finetune(self, job: Job, start: Arrays | None, start_key: str | None,
+                 prior: tuple[accounting.GaussianPhase, ...]) -> Stage[dict[str, Any]]:
+        spec, world = self.text_spec, self.world
+        grid = spec.finetune_learning_rates
+        key = content_key(pretrain=start_key, data=self.data_key, composition=spec.composition, epsilon=job.epsilon,
+                          delta=spec.delta, prior=[asdict(p) for p in prior], seed=job.seed, steps=spec.finetune_steps,
                           users=spec.finetune_users, clip=spec.finetune_clip, windows=spec.windows_per_user,
-                          secure=secure, **({"grid": spec.finetune_learning_rates, "rehearsal": spec.rehearsal_genre}
-                                            if spec.finetune_learning_rates else {"lr": spec.finetune_learning_rate}))
+                          secure=self.secure, **({"grid": grid, "rehearsal": spec.rehearsal_genre}
+                                                 if grid else {"lr": spec.finetune_learning_rate}))
+        stage = self.finetune_key(job)
 
-        def finetune(base: str | None = base, prior: tuple = prior, eps: float = eps,
-                     stage: Key = Key(spec.seed).child(task=registry.TEXT_TASK, method=method, epsilon=eps, seed=seed)
-                     ) -> dict[str, Any]:
-            arrays = None if base is None else pretrained_arrays[base]
-            model = lm.from_arrays(arrays, stage)
+        def config(q: float, sigma: float, learning_rate: float) -> UserLevelSGD:
+            return UserLevelSGD(q, spec.finetune_steps, sigma, spec.finetune_clip, learning_rate, spec.windows_per_user)
+
+        def compute() -> dict[str, Any]:
+            model = lm.from_arrays(start, stage)
             before = lm.perplexity(model, world.test_windows)
-            q, sigma = _finetune_sigma(spec, world, eps, prior)
-            choice = _choose_learning_rate(spec, world, arrays, q, sigma, stage)
-            config = UserLevelSGD(q, spec.finetune_steps, sigma, spec.finetune_clip, choice["learning_rate"],
-                                  spec.windows_per_user)
-            train(model, [world.user_windows[u] for u in users], config, None if secure else stage)
+            q, sigma = self.sigma(job.epsilon, prior)
+
+            def rehearse(candidate: dict[str, float], rehearsal: Key) -> float:
+                """The same user-level DP finetune (q, T, σ, C) on the public rehearsal speakers,
+                scored by perplexity on the genre's other speakers."""
+                tuned = train(lm.from_arrays(start, rehearsal), list(world.rehearsal_users),
+                              config(q, sigma, candidate["learning_rate"]), rehearsal)
+                return lm.perplexity(tuned, world.rehearsal_test)
+
+            candidates = [{"learning_rate": lr} for lr in (grid or (spec.finetune_learning_rate,))]
+            choice = choose_by_rehearsal(candidates, rehearse, REHEARSAL, stage)
+            settings = config(q, sigma, choice["learning_rate"])
+            train(model, [world.user_windows[u] for u in self.users], settings, None if self.secure else stage)
             return {"perplexity": lm.perplexity(model, world.test_windows), "pretrained_perplexity": before,
-                    "finetune_phase": asdict(config.phase), "finetune_choice": choice}
+                    "finetune_phase": asdict(settings.phase), "finetune_choice": choice,
+                    "finetune_epsilon": accounting.epsilon_once((settings.phase,), spec.delta)}
 
-        result = cache.get("finetune", key, "json", finetune, write_json, load_json)
-        finetune_phase = accounting.GaussianPhase(**result["finetune_phase"])
-        records.append({"method": method, "epsilon": eps, "seed": seed, "secure": secure, **result,
-                        "mixture": mixture, **release_privacy(mixture, finetune_phase,
-                                                              phases_epsilon((finetune_phase,), spec.delta),
-                                                              spec.delta, spec.composition == "sequential")})
-    return records
+        return Stage(key, compute)
 
 
-def _choose_learning_rate(spec: TextPipelineSpec, world: TextWorld, arrays: dict[str, np.ndarray] | None, q: float,
-                          sigma: float, stage: Key) -> dict[str, Any]:
-    """The finetune's learning rate, by one rule for every method, at no privacy cost: each
-    candidate runs the same user-level DP finetune (q, T, σ, C) on the public rehearsal speakers
-    and is scored by perplexity on the genre's other speakers. The test set is never looked at.
-    Rehearsals draw from children of ``stage``, never the private finetune's streams."""
-    grid = spec.finetune_learning_rates
-    if not grid:
-        return {"learning_rate": spec.finetune_learning_rate}
-    scores = {}
-    for lr in grid:
-        config = UserLevelSGD(q, spec.finetune_steps, sigma, spec.finetune_clip, lr, spec.windows_per_user)
-        rehearsal = stage.child(rehearsal_lr=lr)
-        model = train(lm.from_arrays(arrays, rehearsal), list(world.rehearsal_users), config, rehearsal)
-        scores[lr] = lm.perplexity(model, world.rehearsal_test)
-    return {"learning_rate": min(scores, key=lambda lr: scores[lr]),
-            "rehearsal_perplexity": [{"learning_rate": lr, "perplexity": p} for lr, p in scores.items()]}
+def run_text_pipeline(spec: TextPipelineSpec, out: Path, world: TextWorld | None = None, progress: bool = True,
+                      secure: bool = False) -> list[Run]:
+    """Every (method, ε, seed): one run with test perplexity, λ and accounting."""
+    track = TextTrack(spec, world or build_text_world(spec), secure)
+    preflight(track, spec.epsilons)
+    return run_stages(track, StageCache(out / "cache"), progress, secure)

@@ -1,1 +1,1 @@
-"""The DP-MixMin pipeline, image track (`dpaudit-mix pipeline`)."""
+"""The pipeline core (the stage machine every track runs, how methods choose λ) and the image track."""

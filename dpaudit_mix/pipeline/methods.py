@@ -15,8 +15,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -32,7 +32,12 @@ class MixingSpec(Protocol):
     """What choosing λ reads from a spec (the image and the text pipeline's alike)."""
 
     seed: int
+    epsilons: tuple[float, ...]
+    methods: tuple[str, ...]
+    seeds: int
     delta: float
+    composition: str
+    mix_share: float
     mix_steps: int
     mix_clip: float
     mix_learning_rate: float
@@ -41,13 +46,39 @@ class MixingSpec(Protocol):
 
 @dataclass(frozen=True)
 class Mixture:
-    weights: np.ndarray | None  # None: no pretraining
+    weights: np.ndarray | None  # None: no pretraining on a mixture
     phase: accounting.GaussianPhase | None  # the DP phase run on split A, if any
     releasable: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"weights": None if self.weights is None else self.weights.tolist(),
+                "phase": None if self.phase is None else asdict(self.phase), "releasable": self.releasable}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Mixture:
+        return cls(None if data["weights"] is None else np.asarray(data["weights"], dtype=np.float64),
+                   None if data["phase"] is None else accounting.GaussianPhase(**data["phase"]), bool(data["releasable"]))
 
 
 #: B: every smoothed proxy probability is at least SMOOTHING / CLASSES, so −log(λ·p) ≤ B for any λ.
 LOSS_BOUND = float(-np.log(SMOOTHING / CLASSES))
+
+
+#: the steps of the full-batch Gaussian mechanism each private method runs on split A.
+PRIVATE_STEPS = {"dpmixmin": lambda spec: spec.mix_steps, "random_search": lambda spec: 1}
+
+
+def mix_epsilon(spec: MixingSpec, epsilon: float) -> float:
+    """The mixture's share of a release's ε: all of it on its own split (parallel), else mix_share."""
+    return spec.mix_share * epsilon if spec.composition == "sequential" else epsilon
+
+
+def mixing_phase(method: str, epsilon: float, spec: MixingSpec) -> accounting.GaussianPhase | None:
+    """The DP phase ``method`` runs on split A to spend ``epsilon``; None for a free method."""
+    if method not in PRIVATE_STEPS:
+        return None
+    steps = PRIVATE_STEPS[method](spec)
+    return accounting.GaussianPhase(accounting.calibrate_once(epsilon, spec.delta, 1.0, steps), 1.0, steps)
 
 
 def _candidate_losses(problem: Problem, candidates: np.ndarray, user_level: bool, bound: float) -> np.ndarray:
@@ -77,22 +108,20 @@ def choose(method: str, split_a: Problem, full: Problem, epsilon: float, spec: M
         return Mixture(np.full(k, 1.0 / k), None)
     if method == "nonprivate_mixmin":
         return Mixture(mixmin(full.logp).weights, None, releasable=False)
-    if method == "dpmixmin":
-        sigma = accounting.calibrate(epsilon, spec.delta, 1.0, spec.mix_steps)
-        config = LearnerConfig(steps=spec.mix_steps, clip=spec.mix_clip, noise_multiplier=sigma,
+    phase = mixing_phase(method, epsilon, spec)
+    if method == "dpmixmin" and phase is not None:
+        config = LearnerConfig(steps=phase.steps, clip=spec.mix_clip, noise_multiplier=phase.noise_multiplier,
                                learning_rate=spec.mix_learning_rate, user_level=user_level, secure=secure)
         noise = None if secure else stream(spec.seed, "learner-noise", task=split_a.task, method=method,
                                            epsilon=epsilon, seed=seed)
-        weights = fit(split_a, config, 1, noise).weights[0]
-        return Mixture(weights, accounting.GaussianPhase(sigma, 1.0, spec.mix_steps))
-    if method == "random_search":
+        return Mixture(fit(split_a, config, 1, noise).weights[0], phase)
+    if method == "random_search" and phase is not None:
         ids = {"task": split_a.task, "epsilon": epsilon, "seed": seed}
         candidates = stream(spec.seed, "random-search-candidates", **ids).numpy().dirichlet(
             np.ones(k), size=spec.search_candidates)
         losses = _candidate_losses(split_a, candidates, user_level, loss_bound)
-        sigma = accounting.calibrate(epsilon, spec.delta, 1.0, 1)
         gaussians = source(None if secure else stream(spec.seed, "random-search-noise", **ids))
-        noisy = losses.sum(axis=0) + sigma * loss_bound * np.sqrt(spec.search_candidates) * gaussians.standard_normal(
-            spec.search_candidates)
-        return Mixture(candidates[int(np.argmin(noisy))], accounting.GaussianPhase(sigma, 1.0, 1))
+        noisy = losses.sum(axis=0) + phase.noise_multiplier * loss_bound * np.sqrt(
+            spec.search_candidates) * gaussians.standard_normal(spec.search_candidates)
+        return Mixture(candidates[int(np.argmin(noisy))], phase)
     raise ValueError(f"unknown method {method!r}")  # the spec validates methods; unreachable from it

@@ -17,8 +17,8 @@ import seaborn as sns
 
 from ..atomic import atomic_path
 from ..reporting import Block, save_figure, write_pages
-from ..stats import COLUMNS, finding, paired_tests
-from .model import CLASSES
+from ..stats import COLUMNS, finding, mean_std, paired_tests
+from ..models.cnn import CLASSES
 from .spec import PipelineSpec
 
 TASKS = tuple(f"digit-{d}" for d in range(CLASSES))
@@ -40,10 +40,6 @@ def results_frame(records: list[dict[str, Any]], composition: str) -> pd.DataFra
     reference = base.reindex(index).to_numpy()
     frame["relative_gain"] = (frame["value"].to_numpy() - reference) / reference
     return frame
-
-
-def mean_std(values: pd.Series) -> str:
-    return f"{values.mean():.3f}±{values.std(ddof=1) if len(values) > 1 else 0.0:.3f}"
 
 
 def _summary_table(frame: pd.DataFrame) -> list[list[str]]:

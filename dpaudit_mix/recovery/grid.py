@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,6 +25,7 @@ from ..mixmin import mixmin
 from ..problem import Problem, load
 from ..randomness import stream
 from ..resources import require_memory
+from ..stats import sample_std
 from .metrics import cos_similarity, l1_distance
 from .spec import RecoverySpec
 from .tuning import tune
@@ -50,8 +50,7 @@ def _target(task: str, problem: Problem) -> Target:
 
 
 def _spread(values: np.ndarray) -> dict[str, Any]:
-    std = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-    return {"mean": float(np.mean(values)), "std": std, "runs": [float(v) for v in values]}
+    return {"mean": float(np.mean(values)), "std": sample_std(values), "runs": [float(v) for v in values]}
 
 
 def _subset_rows(problem: Problem, rho: float, user_level: bool, seed: int) -> np.ndarray:
@@ -103,9 +102,7 @@ def plan(spec: RecoverySpec) -> Plan:
     """Resolve problems and tasks; every bad request fails here, before any output exists."""
     file_problem = None
     if not spec.embedded:
-        require(Path(spec.problem).is_file(), f"problem {spec.problem!r} is neither an embedded problem "
-                f"({', '.join(registry.PROBLEMS)}) nor an existing file")
-        file_problem = load(spec.problem)
+        file_problem = load(registry.problem_path(spec.problem))
     available = _available_tasks(spec, file_problem)
     spec = spec.fitted_to(available, registry.max_sources(spec.problem) if spec.embedded else file_problem.k,
                           spec.embedded or file_problem.users is not None)
@@ -153,7 +150,24 @@ def _cells(spec: RecoverySpec, the_plan: Plan) -> Iterator[tuple[str, Target, fl
 BYTES_PER_CELL_RUN = 400
 
 
-def run_recovery(spec: RecoverySpec, progress: bool = True) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RecoveryResult:
+    """Every cell of a recovery run (recovery.json): the ε × ρ grid at example and user level, its
+    σ = 0 floor, the public-data tuning, and the k-scaling fit. Cells are rows of a table."""
+
+    spec: dict[str, Any]
+    lambda_star: dict[str, list[float]]
+    sources: list[str]
+    cells: list[dict[str, Any]]
+    noiseless: list[dict[str, Any]]
+    tuning: dict[str, Any] | None
+    k_scaling: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run_recovery(spec: RecoverySpec, progress: bool = True) -> RecoveryResult:
     """Every cell of the spec (recovery.json): the ε × ρ grid, user-level grid and k-scaling."""
     the_plan = plan(spec)
     spec = the_plan.spec
@@ -180,15 +194,12 @@ def run_recovery(spec: RecoverySpec, progress: bool = True) -> dict[str, Any]:
                 "noise_multiplier": config.noise_multiplier,
                 **score(target, weights)}
         cells[kind].append(cell)
-    return {
-        "spec": {key: list(v) if isinstance(v, tuple) else v for key, v in vars(spec).items()},
-        "lambda_star": {t.task: t.lambda_star.tolist() for t in the_plan.grid_targets},
-        "sources": list(the_plan.grid_targets[0].problem.sources) if the_plan.grid_targets else [],
-        "cells": cells["grid"],
-        "noiseless": cells["noiseless"],
-        "tuning": the_plan.tuning,
-        "k_scaling": k_scaling_summary(spec, cells["k"]),
-    }
+    return RecoveryResult(
+        spec={key: list(v) if isinstance(v, tuple) else v for key, v in vars(spec).items()},
+        lambda_star={t.task: t.lambda_star.tolist() for t in the_plan.grid_targets},
+        sources=list(the_plan.grid_targets[0].problem.sources) if the_plan.grid_targets else [],
+        cells=cells["grid"], noiseless=cells["noiseless"], tuning=the_plan.tuning,
+        k_scaling=k_scaling_summary(spec, cells["k"]))
 
 
 def log_log_slope(cells: list[dict[str, Any]], k_min: int) -> dict[str, Any] | None:
@@ -214,7 +225,7 @@ def k_scaling_summary(spec: RecoverySpec, cells: list[dict[str, Any]]) -> dict[s
         alphas = np.array([c["alpha_1e3"]["mean"] for c in cells if c["k"] == k])
         if len(alphas):
             average.append({"k": k, "alpha_1e3_mean": float(alphas.mean()),
-                            "alpha_1e3_std_across_tasks": float(alphas.std(ddof=1)) if len(alphas) > 1 else 0.0})
+                            "alpha_1e3_std_across_tasks": sample_std(alphas)})
     fits = {"fit_range": log_log_slope(cells, spec.k_fit_min), "all_k": log_log_slope(cells, 0)}
     main = fits["fit_range"]
     return {"epsilon": spec.k_epsilon, "rho": spec.k_rho, "cells": cells, "average": average,

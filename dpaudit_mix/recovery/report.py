@@ -16,6 +16,8 @@ import seaborn as sns
 
 from ..atomic import write_json
 from ..reporting import Block, save_figure, write_pages
+from ..stats import sample_std
+from .grid import RecoveryResult
 
 BEATS = "▲"
 
@@ -31,7 +33,7 @@ def pooled(cells: list[dict[str, Any]]) -> pd.DataFrame:
         row = {"user_level": user_level, "epsilon": eps, "rho": rho, "comparisons": len(runs["cos_star"])}
         for metric, values in runs.items():
             row[metric] = values.mean()
-            row[f"{metric}_std"] = values.std(ddof=1) if len(values) > 1 else 0.0
+            row[f"{metric}_std"] = sample_std(values)
         row.update(cos_uniform=group["cos_uniform"].mean(), l1_uniform=group["l1_uniform"].mean(),
                    alpha_uniform_1e3=group["alpha_uniform_1e3"].mean())
         rows.append(row)
@@ -102,28 +104,28 @@ def _k_figure(k_scaling: dict[str, Any], out: Path) -> Path:
     return save_figure(fig, out / "alpha_vs_k.png")
 
 
-def write_recovery_report(result: dict[str, Any], out: Path) -> None:
+def write_recovery_report(result: RecoveryResult, out: Path) -> None:
     """recovery.json, report.md, report.html and the figures in ``out``."""
-    spec = result["spec"]
+    spec = result.spec
     blocks: list[Block] = [("p", (
         f"Problem {spec['problem']}; δ = {spec['delta']:g}, T = {spec['steps']}, C = {spec['clip']:g}, "
         f"q = {spec['sample_rate']:g}, η = {spec['learning_rate']:g}; {spec['seeds']} DP runs per cell. λ★ is "
         "MixMin on the full mixing data; DP-MixMin sees a fraction ρ of it. Cells pool tasks × seeds "
         f"(mean ± std); {BEATS} marks a mean better than the uniform reference."))]
-    if result["tuning"]:
-        t = result["tuning"]
+    if result.tuning:
+        t = result.tuning
         blocks.append(("p", f"C = {t['clip']:g} and η = {t['learning_rate']:g} were chosen on public data (no "
                             f"privacy spent): DP-MixMin rehearsed at ε = {t['epsilon']:g} on the world's public "
                             f"validation problem ({t['task']}, n = {t['public_n']}), lowest mean α over "
                             f"{len(t['candidates'])} (C, η) candidates."))
-    if result["cells"]:
-        frame = pooled(result["cells"])
-        floor = pooled(result["noiseless"])
+    if result.cells:
+        frame = pooled(result.cells)
+        floor = pooled(result.noiseless)
         for user_level in sorted(frame["user_level"].unique()):
             part = frame[frame["user_level"] == user_level]
             part_floor = floor[floor["user_level"] == user_level] if not floor.empty else floor
-            tasks = sorted({c["task"] for c in result["cells"] if c["user_level"] == user_level})
-            counts = {c["rho"]: c["users"] if user_level else c["n"] for c in result["cells"]
+            tasks = sorted({c["task"] for c in result.cells if c["user_level"] == user_level})
+            counts = {c["rho"]: c["users"] if user_level else c["n"] for c in result.cells
                       if c["user_level"] == user_level}
             unit = "users" if user_level else "examples"
             blocks += [("h2", f"{'User' if user_level else 'Example'}-level DP: cos★, L1 and α over ε × ρ "
@@ -134,7 +136,7 @@ def write_recovery_report(result: dict[str, Any], out: Path) -> None:
         blocks.append(("figure", _heatmaps(frame, out)))
         blocks.append(("p", "The σ = 0 row is the same learner (same C, T, η) without noise: the excess loss it "
                             "keeps is clipping and optimisation bias, a floor no privacy budget removes."))
-    ks = result["k_scaling"]
+    ks = result.k_scaling
     if ks["cells"]:
         fits = []
         for label, f in (("k ≥ k_fit_min", ks["fits"]["fit_range"]), ("all k", ks["fits"]["all_k"])):
@@ -147,4 +149,4 @@ def write_recovery_report(result: dict[str, Any], out: Path) -> None:
                          f"point): {'; '.join(fits)}. Paper: 0.49 for k ≥ 32; theory √k, slope 0.5."),
                    ("table", _k_table(ks)), ("figure", _k_figure(ks, out))]
     write_pages(out, "dpaudit-mix weight recovery", blocks)
-    write_json(out / "recovery.json", result)
+    write_json(out / "recovery.json", result.to_dict())

@@ -10,25 +10,24 @@ and nothing that holds λ.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .. import accounting, problem as problem_io
+from .. import __version__, accounting
+from .. import problem as problem_io
 from ..atomic import check_output, write_bytes, write_json
-from ..cache import sha256, sha256_bytes
+from ..cache import json_sha256, sha256, sha256_bytes
 from ..audit.engine import AuditSpec, run_audit
 from ..audit.report import write_report
 from ..data import registry
-from ..errors import InputError, require
+from ..errors import EXIT_BAD_INPUT, EXIT_VIOLATION, InputError, require
 from ..learner import LearnerConfig, fit
 from ..problem import Problem
 from ..reporting import save_figure, write_pages
@@ -42,21 +41,35 @@ from .spec import ReleaseSpec
 VERIFY_LEVEL = QUICK
 #: the card a release writes beside release.json (it shows λ).
 CARD = ("release.md", "release.html", "lambda.png")
-EXIT_REFUSED = 3
 
 
 class Refused(Exception):
     """A check failed (exit 3) or the input is bad (exit 2); ``stage`` says where."""
 
-    def __init__(self, stage: str, reason: str, exit_code: int = EXIT_REFUSED) -> None:
+    def __init__(self, stage: str, reason: str, exit_code: int = EXIT_VIOLATION) -> None:
         super().__init__(reason)
         self.stage, self.reason, self.exit_code = stage, reason, exit_code
+
+
+@dataclass(frozen=True)
+class Published:
+    """A published release: its folder and its manifest (release.json, exactly as hashed)."""
+
+    out: Path
+    manifest: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """What the command line says of it."""
+        claim = self.manifest["claim"]
+        return {"out": str(self.out), "manifest": str(self.out / "release.json"), "sources": self.manifest["sources"],
+                "weights": self.manifest["weights"], "epsilon": claim["epsilon"], "delta": claim["delta"],
+                "manifest_sha256": self.manifest["manifest_sha256"]}
 
 
 def manifest_digest(manifest: dict[str, Any]) -> str:
     """sha256 over the canonical JSON of every field but the digest itself."""
     body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return json_sha256(body, compact=True).hexdigest()
 
 
 def _problem_bytes(spec: ReleaseSpec, out: Path) -> tuple[Path, bytes]:
@@ -67,9 +80,7 @@ def _problem_bytes(spec: ReleaseSpec, out: Path) -> tuple[Path, bytes]:
         path = out / "problem.npz"
         write_bytes(path, content)
         return path, content
-    path = Path(spec.problem)
-    require(path.is_file(), f"problem {spec.problem!r} is neither an embedded problem "
-            f"({', '.join(registry.PROBLEMS)}) nor an existing file")
+    path = registry.problem_path(spec.problem)
     return path, problem_io.read_bytes(path)
 
 
@@ -115,7 +126,7 @@ def _release(spec_path: Path, spec_bytes: bytes, spec: ReleaseSpec, out: Path, l
     require(np.isfinite(sigma) and sigma > 0, f"noise multiplier must be finite and > 0, got {sigma}")
     inputs = {"problem_path": str(path.resolve()), "problem_sha256": sha256_bytes(content),
               "data_sha256": problem_io.data_sha256(prob), "spec_path": str(spec_path.resolve()),
-              "spec_sha256": sha256_bytes(spec_bytes), "package_version": version("dpaudit-mix")}
+              "spec_sha256": sha256_bytes(spec_bytes), "package_version": __version__}
     phase = accounting.GaussianPhase(sigma, spec.sample_rate, spec.steps)
     try:
         reservation = ledger.reserve(ledger_path, data_sha256=inputs["data_sha256"],
@@ -154,11 +165,11 @@ def _checked_release(spec: ReleaseSpec, prob: Problem, path: Path, inputs: dict[
     outcome = run_audit(audit_spec, out / "audit", noise_multiplier=sigma, progress=progress, problem=prob)
     write_report(outcome, out / "audit")
     audit = outcome.summary
-    if audit["violation"]:
-        worst = max(audit["results"], key=lambda r: r["mu_lower_bound"])
+    if audit.violation:
+        worst = max(audit.results, key=lambda r: r.mu_lower_bound)
         raise Refused("audit", f"the audit of this exact configuration found a VIOLATION of the claimed epsilon "
-                      f"{spec.epsilon:g} ({worst['canary']} canary: mu_LB {worst['mu_lower_bound']:.3f}, GDP eps_LB "
-                      f"{worst['epsilon_lower_bound_gdp']:.3f}); see {out / 'audit' / 'report.md'}")
+                      f"{spec.epsilon:g} ({worst.canary} canary: mu_LB {worst.mu_lower_bound:.3f}, GDP eps_LB "
+                      f"{worst.epsilon_lower_bound_gdp:.3f}); see {out / 'audit' / 'report.md'}")
     config = LearnerConfig(steps=spec.steps, clip=spec.clip, noise_multiplier=sigma, sample_rate=spec.sample_rate,
                            learning_rate=spec.learning_rate, user_level=spec.user_level, secure=True)
     weights = fit(prob, config, 1).weights[0]
@@ -170,14 +181,15 @@ def _checked_release(spec: ReleaseSpec, prob: Problem, path: Path, inputs: dict[
         "weights": weights.tolist(), "sources": list(prob.sources), "task": prob.task, "claim": claim,
         "inputs": inputs, "spec": asdict(spec),
         "verification": {"level": verification["level"], "passed": True, "seconds": verification["seconds"]},
-        "audit": {key: audit[key] for key in ("violation", "results", "confidence", "threshold_strategy",
-                                              "claimed_tradeoff", "noise_multiplier")},
+        "audit": {"violation": audit.violation,
+                  "results": [{k: r.to_dict()[k] for k in ("canary", "threat", "runs", "epsilon_lower_bound",
+                                                           "mu_lower_bound", "epsilon_lower_bound_gdp",
+                                                           "profile_violation")} for r in audit.results],
+                  "confidence": audit.confidence, "threshold_strategy": audit.threshold_strategy,
+                  "claimed_tradeoff": audit.claimed_tradeoff, "noise_multiplier": audit.noise_multiplier,
+                  "problem": audit.problem},
         "timestamp": _now(),
     }
-    manifest["audit"]["problem"] = audit["problem"]
-    manifest["audit"]["results"] = [{k: r[k] for k in ("canary", "threat", "runs", "epsilon_lower_bound",
-                                                       "mu_lower_bound", "epsilon_lower_bound_gdp",
-                                                       "profile_violation")} for r in audit["results"]]
     manifest["manifest_sha256"] = manifest_digest(manifest)
     _card(manifest, out)
     return manifest
@@ -188,8 +200,8 @@ def _now() -> str:
 
 
 def release(spec_path: str | Path, out: Path, noise_multiplier: float | None = None,
-            progress: bool = True, ledger_path: Path | None = None) -> dict[str, Any]:
-    """Run the gate; on refusal write ``out/refused.json`` and raise :class:`Refused`.
+            progress: bool = True, ledger_path: Path | None = None) -> Published:
+    """Run the gate and publish; on refusal write ``out/refused.json`` and raise :class:`Refused`.
 
     A folder that already holds a published release is refused up front (a release is never
     overwritten); what an unfinished earlier run left (a card without release.json, a refusal)
@@ -206,7 +218,7 @@ def release(spec_path: str | Path, out: Path, noise_multiplier: float | None = N
         ledger_path = ledger_path or (Path(spec.ledger) if spec.ledger else ledger.default_path())
         manifest = _release(spec_path, spec_bytes, spec, out, ledger_path, noise_multiplier, progress)
     except (Refused, InputError) as exc:
-        refusal = exc if isinstance(exc, Refused) else Refused("input", str(exc), exit_code=2)
+        refusal = exc if isinstance(exc, Refused) else Refused("input", str(exc), exit_code=EXIT_BAD_INPUT)
         for name in CARD:  # a card of an unpublished release must not outlive this refusal
             (out / name).unlink(missing_ok=True)
         try:
@@ -217,7 +229,7 @@ def release(spec_path: str | Path, out: Path, noise_multiplier: float | None = N
             print(f"dpaudit-mix: cannot write {out / 'refused.json'}: {err}", file=sys.stderr)
         raise refusal from None
     (out / "refused.json").unlink(missing_ok=True)  # stale now that this run has published
-    return manifest
+    return Published(out, manifest)
 
 
 def _field(mapping: Any, key: str, kinds: tuple[type, ...], where: str) -> Any:

@@ -1,1 +1,2 @@
-"""WarmSyn (DESIGN §12): an EDM trained on a small public in-distribution set, its synthetic data, and warm-up before DP-SGD."""
+"""WarmSyn (DESIGN §12): the seed paper's ablation as a track of the stage machine (EDM synthetic data,
+warm-up, DP finetune) and its report."""

@@ -11,7 +11,7 @@ import seaborn as sns
 
 from ..atomic import write_json
 from ..reporting import Block, save_figure, write_pages
-from ..stats import paired_tests, verdict
+from ..stats import mean_std, paired_tests, verdict
 from .spec import ROWS
 
 LABELS = {"cold": "Cold (DP-SGD from random init)", "warm": "Warm (warm-up on the small real public set)",
@@ -32,8 +32,7 @@ def _ablation(results: pd.DataFrame, epsilons: list[float]) -> list[list[str]]:
     for row in ROWS:
         part = results[results["row"] == row]
         rows.append([LABELS[row]] + [
-            f"{g.mean():.3f}±{g.std(ddof=1) if len(g) > 1 else 0.0:.3f}"
-            for g in (part[part["epsilon"] == eps]["accuracy"] for eps in epsilons)])
+            mean_std(g) for g in (part[part["epsilon"] == eps]["accuracy"] for eps in epsilons)])
     return rows
 
 
@@ -87,7 +86,7 @@ def write_warmsyn_report(result: dict[str, Any], out: Path) -> pd.DataFrame:
         ("table", _effect_table(result["effects"])),
         ("h2", "The synthetic set"),
         ("p", f"CAS (a logistic regression trained on the data, tested on the real sensitive test set): synthetic "
-              f"{syn['cas'].mean():.3f} ± {syn['cas'].std(ddof=1) if len(syn) > 1 else 0.0:.3f} against "
+              f"{mean_std(syn['cas'], separator=' ± ')} against "
               f"{q['real_slice_cas']:.3f} for the real slice itself. Memorisation: median nearest-neighbour distance "
               f"of synthetic images to the training slice {syn['synthetic_to_train_median'].mean():.2f} against "
               f"{syn['real_to_train_median'].mean():.2f} for held-out real images (ratio "

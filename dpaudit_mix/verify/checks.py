@@ -274,19 +274,19 @@ def empirical_soundness(mechanism: Mechanism, level: Level, seed: int = 0) -> Ch
                          controls=False, runs=level.audit_runs, seed=seed, chunk_size=4096)
         with tempfile.TemporaryDirectory() as tmp:
             outcome = run_audit(spec, Path(tmp), noise_multiplier=sigma, progress=False, problem=problem)
-        for r in outcome.summary["results"]:
-            ok = r["epsilon_lower_bound"] <= point.epsilon and not r["profile_violation"]
-            claim = f"claimed μ {r['claimed_mu']:.3f}" if "claimed_mu" in r else "claimed PLD profile"
+        for r in outcome.summary.results:
+            ok = r.epsilon_lower_bound <= point.epsilon and not r.profile_violation
+            claim = f"claimed μ {r.claimed_mu:.3f}" if r.claimed_mu is not None else "claimed PLD profile"
             cases.append({"epsilon": point.epsilon, "sample_rate": point.sample_rate, "steps": point.steps,
-                          "canary": r["canary"], "runs": r["runs"], "noise_multiplier": sigma,
-                          "epsilon_lower_bound": r["epsilon_lower_bound"],
-                          "epsilon_lower_bound_gdp": r["epsilon_lower_bound_gdp"],
-                          "mu_lower_bound": r["mu_lower_bound"], "profile_violation": r["profile_violation"],
+                          "canary": r.canary, "runs": r.runs, "noise_multiplier": sigma,
+                          "epsilon_lower_bound": r.epsilon_lower_bound,
+                          "epsilon_lower_bound_gdp": r.epsilon_lower_bound_gdp,
+                          "mu_lower_bound": r.mu_lower_bound, "profile_violation": r.profile_violation,
                           "passed": ok,
-                          "why": (f"{r['canary']} canary, q={point.sample_rate:g} T={point.steps}: "
-                                  f"ε_LB {r['epsilon_lower_bound']:.3f}, GDP ε_LB {r['epsilon_lower_bound_gdp']:.3f} "
-                                  f"vs claimed {point.epsilon:g}; μ_LB {r['mu_lower_bound']:.3f} ({claim}); "
-                                  f"{'CP point BELOW the claimed curve' if r['profile_violation'] else 'on or above the claimed curve'}")})
+                          "why": (f"{r.canary} canary, q={point.sample_rate:g} T={point.steps}: "
+                                  f"ε_LB {r.epsilon_lower_bound:.3f}, GDP ε_LB {r.epsilon_lower_bound_gdp:.3f} "
+                                  f"vs claimed {point.epsilon:g}; μ_LB {r.mu_lower_bound:.3f} ({claim}); "
+                                  f"{'CP point BELOW the claimed curve' if r.profile_violation else 'on or above the claimed curve'}")})
     top = max(c["epsilon_lower_bound_gdp"] / c["epsilon"] for c in cases)
     return _result("empirical_soundness", cases,
                    f"{len(cases)} audits on or above the claimed trade-off curve (largest GDP ε_LB/ε {top:.2f})")

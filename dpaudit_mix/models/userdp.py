@@ -21,7 +21,7 @@ from torch import nn
 from .. import accounting
 from ..errors import require
 from ..randomness import Key, RandomSource, source
-from .model import window_nll
+from .chargru import window_nll
 
 
 @dataclass(frozen=True)

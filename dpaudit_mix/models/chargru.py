@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..data.ngram import V, encode
+from ..alphabet import V, encode
 from ..randomness import Key, torch_scope
 
 #: characters predicted per window; a window holds WINDOW + 1 codes.

@@ -7,6 +7,7 @@ of the key it is given (DESIGN §8), so the same key gives the same model.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from .. import accounting
+from ..errors import InputError
 from ..randomness import Key, RandomSource, source, torch_scope
 
 CLASSES = 10
@@ -95,6 +97,25 @@ def opacus_sigma(epsilon: float, delta: float, sample_rate: float, epochs: int) 
                                           epochs=epochs, accountant="prv"))
 
 
+def finetune_sigma(epsilon: float, delta: float, batches: int, epochs: int,
+                   prior: tuple[accounting.GaussianPhase, ...] = ()) -> float:
+    """The σ of :func:`dp_finetune` at q = 1 / ``batches`` and ``batches`` steps per epoch (Opacus'
+    schedule): Opacus' own calibration alone; ours after ``prior`` on the same data, so that both
+    compose to ε."""
+    if prior:
+        return accounting.calibrate_once(epsilon, delta, 1 / batches, epochs * batches, prior)
+    try:
+        return opacus_sigma(epsilon, delta, 1 / batches, epochs)
+    except ValueError as exc:
+        raise InputError(f"epsilon {epsilon:g} at delta {delta:g} is out of reach for the finetune "
+                         f"(q = 1/{batches}, {epochs} epochs): {exc}") from None
+
+
+def batches_per_epoch(n: int, batch: int) -> int:
+    """Opacus' batches per epoch for ``n`` examples at expected batch size ``batch``."""
+    return math.ceil(n / min(batch, n))
+
+
 def _own_noise(optimizer: Any, gaussians: RandomSource) -> None:
     """Replace the optimizer's Gaussian noise by draws from ``gaussians`` (a named stream or the
     OS CSPRNG), so the noise is never Opacus' global or hand-seeded generator.
@@ -146,17 +167,9 @@ def dp_finetune(model: SmallCNN, images: np.ndarray, labels: np.ndarray, epsilon
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # opacus notes on secure RNG and on the batch-size estimate
         engine = PrivacyEngine(accountant="prv")
-        if prior:
-            # Opacus samples at q = 1 / (batches per epoch) and takes that many steps per epoch.
-            sigma = accounting.calibrate(epsilon, delta, 1 / len(loader), epochs * len(loader), prior=prior)
-            module, optimizer, loader = engine.make_private(
-                module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=sigma,
-                max_grad_norm=clip, poisson_sampling=True)
-        else:
-            module, optimizer, loader = engine.make_private(
-                module=model, optimizer=optimizer, data_loader=loader,
-                noise_multiplier=opacus_sigma(epsilon, delta, 1 / len(loader), epochs), max_grad_norm=clip,
-                poisson_sampling=True)
+        module, optimizer, loader = engine.make_private(
+            module=model, optimizer=optimizer, data_loader=loader, max_grad_norm=clip, poisson_sampling=True,
+            noise_multiplier=finetune_sigma(epsilon, delta, len(loader), epochs, prior))
     _own_noise(optimizer, source(None if key is None else key.stream("finetune-noise")))
     draws = source(None if key is None else key.stream("finetune-batches"))
     loss_fn = nn.CrossEntropyLoss()

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..pipeline.model import SmallCNN, from_arrays
+from .cnn import SmallCNN, from_arrays
 from ..randomness import Key
 
 SHIFT, ROTATION, SCALE, CUTOUT = 2 / 14, np.pi / 18, 0.1, 8  # shift in [−1, 1] grid units: 2 px of 28

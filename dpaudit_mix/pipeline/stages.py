@@ -1,0 +1,277 @@
+"""The stage machine every experiment track runs (DESIGN §8): mixture → pretrain → DP finetune,
+evaluation included, for every (method, ε, seed) job.
+
+A track describes each stage of a job as a :class:`Stage` (a content key and how to compute it);
+the machine caches it under ``OUT/cache/<stage>/<key>`` with a checksum (:func:`..cache.cached`),
+so a rerun or an interrupted run skips every finished stage; it holds what it computed in memory
+(a cache folder may be unwritable), and it composes the mixture's privacy with the finetune's.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
+
+import numpy as np
+from tqdm import tqdm
+
+from .. import accounting
+from ..atomic import write_json
+from ..cache import cached, content_key, load_json, load_npz, save_npz
+from ..randomness import Key
+from ..problem import Problem
+from .methods import LOSS_BOUND, MixingSpec, Mixture, choose, mix_epsilon, mixing_phase
+
+T = TypeVar("T")
+Arrays = dict[str, np.ndarray]
+
+#: the layout of the stage files; part of every file name, so a changed layout never loads an old file.
+LAYOUT = 2
+
+
+@dataclass(frozen=True)
+class Job:
+    method: str
+    epsilon: float
+    seed: int
+
+
+@dataclass(frozen=True)
+class Stage(Generic[T]):
+    """One cached step of a job: its content key (which names its file) and how to compute it."""
+
+    key: str
+    compute: Callable[[], T]
+
+
+class Track(Protocol):
+    """What an experiment supplies: its jobs, and per job how it mixes, pretrains, and is DP
+    finetuned and evaluated. The finetune's result must carry ``finetune_phase`` (its Gaussian
+    phase) and ``finetune_epsilon`` (its own ε, by the accountant that calibrated it)."""
+
+    delta: float
+    sequential: bool  # the finetune also sees the mixing data: the mixture's phase is its prior
+
+    def jobs(self) -> list[Job]: ...
+
+    def mixing_phases(self, epsilon: float) -> list[accounting.GaussianPhase]:
+        """The DP phases a release at ``epsilon`` may run before its finetune."""
+
+    def mixture(self, job: Job) -> Stage[Mixture] | None:
+        """None: the job chooses no λ (it spends nothing before the finetune)."""
+
+    def pretrain(self, job: Job, mixture: Mixture) -> Stage[Arrays] | None:
+        """None: the finetune starts from a fresh model."""
+
+    def finetune(self, job: Job, start: Arrays | None, start_key: str | None,
+                 prior: tuple[accounting.GaussianPhase, ...]) -> Stage[dict[str, Any]]: ...
+
+    def calibrate(self, epsilon: float, prior: tuple[accounting.GaussianPhase, ...]) -> None:
+        """Calibrate the finetune's σ at ``epsilon`` after ``prior`` (raises if out of reach)."""
+
+
+@dataclass(frozen=True)
+class Privacy:
+    """A release's total (ε, δ) per privacy unit."""
+
+    epsilon_total: float
+    delta_total: float
+    releasable: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One finished job: its mixture, the finetune's result (metrics and accounting) and its privacy."""
+
+    job: Job
+    secure: bool
+    mixture: Mixture
+    result: dict[str, Any]
+    privacy: Privacy
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": self.job.method, "epsilon": self.job.epsilon, "seed": self.job.seed, "secure": self.secure,
+                **self.result, "mixture": self.mixture.to_dict(), **self.privacy.to_dict()}
+
+
+class StageCache:
+    """Finished stage outputs under ``root/<stage>/<key>.<ext>``, each reused only if it passes its
+    checksum. A root that cannot be written is said once, then only read: the run holds its stages
+    in memory and finishes."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.writable = root, True
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=root, prefix=".probe-"):
+                pass
+        except OSError as exc:
+            self.writable = False
+            print(f"dpaudit-mix: warning: cannot write the stage cache {root}: {exc.strerror or exc}; every stage is "
+                  "computed (none is kept for a rerun)", file=sys.stderr)
+
+    def get(self, stage: str, key: str, ext: str, compute: Callable[[], T], save: Callable[[Path, T], None],
+            load: Callable[[Path], T]) -> T:
+        name = content_key(key=key, layout=LAYOUT)
+        return cached(self.root / stage / f"{name}.{ext}", compute, save, load, write=self.writable)
+
+    def arrays(self, stage: str, step: Stage[Arrays]) -> Arrays:
+        return self.get(stage, step.key, "npz", step.compute, save_npz, load_npz)
+
+    def json(self, stage: str, step: Stage[Any]) -> Any:
+        return self.get(stage, step.key, "json", step.compute, write_json, load_json)
+
+
+def release_privacy(mixture: Mixture, finetune: accounting.GaussianPhase, finetune_epsilon: float, delta: float,
+                    sequential: bool) -> Privacy:
+    """The release's total (ε, δ): parallel = max over the disjoint splits, sequential = the
+    mixture and the finetune composed on the same data (PLD)."""
+    if not mixture.releasable:
+        return Privacy(math.inf, delta, False)
+    phases = (mixture.phase,) if mixture.phase else ()
+    if sequential:
+        return Privacy(accounting.epsilon_once((*phases, finetune), delta), delta, True)
+    costs = [(finetune_epsilon, delta)] + ([(accounting.epsilon_once(phases, delta), delta)] if phases else [])
+    return Privacy(accounting.parallel(*costs)[0], delta, True)
+
+
+def preflight(track: Track, epsilons: Sequence[float]) -> None:
+    """Calibrate every σ the run will need, so an unreachable ε fails before anything is written:
+    per ε, the finetune alone and (sequential) after each private mixture's phase."""
+    for eps in epsilons:
+        priors: list[tuple[accounting.GaussianPhase, ...]] = [()]
+        if track.sequential:
+            priors += [(phase,) for phase in track.mixing_phases(eps)]
+        for prior in priors:
+            track.calibrate(eps, prior)
+
+
+def run_stages(track: Track, cache: StageCache, progress: bool = True, secure: bool = False) -> list[Run]:
+    """Every job of ``track``, stage by stage; each stage's output is computed at most once."""
+    show = {"disable": not progress, "file": sys.stderr}
+    jobs = track.jobs()
+    mixtures: dict[Job, Mixture] = {}
+    for job in tqdm(jobs, desc="mixtures", unit="λ", **show):
+        step = track.mixture(job)
+        mixtures[job] = (Mixture(None, None) if step is None else
+                         Mixture.from_dict(cache.json("mixture", Stage(step.key, lambda s=step: s.compute().to_dict()))))
+
+    starts: dict[Job, str | None] = {}
+    held: dict[str, Arrays] = {}  # computed or loaded once, never re-read: the cache may be unwritable
+    for job in tqdm(jobs, desc="pretrain", unit="model", **show):
+        step = track.pretrain(job, mixtures[job])
+        starts[job] = None if step is None else step.key
+        if step is not None and step.key not in held:
+            held[step.key] = cache.arrays("pretrain", step)
+
+    runs = []
+    for job in tqdm(jobs, desc="finetune", unit="model", **show):
+        mixture, start = mixtures[job], starts[job]
+        prior = (mixture.phase,) if track.sequential and mixture.phase else ()
+        result = cache.json("finetune", track.finetune(job, None if start is None else held[start], start, prior))
+        phase = accounting.GaussianPhase(**result["finetune_phase"])
+        runs.append(Run(job, secure, mixture, result,
+                        release_privacy(mixture, phase, result["finetune_epsilon"], track.delta, track.sequential)))
+    return runs
+
+
+class MixingTrack:
+    """The part of a track that chooses λ on split A and pretrains on public data drawn by λ: the
+    image and the text track alike (WarmSyn mixes nothing)."""
+
+    def __init__(self, spec: MixingSpec, task: str, problems: Callable[[], tuple[Problem, Problem]], data_key: str,
+                 split_key: str, secure: bool, user_level: bool = False, loss_bound: float = LOSS_BOUND) -> None:
+        """``data_key`` names the data (it keys the pretraining stages and their streams);
+        ``split_key`` names split A too (it keys the mixtures)."""
+        self.spec, self.task, self.problems, self.secure = spec, task, problems, secure
+        self.data_key, self.split_key = data_key, split_key
+        self.user_level, self.loss_bound = user_level, loss_bound
+        self.delta = spec.delta
+        self.sequential = spec.composition == "sequential"
+
+    def mixing_phases(self, epsilon: float) -> list[accounting.GaussianPhase]:
+        """The DP phases the spec's private methods run on split A for a release at ``epsilon``."""
+        phases = [mixing_phase(m, mix_epsilon(self.spec, epsilon), self.spec) for m in self.spec.methods]
+        return [p for p in phases if p is not None]
+
+    def jobs(self) -> list[Job]:
+        return [Job(m, eps, s) for eps in self.spec.epsilons for m in self.spec.methods for s in range(self.spec.seeds)]
+
+    @cached_property
+    def mixing_problems(self) -> tuple[Problem, Problem]:
+        """Split A (what DP-MixMin sees) and all the training data (the non-private upper bound's)."""
+        return self.problems()
+
+    def mixture(self, job: Job) -> Stage[Mixture]:
+        spec = self.spec
+        split_a, full = self.mixing_problems
+        private = job.method in ("dpmixmin", "random_search")
+        eps_mix = mix_epsilon(spec, job.epsilon)
+        key = content_key(split=self.split_key, method=job.method, seed=job.seed,
+                          delta=spec.delta, epsilon=eps_mix if private else None, steps=spec.mix_steps,
+                          clip=spec.mix_clip, lr=spec.mix_learning_rate, candidates=spec.search_candidates,
+                          secure=self.secure and private)
+        return Stage(key, lambda: choose(job.method, split_a, full, eps_mix, spec, job.seed, self.secure,
+                                         self.user_level, self.loss_bound))
+
+    def pretrain_on(self, job: Job, mixture: Mixture, examples: int, epochs: int, learning_rate: float,
+                    train: Callable[[list[float] | None, Key], Arrays]) -> Stage[Arrays] | None:
+        """Pretraining on ``examples`` public items drawn by λ, or (method ``warm``) from the public
+        in-distribution slice; None when the job has neither. Its streams are named by its key."""
+        weights = None if mixture.weights is None else [float(w) for w in mixture.weights]
+        if weights is None and job.method != "warm":
+            return None
+        key = content_key(data=self.data_key, weights="warm" if weights is None else [round(w, 12) for w in weights],
+                          seed=job.seed, n=examples, epochs=epochs, lr=learning_rate)
+        return Stage(key, lambda: train(weights, Key(self.spec.seed).child(pretrain=key)))
+
+    def finetune_key(self, job: Job) -> Key:
+        """The key the private finetune of ``job`` (and its rehearsals, as children) draws from."""
+        return Key(self.spec.seed).child(task=self.task, method=job.method, epsilon=job.epsilon, seed=job.seed)
+
+
+def mixture_draw(sizes: Sequence[int], weights: Sequence[float], count: int, rng: np.random.Generator
+                 ) -> list[np.ndarray]:
+    """``count`` public items drawn by λ: per source, how many (multinomial in λ), then which
+    (uniform within the source). Returns each source's picked indices."""
+    counts = rng.multinomial(count, np.asarray(weights) / np.sum(weights))
+    return [rng.integers(size, size=c) for size, c in zip(sizes, counts)]
+
+
+#: the stream identifier each rehearsed setting adds to the finetune's key.
+REHEARSAL_IDS = {"learning_rate": "rehearsal_lr", "epochs": "rehearsal_epochs"}
+
+
+@dataclass(frozen=True)
+class Rehearsal:
+    """How a track scores a rehearsed finetune on public data, and where the scores are recorded."""
+
+    label: str  # the choice's key for the list of scored candidates
+    score: str  # each candidate's score name
+    higher_is_better: bool
+
+
+def choose_by_rehearsal(candidates: Sequence[dict[str, float]], rehearse: Callable[[dict[str, float], Key], float],
+                        rehearsal: Rehearsal, stage: Key) -> dict[str, Any]:
+    """The finetune's settings, by one rule for every method, at no privacy cost.
+
+    Each candidate runs the same DP finetune (same ε, δ, clip, prior, q, T and σ) on public data and
+    is scored on other public data; the test set is never looked at. Rehearsals draw from children
+    of ``stage`` named by the candidate, never from the private finetune's streams. A single
+    candidate is taken as it is.
+    """
+    if len(candidates) == 1:
+        return dict(candidates[0])
+    scores = [rehearse(c, stage.child(**{REHEARSAL_IDS[name]: value for name, value in c.items()}))
+              for c in candidates]
+    pick = (max if rehearsal.higher_is_better else min)(range(len(scores)), key=lambda i: scores[i])
+    return {**candidates[pick], rehearsal.label: [{**c, rehearsal.score: s} for c, s in zip(candidates, scores)]}
