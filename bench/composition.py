@@ -28,9 +28,11 @@ def main() -> None:
     for (method, eps), group in both.groupby(level=["method", "epsilon"]):
         diff = (group["sequential"] - group["parallel"]).to_numpy()
         p = DescrStatsW(diff).ttest_mean(0.0)[1] if len(diff) > 1 else float("nan")
-        print(f"{method:<18} ε = {eps:g}: parallel {group['parallel'].mean():.4f} ± {group['parallel'].std():.4f}, "
-              f"sequential {group['sequential'].mean():.4f} ± {group['sequential'].std():.4f}; sequential − "
-              f"parallel {diff.mean():+.4f} ± {diff.std(ddof=1):.4f} over {len(diff)} seeds, paired t p = {p:.3g}")
+        print(
+            f"{method:<18} ε = {eps:g}: parallel {group['parallel'].mean():.4f} ± {group['parallel'].std():.4f}, "
+            f"sequential {group['sequential'].mean():.4f} ± {group['sequential'].std():.4f}; sequential − "
+            f"parallel {diff.mean():+.4f} ± {diff.std(ddof=1):.4f} over {len(diff)} seeds, paired t p = {p:.3g}"
+        )
 
 
 if __name__ == "__main__":

@@ -24,13 +24,19 @@ import numpy as np
 
 from dpaudit_mix.problem import Problem, save
 
-TEXT_TINY = ('world = "shakespeare-users"\nepsilons = [2.0]\nseeds = 1\nmethods = ["dpmixmin", "no_pretrain"]\n'
-             "pretrain_windows = 300\npretrain_epochs = 1\nfinetune_steps = 2\nfinetune_users = 8\nwindows_per_user = 2\n"
-             "mix_steps = 20\n")
-IMAGE_TINY = ("epsilons = [2.0]\nseeds = 1\nsensitive_fraction = 0.25\npublic_fraction = 0.25\npretrain_examples = 300\n"
-              'pretrain_epochs = 1\nfinetune_epochs = 1\nmethods = ["dpmixmin", "no_pretrain"]\n')
-WARMSYN_TINY = ("public_size = 40\nsynthetic_size = 200\nedm_steps = 30\nepsilons = [2.0]\nseeds = 1\n"
-                "warmup_steps = 10\nfinetune_epochs = 1\nsensitive_fraction = 0.2\n")
+TEXT_TINY = (
+    'world = "shakespeare-users"\nepsilons = [2.0]\nseeds = 1\nmethods = ["dpmixmin", "no_pretrain"]\n'
+    "pretrain_windows = 300\npretrain_epochs = 1\nfinetune_steps = 2\nfinetune_users = 8\nwindows_per_user = 2\n"
+    "mix_steps = 20\n"
+)
+IMAGE_TINY = (
+    "epsilons = [2.0]\nseeds = 1\nsensitive_fraction = 0.25\npublic_fraction = 0.25\npretrain_examples = 300\n"
+    'pretrain_epochs = 1\nfinetune_epochs = 1\nmethods = ["dpmixmin", "no_pretrain"]\n'
+)
+WARMSYN_TINY = (
+    "public_size = 40\nsynthetic_size = 200\nedm_steps = 30\nepsilons = [2.0]\nseeds = 1\n"
+    "warmup_steps = 10\nfinetune_epochs = 1\nsensitive_fraction = 0.2\n"
+)
 
 
 def _inputs(root: Path) -> dict[str, list[str]]:
@@ -38,17 +44,40 @@ def _inputs(root: Path) -> dict[str, list[str]]:
     rng = np.random.Generator(np.random.PCG64(2026))  # synthetic inputs for a fault drill, not a result
     probs = rng.beta(2.0, 1.0, size=(400, 6))
     problem = root / "p.npz"
-    save(Problem(np.log(probs), tuple(f"s{i}" for i in range(6)), users=np.arange(400) // 4,
-                 heldout_logp=np.log(rng.beta(2.0, 1.0, size=(20, 6))), task="t"), problem)
-    specs = {"audit": f'problem = "{problem}"\nruns = 20000\nchunk_size = 512\n',
-             "recovery": f'problem = "{problem}"\nseeds = 50\nk_values = [2, 3, 4]\n',
-             "release": f'problem = "{problem}"\naudit_runs = 20000\nledger = "{root / "ledger.json"}"\n',
-             "image": IMAGE_TINY, "text": TEXT_TINY, "warmsyn": WARMSYN_TINY}
+    save(
+        Problem(
+            np.log(probs),
+            tuple(f"s{i}" for i in range(6)),
+            users=np.arange(400) // 4,
+            heldout_logp=np.log(rng.beta(2.0, 1.0, size=(20, 6))),
+            task="t",
+        ),
+        problem,
+    )
+    specs = {
+        "audit": f'problem = "{problem}"\nruns = 20000\nchunk_size = 512\n',
+        "recovery": f'problem = "{problem}"\nseeds = 50\nk_values = [2, 3, 4]\n',
+        "release": f'problem = "{problem}"\naudit_runs = 20000\nledger = "{root / "ledger.json"}"\n',
+        "image": IMAGE_TINY,
+        "text": TEXT_TINY,
+        "warmsyn": WARMSYN_TINY,
+    }
     for name, text in specs.items():
         (root / f"{name}.toml").write_text(text)
     return {
-        "mix": ["mix", "--problem", str(problem), "--epsilon", "1", "--delta", "1e-5", "--runs", "20000",
-                "--out", "{out}/w.json"],
+        "mix": [
+            "mix",
+            "--problem",
+            str(problem),
+            "--epsilon",
+            "1",
+            "--delta",
+            "1e-5",
+            "--runs",
+            "20000",
+            "--out",
+            "{out}/w.json",
+        ],
         "audit": ["audit", str(root / "audit.toml"), "--out", "{out}/audit"],
         "recovery": ["recovery", str(root / "recovery.toml"), "--out", "{out}/recovery"],
         "pipeline": ["pipeline", str(root / "image.toml"), "--out", "{out}/pipeline"],
@@ -59,8 +88,7 @@ def _inputs(root: Path) -> dict[str, list[str]]:
     }
 
 
-def _run(argv: list[str], out: Path, env: dict[str, str], interrupt_after: float | None = None
-         ) -> tuple[int, str]:
+def _run(argv: list[str], out: Path, env: dict[str, str], interrupt_after: float | None = None) -> tuple[int, str]:
     cmd = [sys.executable, "-m", "dpaudit_mix.cli", *[a.replace("{out}", str(out)) for a in argv]]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     if interrupt_after is not None:
@@ -72,10 +100,12 @@ def _run(argv: list[str], out: Path, env: dict[str, str], interrupt_after: float
 
 def _describe(code: int, err: str) -> str:
     # a progress bar on a pipe ends without a newline, so the message may follow it on one line
-    lines = [line[line.index("dpaudit-mix:"):] for line in err.replace("\r", "\n").splitlines()
-             if "dpaudit-mix:" in line]
-    return f"exit {code:>3}, {len(lines)} line(s){', TRACEBACK' if 'Traceback' in err else ''}: " + \
-        (lines[-1][:110] if lines else "(silent)")
+    lines = [
+        line[line.index("dpaudit-mix:") :] for line in err.replace("\r", "\n").splitlines() if "dpaudit-mix:" in line
+    ]
+    return f"exit {code:>3}, {len(lines)} line(s){', TRACEBACK' if 'Traceback' in err else ''}: " + (
+        lines[-1][:110] if lines else "(silent)"
+    )
 
 
 def _mount(path: Path, options: str) -> None:

@@ -35,12 +35,19 @@ def case(group: str, name: str) -> Callable[[Callable[[Path], bool]], Callable[[
     def register(check: Callable[[Path], bool]) -> Callable[[Path], bool]:
         CASES.append((group, name, check))
         return check
+
     return register
 
 
 def cli(*argv: str, env: dict[str, str] | None = None, timeout: float = 900, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dpaudit_mix.cli", *map(str, argv)], capture_output=True,
-                          text=True, timeout=timeout, env=env, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "dpaudit_mix.cli", *map(str, argv)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        **kwargs,
+    )
 
 
 def one_line(done: subprocess.CompletedProcess, code: int) -> bool:
@@ -50,9 +57,16 @@ def one_line(done: subprocess.CompletedProcess, code: int) -> bool:
 def problem(root: Path, name: str = "p.npz", extra: bool = False) -> Path:
     rng = np.random.Generator(np.random.PCG64(7))  # a fixed synthetic problem for the drill
     path = root / name
-    save(Problem(np.log(rng.beta(2.0, 1.0, size=(60, 4))), tuple(f"s{i}" for i in range(4)),
-                 heldout_logp=np.log(rng.beta(2.0, 1.0, size=(10, 4))), task="t",
-                 meta={"extra": "an unrelated array"} if extra else {}), path)
+    save(
+        Problem(
+            np.log(rng.beta(2.0, 1.0, size=(60, 4))),
+            tuple(f"s{i}" for i in range(4)),
+            heldout_logp=np.log(rng.beta(2.0, 1.0, size=(10, 4))),
+            task="t",
+            meta={"extra": "an unrelated array"} if extra else {},
+        ),
+        path,
+    )
     return path
 
 
@@ -64,6 +78,7 @@ def release_spec(root: Path, name: str, prob: Path, **keys: object) -> Path:
 
 
 # --- budget bypasses ----------------------------------------------------------------------------
+
 
 @case("budget bypass", "a deleted ledger reads as nothing spent")
 def _deleted(root: Path) -> bool:
@@ -112,6 +127,7 @@ def _symlink(root: Path) -> bool:
 
 # --- data loss ----------------------------------------------------------------------------------
 
+
 @case("data loss", "release deletes a published release before reading its spec")
 def _published(root: Path) -> bool:
     book = str(root / "ledger.json")
@@ -139,12 +155,14 @@ def _fifo(root: Path) -> bool:
 
 # --- hangs --------------------------------------------------------------------------------------
 
+
 @case("hang", "calibrate --sample-rate 1e-9 runs for minutes")
 def _calibrate(root: Path) -> bool:
     start = time.monotonic()
     try:
-        done = cli("calibrate", "--epsilon", "1", "--delta", "1e-5", "--sample-rate", "1e-9", "--steps", "100",
-                   timeout=240)
+        done = cli(
+            "calibrate", "--epsilon", "1", "--delta", "1e-5", "--sample-rate", "1e-9", "--steps", "100", timeout=240
+        )
     except subprocess.TimeoutExpired:
         return False
     return one_line(done, 2) and time.monotonic() - start < 240
@@ -152,14 +170,28 @@ def _calibrate(root: Path) -> bool:
 
 # --- tracebacks instead of one line ---------------------------------------------------------------
 
+
 @case("traceback", "a full disk (mix --out on a 64 KiB tmpfs)")
 def _full(root: Path) -> bool:
     disk = root / "disk"
     disk.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], check=True)
     try:
-        done = cli("mix", "--problem", problem(root), "--epsilon", "1", "--delta", "1e-5", "--runs", "5000",
-                   "--seed", "1", "--out", disk / "w.json")
+        done = cli(
+            "mix",
+            "--problem",
+            problem(root),
+            "--epsilon",
+            "1",
+            "--delta",
+            "1e-5",
+            "--runs",
+            "5000",
+            "--seed",
+            "1",
+            "--out",
+            disk / "w.json",
+        )
         return done.returncode not in (0, 1) and "Traceback" not in done.stderr and not (disk / "w.json").exists()
     finally:
         subprocess.run(["umount", str(disk)], check=False)
@@ -170,8 +202,12 @@ def _ctrl_c(root: Path) -> bool:
     prob = problem(root)
     spec = root / "a.toml"
     spec.write_text(f'problem = "{prob}"\nruns = 200000\n')
-    proc = subprocess.Popen([sys.executable, "-m", "dpaudit_mix.cli", "audit", str(spec), "--out", str(root / "o")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dpaudit_mix.cli", "audit", str(spec), "--out", str(root / "o")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(8)
     proc.send_signal(signal.SIGINT)
     err = proc.communicate()[1]
@@ -181,15 +217,18 @@ def _ctrl_c(root: Path) -> bool:
 def _release_on_ledger(root: Path, content: str) -> bool:
     """A release on a ledger holding ``content``: one line, exit 2."""
     (root / "ledger.json").write_text(content)
-    done = cli("release", release_spec(root, "s.toml", problem(root), ledger=str(root / "ledger.json")),
-               "--out", root / "a")
+    done = cli(
+        "release", release_spec(root, "s.toml", problem(root), ledger=str(root / "ledger.json")), "--out", root / "a"
+    )
     return one_line(done, 2)
 
 
-case("traceback", "a malformed ledger entry ({\"releases\": [1]})")(
-    lambda root: _release_on_ledger(root, '{"releases": [1]}'))
+case("traceback", 'a malformed ledger entry ({"releases": [1]})')(
+    lambda root: _release_on_ledger(root, '{"releases": [1]}')
+)
 case("traceback", "a ledger entry missing a key")(
-    lambda root: _release_on_ledger(root, '{"releases": [{"epsilon": 1.0}]}'))
+    lambda root: _release_on_ledger(root, '{"releases": [{"epsilon": 1.0}]}')
+)
 
 
 def _forged(root: Path, edit: Callable[[dict], None]) -> Path:
@@ -199,8 +238,12 @@ def _forged(root: Path, edit: Callable[[dict], None]) -> Path:
     made = kept / "r" / "release.json"
     if not made.exists():
         kept.mkdir(exist_ok=True)
-        cli("release", release_spec(kept, "s.toml", problem(kept), ledger=str(kept / "ledger.json")),
-            "--out", made.parent)
+        cli(
+            "release",
+            release_spec(kept, "s.toml", problem(kept), ledger=str(kept / "ledger.json")),
+            "--out",
+            made.parent,
+        )
     manifest = json.loads(made.read_text())
     edit(manifest)
     from dpaudit_mix.release.gate import manifest_digest
@@ -216,7 +259,7 @@ def _steps(root: Path) -> bool:
     return cli("check-release", _forged(root, lambda m: m["claim"].update(steps=10**9)), timeout=120).returncode == 2
 
 
-@case("traceback", "check-release with steps = \"10\"")
+@case("traceback", 'check-release with steps = "10"')
 def _steps_text(root: Path) -> bool:
     return one_line(cli("check-release", _forged(root, lambda m: m["claim"].update(steps="10"))), 2)
 
@@ -247,17 +290,43 @@ def _locale(root: Path) -> bool:
 @case("traceback", "stdout is /dev/full")
 def _dev_full(root: Path) -> bool:
     with open("/dev/full", "w") as full:
-        done = subprocess.run([sys.executable, "-m", "dpaudit_mix.cli", "account", "--noise-multiplier", "1",
-                               "--sample-rate", "1", "--steps", "10", "--delta", "1e-5"], stdout=full,
-                              stderr=subprocess.PIPE, text=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "dpaudit_mix.cli",
+                "account",
+                "--noise-multiplier",
+                "1",
+                "--sample-rate",
+                "1",
+                "--steps",
+                "10",
+                "--delta",
+                "1e-5",
+            ],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     return done.returncode not in (0, 1, 120) and "Traceback" not in done.stderr
 
 
 @case("traceback", "account --steps 1e9")
 def _account(root: Path) -> bool:
     try:
-        done = cli("account", "--noise-multiplier", "1", "--sample-rate", "0.01", "--steps", "1000000000",
-                   "--delta", "1e-5", timeout=120)
+        done = cli(
+            "account",
+            "--noise-multiplier",
+            "1",
+            "--sample-rate",
+            "0.01",
+            "--steps",
+            "1000000000",
+            "--delta",
+            "1e-5",
+            timeout=120,
+        )
     except subprocess.TimeoutExpired:
         return False
     return one_line(done, 2)
@@ -280,18 +349,22 @@ def _synthetic(root: Path) -> bool:
 @case("traceback", "warmsyn at epsilon = 1e-4 (no preflight)")
 def _warmsyn_eps(root: Path) -> bool:
     spec = root / "s.toml"
-    spec.write_text("epsilons = [1e-4]\npublic_size = 40\nsynthetic_size = 200\nedm_steps = 30\nseeds = 1\n"
-                    "warmup_steps = 10\nfinetune_epochs = 1\nsensitive_fraction = 0.2\n")
+    spec.write_text(
+        "epsilons = [1e-4]\npublic_size = 40\nsynthetic_size = 200\nedm_steps = 30\nseeds = 1\n"
+        "warmup_steps = 10\nfinetune_epochs = 1\nsensitive_fraction = 0.2\n"
+    )
     done = cli("warmsyn", spec, "--out", root / "o", timeout=600)
     return one_line(done, 2) and not (root / "o" / "cache" / "synthetic").exists()
 
 
 # --- minor --------------------------------------------------------------------------------------
 
+
 @case("minor", "calibrate --delta 1e-300 advises the accountant that failed")
 def _advice(root: Path) -> bool:
-    done = cli("calibrate", "--epsilon", "1", "--delta", "1e-300", "--sample-rate", "1", "--steps", "10",
-               "--accountant", "pld")
+    done = cli(
+        "calibrate", "--epsilon", "1", "--delta", "1e-300", "--sample-rate", "1", "--steps", "10", "--accountant", "pld"
+    )
     return done.returncode != 2 or "use the pld" not in done.stderr
 
 

@@ -32,8 +32,13 @@ def opacus_fit(p: np.ndarray, config: LearnerConfig) -> np.ndarray:
     layer = torch.nn.Linear(K, 1, bias=False)
     layer.weight.data.fill_(1.0 / K)
     model = GradSampleModule(layer, loss_reduction="sum")
-    opt = DPOptimizer(torch.optim.SGD(model.parameters(), lr=1.0), noise_multiplier=config.noise_multiplier,
-                      max_grad_norm=config.clip, expected_batch_size=N, loss_reduction="sum")
+    opt = DPOptimizer(
+        torch.optim.SGD(model.parameters(), lr=1.0),
+        noise_multiplier=config.noise_multiplier,
+        max_grad_norm=config.clip,
+        expected_batch_size=N,
+        loss_reduction="sum",
+    )
     for _ in range(config.steps):
         opt.zero_grad()
         with torch.no_grad():
@@ -88,8 +93,10 @@ def main() -> None:
     print(f"runs={args.runs} n={N} k={K} T={T} full batch, {threads} threads")
     print(f"batched learner        {batched:8.2f} s   ({args.runs / batched:,.0f} runs/s)")
     print(f"GEMM-only roofline     {roofline:8.2f} s   batched/roofline = {batched / roofline:.2f}x")
-    print(f"Opacus per-run loop    {opacus_total:8.1f} s   ({per_fit:.2f} s/fit x {args.runs}; "
-          f"{args.opacus_fits} fits timed)   speed-up = {opacus_total / batched:,.0f}x")
+    print(
+        f"Opacus per-run loop    {opacus_total:8.1f} s   ({per_fit:.2f} s/fit x {args.runs}; "
+        f"{args.opacus_fits} fits timed)   speed-up = {opacus_total / batched:,.0f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -29,8 +29,12 @@ DELTA = 1e-5
 
 
 def _release(spec: Path, out: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "dpaudit_mix.cli", "release", str(spec), "--out", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "dpaudit_mix.cli", "release", str(spec), "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def main() -> int:
@@ -41,31 +45,47 @@ def main() -> int:
         root = Path(tmp)
         rng = np.random.Generator(np.random.PCG64(2026))  # synthetic data for a drill, not a result
         problem = root / "p.npz"
-        save(Problem(np.log(rng.beta(2.0, 1.0, size=(300, 5))), tuple(f"s{i}" for i in range(5)),
-                     heldout_logp=np.log(rng.beta(2.0, 1.0, size=(10, 5))), task="t"), problem)
+        save(
+            Problem(
+                np.log(rng.beta(2.0, 1.0, size=(300, 5))),
+                tuple(f"s{i}" for i in range(5)),
+                heldout_logp=np.log(rng.beta(2.0, 1.0, size=(10, 5))),
+                task="t",
+            ),
+            problem,
+        )
         data = data_sha256(load(problem))
         outcomes = []
         for trial in range(args.trials):
             book = root / f"ledger-{trial}.json"
             spec = root / f"spec-{trial}.toml"
-            spec.write_text(f'problem = "{problem}"\nepsilon = 1.0\nsteps = 20\naudit_runs = 2000\n'
-                            f'budget_epsilon = 1.2\nledger = "{book}"\n')
+            spec.write_text(
+                f'problem = "{problem}"\nepsilon = 1.0\nsteps = 20\naudit_runs = 2000\n'
+                f'budget_epsilon = 1.2\nledger = "{book}"\n'
+            )
             procs = [_release(spec, root / f"out-{trial}-{i}") for i in range(2)]
             results = [(p.wait(), p.stderr.read()) for p in procs]
             codes = sorted(code for code, _ in results)
-            stages = ["budget" if "REFUSED (budget)" in err else "published" if code == 0 else err.strip()[-80:]
-                      for code, err in results]
+            stages = [
+                "budget" if "REFUSED (budget)" in err else "published" if code == 0 else err.strip()[-80:]
+                for code, err in results
+            ]
             total = ledger.spent(ledger.read(book), data, "", DELTA)
             ok = codes == [0, 3] and sorted(stages) == ["budget", "published"] and total <= 1.2
             outcomes.append(ok)
-            print(f"trial {trial}: exit codes {codes}, {stages}, ledger eps {total:.4f} <= 1.2: "
-                  f"{'ok' if ok else 'FAILED'}", flush=True)
+            print(
+                f"trial {trial}: exit codes {codes}, {stages}, ledger eps {total:.4f} <= 1.2: "
+                f"{'ok' if ok else 'FAILED'}",
+                flush=True,
+            )
         print(f"{sum(outcomes)} of {len(outcomes)} trials: exactly one published, the other refused at the budget")
 
         book = root / "ledger-kill.json"
         spec = root / "spec-kill.toml"
-        spec.write_text(f'problem = "{problem}"\nepsilon = 1.0\nsteps = 20\naudit_runs = 200000\n'
-                        f'budget_epsilon = 1.2\nledger = "{book}"\n')
+        spec.write_text(
+            f'problem = "{problem}"\nepsilon = 1.0\nsteps = 20\naudit_runs = 200000\n'
+            f'budget_epsilon = 1.2\nledger = "{book}"\n'
+        )
         victim = _release(spec, root / "out-kill")
         chunks = root / "out-kill" / "audit" / "chunks"
         while victim.poll() is None and not any(chunks.glob("*.npz")):
@@ -73,15 +93,24 @@ def main() -> int:
         victim.send_signal(signal.SIGKILL)
         victim.wait()
         entries = ledger.read(book)
-        print(f"kill -9 during the audit: exit {victim.returncode}, ledger entries "
-              f"{[e.status for e in entries]}, eps counted {ledger.spent(entries, data, '', DELTA):.4f}")
+        print(
+            f"kill -9 during the audit: exit {victim.returncode}, ledger entries "
+            f"{[e.status for e in entries]}, eps counted {ledger.spent(entries, data, '', DELTA):.4f}"
+        )
         spec.write_text(spec.read_text().replace("audit_runs = 200000", "audit_runs = 2000"))
         after = _release(spec, root / "out-after-kill")
         code, err = after.wait(), after.stderr.read()
         print(f"next release on the same data: exit {code}: {err.strip().splitlines()[-1][:160] if err else ''}")
-        print(json.dumps({"trials": len(outcomes), "ok": sum(outcomes),
-                          "kill_left_reservation": [e.status for e in entries] == ["reserved"],
-                          "next_refused_at_budget": code == 3 and "REFUSED (budget)" in err}))
+        print(
+            json.dumps(
+                {
+                    "trials": len(outcomes),
+                    "ok": sum(outcomes),
+                    "kill_left_reservation": [e.status for e in entries] == ["reserved"],
+                    "next_refused_at_budget": code == 3 and "REFUSED (budget)" in err,
+                }
+            )
+        )
     return 0
 
 

@@ -19,15 +19,38 @@ CLI = [sys.executable, "-m", "dpaudit_mix.cli"]
 COMMANDS = {
     "--help": [*CLI, "--help"],
     "bound": [*CLI, "bound", "--fp", "3", "--fn", "5", "--negatives", "1000", "--positives", "1000", "--delta", "1e-5"],
-    "account (all three accountants)": [*CLI, "account", "--noise-multiplier", "1.1", "--sample-rate", "0.01",
-                                        "--steps", "1000", "--delta", "1e-5"],
-    "calibrate (pld)": [*CLI, "calibrate", "--epsilon", "1", "--delta", "1e-5", "--sample-rate", "0.01",
-                        "--steps", "1000"],
+    "account (all three accountants)": [
+        *CLI,
+        "account",
+        "--noise-multiplier",
+        "1.1",
+        "--sample-rate",
+        "0.01",
+        "--steps",
+        "1000",
+        "--delta",
+        "1e-5",
+    ],
+    "calibrate (pld)": [
+        *CLI,
+        "calibrate",
+        "--epsilon",
+        "1",
+        "--delta",
+        "1e-5",
+        "--sample-rate",
+        "0.01",
+        "--steps",
+        "1000",
+    ],
 }
 REFERENCES = {
     "python -c pass": [sys.executable, "-c", "pass"],
-    "eager imports (the old cli)": [sys.executable, "-c",
-                                    "import torch, opacus, dp_accounting, pandas, seaborn, dpaudit_mix"],
+    "eager imports (the old cli)": [
+        sys.executable,
+        "-c",
+        "import torch, opacus, dp_accounting, pandas, seaborn, dpaudit_mix",
+    ],
 }
 
 
@@ -51,8 +74,9 @@ def main() -> None:
         print(f"  reference {name:<32} {seconds:6.2f} s")
     for name, argv in COMMANDS.items():
         seconds = median_seconds(argv, args.repeats)
-        print(f"  {name:<42} {seconds:6.2f} s   {seconds / TARGET_S:5.2f}× target   "
-              f"{seconds / eager:5.2f}× eager imports")
+        print(
+            f"  {name:<42} {seconds:6.2f} s   {seconds / TARGET_S:5.2f}× target   {seconds / eager:5.2f}× eager imports"
+        )
 
 
 if __name__ == "__main__":

@@ -33,8 +33,15 @@ def audit(spec: AuditSpec, problem, out: Path, sigma: float | None = None) -> tu
 
 
 def spec_for(eps: float, runs: int, seed: int) -> AuditSpec:
-    return AuditSpec(epsilon=eps, runs=runs, seed=seed, canaries=("max_clip",), threats=("white_box",),
-                     controls=False, chunk_size=4096)
+    return AuditSpec(
+        epsilon=eps,
+        runs=runs,
+        seed=seed,
+        canaries=("max_clip",),
+        threats=("white_box",),
+        controls=False,
+        chunk_size=4096,
+    )
 
 
 def strategies(trials: int = 100, runs: int = 20_000) -> None:
@@ -48,10 +55,13 @@ def strategies(trials: int = 100, runs: int = 20_000) -> None:
             include, select = rng.permutation(half), rng.permutation(half)
             noise = rng.standard_normal(runs)
             ratio.append(attack(noise + mu * include, include, select, 1e-5, strategy=strategy).mu_lower_bound / mu)
-            flagged.append(attack(noise + 1.5 * mu * include, include, select, 1e-5,
-                                  strategy=strategy).profile_violation(claim))
-        print(f"exact Gaussian scores, eps=1, {runs:,} runs, {trials} trials, {strategy:<10}: mu_LB/mu = "
-              f"{np.mean(ratio):.3f} ± {np.std(ratio):.3f}; 1.5x leak flagged in {np.mean(flagged):.0%}")
+            flagged.append(
+                attack(noise + 1.5 * mu * include, include, select, 1e-5, strategy=strategy).profile_violation(claim)
+            )
+        print(
+            f"exact Gaussian scores, eps=1, {runs:,} runs, {trials} trials, {strategy:<10}: mu_LB/mu = "
+            f"{np.mean(ratio):.3f} ± {np.std(ratio):.3f}; 1.5x leak flagged in {np.mean(flagged):.0%}"
+        )
 
 
 def main() -> None:
@@ -64,8 +74,7 @@ def main() -> None:
     strategies()
     problem = resolve_problem(AuditSpec())
     sizes = ((2_000, args.seeds), (20_000, args.seeds)) + (() if args.quick else ((200_000, args.large_seeds),))
-    print("white-box max-clip, mnist/digit-0, rho=0.1, T=100, delta=1e-5, 95% CP, strategy "
-          f"{AuditSpec.threshold}")
+    print(f"white-box max-clip, mnist/digit-0, rho=0.1, T=100, delta=1e-5, 95% CP, strategy {AuditSpec.threshold}")
     with tempfile.TemporaryDirectory() as tmp:
         for eps in (1.0, 2.0, 5.0):
             for runs, seeds in sizes:
@@ -76,20 +85,24 @@ def main() -> None:
                     rows.append((r.epsilon_lower_bound, r.epsilon_lower_bound_gdp, r.profile_violation))
                     seconds.append(took)
                 b = np.array(rows, dtype=float)
-                print(f"eps={eps:g} runs={runs:>7,} seeds={seeds}  strict eps_LB/eps = {b[:, 0].mean() / eps:.3f} "
-                      f"± {b[:, 0].std() / eps:.3f}   GDP eps_LB/eps = {b[:, 1].mean() / eps:.3f} ± "
-                      f"{b[:, 1].std() / eps:.3f}   flagged {int(b[:, 2].sum())}/{seeds}   "
-                      f"{np.mean(seconds):.1f} s/audit")
+                print(
+                    f"eps={eps:g} runs={runs:>7,} seeds={seeds}  strict eps_LB/eps = {b[:, 0].mean() / eps:.3f} "
+                    f"± {b[:, 0].std() / eps:.3f}   GDP eps_LB/eps = {b[:, 1].mean() / eps:.3f} ± "
+                    f"{b[:, 1].std() / eps:.3f}   flagged {int(b[:, 2].sum())}/{seeds}   "
+                    f"{np.mean(seconds):.1f} s/audit"
+                )
         audits = 5 if args.quick else args.power_audits
         sigma = accounting.calibrate(1.0, 1e-5, 1.0, 100)
         for name, override in (("honest", None), ("leaks 1.5x (sigma/1.5)", sigma / 1.5)):
             flagged = []
             for seed in range(audits):
-                summary, _ = audit(spec_for(1.0, 20_000, 100 + seed), problem, Path(tmp) / f"power-{name}-{seed}",
-                                   override)
+                summary, _ = audit(
+                    spec_for(1.0, 20_000, 100 + seed), problem, Path(tmp) / f"power-{name}-{seed}", override
+                )
                 flagged.append(summary.violation)
-            print(f"power, eps=1, 20,000 runs, {name}: flagged in {sum(flagged)}/{audits} audits "
-                  f"({np.mean(flagged):.0%})")
+            print(
+                f"power, eps=1, 20,000 runs, {name}: flagged in {sum(flagged)}/{audits} audits ({np.mean(flagged):.0%})"
+            )
 
 
 if __name__ == "__main__":

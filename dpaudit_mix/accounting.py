@@ -12,7 +12,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -57,10 +57,15 @@ class GaussianPhase:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        require(0 < self.noise_multiplier <= MAX_NOISE_MULTIPLIER,
-                f"noise multiplier must be in (0, {MAX_NOISE_MULTIPLIER:g}], got {self.noise_multiplier}")
-        require(MIN_SAMPLE_RATE <= self.sample_rate <= 1, f"sample rate q must be in [{MIN_SAMPLE_RATE:g}, 1] "
-                f"(below it no accountant answers in reasonable time), got {self.sample_rate}")
+        require(
+            0 < self.noise_multiplier <= MAX_NOISE_MULTIPLIER,
+            f"noise multiplier must be in (0, {MAX_NOISE_MULTIPLIER:g}], got {self.noise_multiplier}",
+        )
+        require(
+            MIN_SAMPLE_RATE <= self.sample_rate <= 1,
+            f"sample rate q must be in [{MIN_SAMPLE_RATE:g}, 1] "
+            f"(below it no accountant answers in reasonable time), got {self.sample_rate}",
+        )
         require(1 <= self.steps <= MAX_STEPS, f"steps T must be in [1, {MAX_STEPS:,}], got {self.steps}")
 
 
@@ -162,17 +167,23 @@ def calibrate(
     deadline = time.monotonic() + CALIBRATE_SECONDS
 
     def excess(sigma: float) -> float:
-        require(time.monotonic() < deadline, f"calibrating epsilon {target_epsilon:g} at delta {delta:g}, q = "
-                f"{sample_rate:g}, T = {steps} with the {accountant} accountant did not finish in "
-                f"{CALIBRATE_SECONDS:g} s (near sigma {sigma:.3g}); a larger q or fewer steps calibrate faster")
+        require(
+            time.monotonic() < deadline,
+            f"calibrating epsilon {target_epsilon:g} at delta {delta:g}, q = "
+            f"{sample_rate:g}, T = {steps} with the {accountant} accountant did not finish in "
+            f"{CALIBRATE_SECONDS:g} s (near sigma {sigma:.3g}); a larger q or fewer steps calibrate faster",
+        )
         return epsilon([*prior, GaussianPhase(sigma, sample_rate, steps)], delta, accountant) - target_epsilon
 
     # Bracket in the accountant itself (no other accountant's floor limits the reachable ε),
     # from a start that is exact for full batch and close under Poisson sampling.
     factor = 1.5
     low = high = _start_sigma(target_epsilon, delta, sample_rate, steps)
-    require(high <= MAX_NOISE_MULTIPLIER, f"epsilon {target_epsilon:g} at delta {delta:g} over {steps} steps needs a "
-            f"noise multiplier of about {high:.3g}, above the largest accepted ({MAX_NOISE_MULTIPLIER:g})")
+    require(
+        high <= MAX_NOISE_MULTIPLIER,
+        f"epsilon {target_epsilon:g} at delta {delta:g} over {steps} steps needs a "
+        f"noise multiplier of about {high:.3g}, above the largest accepted ({MAX_NOISE_MULTIPLIER:g})",
+    )
     if excess(high) > 0:
         climbs = 0
         while excess(high) > 0:
@@ -184,29 +195,34 @@ def calibrate(
                 raise InputError(
                     f"the {accountant} accountant cannot certify epsilon {target_epsilon:g} at delta {delta:g}: even "
                     f"noise multiplier {MAX_NOISE_MULTIPLIER:g} gives epsilon {floor:.4g} (its conversion to "
-                    f"(epsilon, delta) has that floor); try {' or '.join(a for a in ACCOUNTANTS if a != accountant)}")
+                    f"(epsilon, delta) has that floor); try {' or '.join(a for a in ACCOUNTANTS if a != accountant)}"
+                )
             low, high = high, min(high * factor, MAX_NOISE_MULTIPLIER)
     else:
         while excess(low) <= 0:
-            require(low > 1e-3, f"the {accountant} accountant gives epsilon <= {target_epsilon:g} even at noise "
-                    f"multiplier 1e-3: the target is beyond what it resolves")
+            require(
+                low > 1e-3,
+                f"the {accountant} accountant gives epsilon <= {target_epsilon:g} even at noise "
+                f"multiplier 1e-3: the target is beyond what it resolves",
+            )
             low, high = low / factor, low
     # Invariant: excess(low) > 0 >= excess(high). Brent's method to rel_tol, then keep the valid side.
     sigma = brentq(excess, low, high, xtol=rel_tol * low / 4, rtol=rel_tol / 4)
     while excess(sigma) > 0:
         sigma = min(high, sigma * (1 + rel_tol / 4))
-    return sigma
+    return float(sigma)
 
 
-@lru_cache(maxsize=None)
-def calibrate_once(target_epsilon: float, delta: float, sample_rate: float, steps: int,
-                   prior: tuple[GaussianPhase, ...] = ()) -> float:
+@cache
+def calibrate_once(
+    target_epsilon: float, delta: float, sample_rate: float, steps: int, prior: tuple[GaussianPhase, ...] = ()
+) -> float:
     """:func:`calibrate` (default accountant), once per setting: experiments ask for the same σ for
     every method and seed, and a PLD calibration under Poisson sampling takes seconds."""
     return calibrate(target_epsilon, delta, sample_rate, steps, prior=prior)
 
 
-@lru_cache(maxsize=None)
+@cache
 def epsilon_once(phases: tuple[GaussianPhase, ...], delta: float) -> float:
     """:func:`epsilon` (default accountant) of ``phases`` composed, once per setting."""
     return epsilon(phases, delta)

@@ -11,9 +11,10 @@ import json
 import os
 import stat
 import tempfile
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -47,7 +48,7 @@ def _alive(pid: int) -> bool:
 def _remove_stale_temps(target: Path) -> None:
     """Temp files of ``target`` whose writer is dead (pid in the name): leftovers of a killed write."""
     for leftover in glob.glob(os.path.join(glob.escape(str(target.parent)), f".{glob.escape(target.name)}.*.tmp*")):
-        parts = Path(leftover).name[len(target.name) + 2:].split(".")
+        parts = Path(leftover).name[len(target.name) + 2 :].split(".")
         if parts and parts[0].isdigit() and not _alive(int(parts[0])):
             Path(leftover).unlink(missing_ok=True)
 
@@ -92,11 +93,12 @@ def write_json(path: str | os.PathLike[str], obj: Any) -> None:
 def write_npz(path: str | os.PathLike[str], **arrays: np.ndarray) -> None:
     """``np.savez`` appends ``.npz`` to names lacking it, so the temp name keeps that suffix."""
     with atomic_path(path, suffix=".npz") as tmp:
-        np.savez(tmp, **arrays)
+        np.savez(tmp, **arrays)  # type: ignore[arg-type]  # numpy's stub reads ** as allow_pickle
 
 
-def check_output(path: str | os.PathLike[str], folder: bool,
-                 inputs: Sequence[str | os.PathLike[str] | None] = ()) -> Path:
+def check_output(
+    path: str | os.PathLike[str], folder: bool, inputs: Sequence[str | os.PathLike[str] | None] = ()
+) -> Path:
     """Check, writing nothing, that ``path`` can be created as an output folder (or file).
 
     Commands call this before any computation, so a bad ``--out`` costs one line, not a run. An
@@ -116,22 +118,29 @@ def _check_output(target: Path, folder: bool, inputs: list[Path]) -> Path:
     except RuntimeError:  # Python 3.11 reports a symlink loop this way
         raise InputError(f"cannot use {target} as output: a symbolic link loop") from None
     for given in inputs:
-        require(not (given.exists() and target.exists() and os.path.samefile(given, target)),
-                f"output {kind} {target} is the input {given}; it would be overwritten: choose another --out")
+        require(
+            not (given.exists() and target.exists() and os.path.samefile(given, target)),
+            f"output {kind} {target} is the input {given}; it would be overwritten: choose another --out",
+        )
     if target.is_symlink() or target.exists():
         require(target.exists(), f"output {kind} {target} is a dangling symbolic link")
         mode = target.stat().st_mode
-        require(stat.S_ISDIR(mode) or stat.S_ISREG(mode),
-                f"output {kind} {target} is a special file (device, FIFO or socket); refusing to replace it")
+        require(
+            stat.S_ISDIR(mode) or stat.S_ISREG(mode),
+            f"output {kind} {target} is a special file (device, FIFO or socket); refusing to replace it",
+        )
         require(target.is_dir() == folder, f"output {kind} {target} exists and is a {'file' if folder else 'folder'}")
     ancestor = target if folder and target.is_dir() else target.parent
     while not ancestor.exists():
         ancestor = ancestor.parent
     require(ancestor.is_dir(), f"cannot create the output {kind} {target}: {ancestor} is a file, not a folder")
-    require(os.access(ancestor, os.W_OK | os.X_OK), f"cannot create the output {kind} {target}: {ancestor} is not writable")
+    require(
+        os.access(ancestor, os.W_OK | os.X_OK), f"cannot create the output {kind} {target}: {ancestor} is not writable"
+    )
     try:  # permission bits do not tell everything (root, read-only or virtual file systems): try it
         os.rmdir(tempfile.mkdtemp(prefix=".dpaudit-probe-", dir=ancestor))
     except OSError as exc:
-        raise InputError(f"cannot create the output {kind} {target}: {ancestor} refuses new entries ({exc.strerror})"
-                         ) from None
+        raise InputError(
+            f"cannot create the output {kind} {target}: {ancestor} refuses new entries ({exc.strerror})"
+        ) from None
     return target

@@ -72,8 +72,9 @@ def user_state_dir() -> Path:
     return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "dpaudit-mix"
 
 
-def cached(path: Path, compute: Callable[[], T], save: Callable[[Path, T], None], load: Callable[[Path], T],
-           write: bool = True) -> T:
+def cached(
+    path: Path, compute: Callable[[], T], save: Callable[[Path, T], None], load: Callable[[Path], T], write: bool = True
+) -> T:
     """``load(path)`` if it passes its checksum; else ``compute()``, saved with a fresh checksum
     (unless ``write`` is False: a cache known to be unwritable is only read)."""
     check = path.with_name(path.name + ".sha256")

@@ -8,6 +8,7 @@ the machine (disk full, I/O error, stdout closed), 130 interrupted (Ctrl-C; reru
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import errno
 import json
@@ -18,12 +19,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import accounting, problem as problem_io
+from . import accounting
+from . import problem as problem_io
 from .atomic import check_output, write_json
 from .audit import BACKENDS
 from .data import registry
-from .errors import (EXIT_BAD_INPUT, EXIT_FAULT, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_VIOLATION, InputError,
-                     require)
+from .errors import EXIT_BAD_INPUT, EXIT_FAULT, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_VIOLATION, InputError, require
 from .learner import LearnerConfig
 from .randomness import stream
 from .resources import require_memory
@@ -32,8 +33,17 @@ from .resources import require_memory
 # to load, and `--help` or `bound` should not wait for them (bench/startup.py measures this).
 
 #: errors of a path the user gave (exit 2); any other OSError is the machine's fault (exit 5).
-PATH_ERRORS = {errno.ELOOP, errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM,
-               errno.EROFS, errno.ENOENT, errno.EEXIST}
+PATH_ERRORS = {
+    errno.ELOOP,
+    errno.ENAMETOOLONG,
+    errno.ENOTDIR,
+    errno.EISDIR,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EROFS,
+    errno.ENOENT,
+    errno.EEXIST,
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -52,8 +62,10 @@ def _emit(result: dict[str, Any], out: str | None) -> None:
     (lists longer than a few entries are left out of it)."""
     if out:
         write_json(out, result)
-        result = {"out": out, **{key: value for key, value in result.items()
-                                 if not (isinstance(value, list) and len(value) > 64)}}
+        result = {
+            "out": out,
+            **{key: value for key, value in result.items() if not (isinstance(value, list) and len(value) > 64)},
+        }
     print(json.dumps(result, indent=2))
 
 
@@ -91,18 +103,29 @@ def cmd_mix(args: argparse.Namespace) -> None:
     from .learner import fit, fit_losses
     from .mixmin import mixmin
 
-    require(not (args.secure and args.seed is not None), "--secure and --seed exclude each other: --seed makes "
-            "the noise reproducible, which a release must not be")
+    require(
+        not (args.secure and args.seed is not None),
+        "--secure and --seed exclude each other: --seed makes the noise reproducible, which a release must not be",
+    )
     if args.out:
         check_output(args.out, folder=False, inputs=[args.problem])
     prob = problem_io.load(args.problem)
     if args.nonprivate:
         result = mixmin(prob.logp)
-        _emit({"sources": list(prob.sources), "weights": result.weights.tolist(), "loss": result.loss,
-               "epsilon": None, "delta": None, "noise_multiplier": 0.0, "duality_gap": result.gap}, args.out)
+        _emit(
+            {
+                "sources": list(prob.sources),
+                "weights": result.weights.tolist(),
+                "loss": result.loss,
+                "epsilon": None,
+                "delta": None,
+                "noise_multiplier": 0.0,
+                "duality_gap": result.gap,
+            },
+            args.out,
+        )
         return
-    require(args.epsilon is not None and args.delta is not None,
-            "give --nonprivate, or both --epsilon and --delta")
+    require(args.epsilon is not None and args.delta is not None, "give --nonprivate, or both --epsilon and --delta")
     accounting.check_epsilon(args.epsilon)
     accounting.check_delta(args.delta)
     LearnerConfig(steps=args.steps, clip=args.clip, sample_rate=args.sample_rate)  # validate before calibrating
@@ -110,29 +133,42 @@ def cmd_mix(args: argparse.Namespace) -> None:
     sigma = accounting.calibrate(args.epsilon, args.delta, args.sample_rate, args.steps, args.accountant)
     seeded = args.seed is not None
     if seeded:
-        print(f"dpaudit-mix: warning: --seed {args.seed}: the noise is reproducible from the seed; for audits and "
-              "experiments, not for release", file=sys.stderr)
-    config = LearnerConfig(steps=args.steps, clip=args.clip, noise_multiplier=sigma, sample_rate=args.sample_rate,
-                           user_level=args.user_level, secure=not seeded)
+        print(
+            f"dpaudit-mix: warning: --seed {args.seed}: the noise is reproducible from the seed; for audits and "
+            "experiments, not for release",
+            file=sys.stderr,
+        )
+    config = LearnerConfig(
+        steps=args.steps,
+        clip=args.clip,
+        noise_multiplier=sigma,
+        sample_rate=args.sample_rate,
+        user_level=args.user_level,
+        secure=not seeded,
+    )
     noise = stream(args.seed, "learner-noise", command="mix") if seeded else None
     weights = fit(prob, config, args.runs, noise).weights
     losses = fit_losses(prob, weights)
     spent = accounting.epsilons([accounting.GaussianPhase(sigma, args.sample_rate, args.steps)], args.delta)
     single = args.runs == 1
-    _emit({
-        "sources": list(prob.sources),
-        "weights": weights[0].tolist() if single else weights.tolist(),
-        "loss": float(losses[0]) if single else losses.tolist(),
-        "epsilon": args.epsilon,
-        "delta": args.delta,
-        "noise_multiplier": sigma,
-        "accountant": args.accountant,
-        "claim": f"(epsilon, delta) = ({args.epsilon:g}, {args.delta:g}) rests on the {args.accountant} accountant, "
-                 "which calibrated sigma; epsilon_by_accountant shows what the others certify for the same sigma",
-        "epsilon_by_accountant": spent,
-        "noise": "seeded" if seeded else "csprng",
-        **({"seed": args.seed} if seeded else {}),
-    }, args.out)
+    _emit(
+        {
+            "sources": list(prob.sources),
+            "weights": weights[0].tolist() if single else weights.tolist(),
+            "loss": float(losses[0]) if single else losses.tolist(),
+            "epsilon": args.epsilon,
+            "delta": args.delta,
+            "noise_multiplier": sigma,
+            "accountant": args.accountant,
+            "claim": f"(epsilon, delta) = ({args.epsilon:g}, {args.delta:g}) rests on the {args.accountant} "
+            "accountant, which calibrated sigma; epsilon_by_accountant shows what the others certify for the "
+            "same sigma",
+            "epsilon_by_accountant": spent,
+            "noise": "seeded" if seeded else "csprng",
+            **({"seed": args.seed} if seeded else {}),
+        },
+        args.out,
+    )
 
 
 def _phase(args: argparse.Namespace) -> accounting.GaussianPhase:
@@ -158,9 +194,19 @@ def cmd_problem(args: argparse.Namespace) -> None:
     prob = registry.build(args.name, args.task or registry.tasks(args.name)[0], args.seed)
     problem_io.save(prob, args.out)
     star = mixmin(prob.logp).weights
-    _emit({"problem": args.name, "task": prob.task, "n": prob.n, "k": prob.k, "out": args.out,
-           "sources": list(prob.sources), "lambda_star": star.tolist(),
-           "cos_lambda_star_uniform": float(cos_similarity(star, np.ones(prob.k)))}, None)
+    _emit(
+        {
+            "problem": args.name,
+            "task": prob.task,
+            "n": prob.n,
+            "k": prob.k,
+            "out": args.out,
+            "sources": list(prob.sources),
+            "lambda_star": star.tolist(),
+            "cos_lambda_star_uniform": float(cos_similarity(star, np.ones(prob.k))),
+        },
+        None,
+    )
 
 
 def cmd_bound(args: argparse.Namespace) -> None:
@@ -170,8 +216,7 @@ def cmd_bound(args: argparse.Namespace) -> None:
     bound = epsilon_lower_bound(args.fp, args.fn, args.negatives, args.positives, args.delta, args.confidence)
     result: dict[str, Any] = dataclasses.asdict(bound)
     if args.claimed_mu is not None:
-        require(args.claimed_mu > 0,
-                f"--claimed-mu must be > 0, got {args.claimed_mu}")
+        require(args.claimed_mu > 0, f"--claimed-mu must be > 0, got {args.claimed_mu}")
         result["claimed_mu"] = args.claimed_mu
         result["profile_violation"] = bool(GaussianTradeOff(args.claimed_mu).violated(bound.fpr_upper, bound.fnr_upper))
     _emit(result, None)
@@ -182,20 +227,26 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from .audit.report import write_report
 
     spec = load_spec(args.spec, problem=args.problem, runs=args.runs, epsilon=args.epsilon)
-    out = check_output(args.out or Path("reports") / Path(args.spec).stem, folder=True,
-                       inputs=[args.spec, args.problem])
-    outcome = run_audit(spec, out, noise_multiplier=args.noise_multiplier, backend=args.backend,
-                        scheduler=args.scheduler)
+    out = check_output(
+        args.out or Path("reports") / Path(args.spec).stem, folder=True, inputs=[args.spec, args.problem]
+    )
+    outcome = run_audit(
+        spec, out, noise_multiplier=args.noise_multiplier, backend=args.backend, scheduler=args.scheduler
+    )
     write_report(outcome, out)
     print(json.dumps(outcome.summary.to_dict(), indent=2))
     if outcome.summary.violation:
-        print(f"dpaudit-mix: VIOLATION: empirical epsilon exceeds the claimed {spec.epsilon:g}; see {out}/report.md",
-              file=sys.stderr)
+        print(
+            f"dpaudit-mix: VIOLATION: empirical epsilon exceeds the claimed {spec.epsilon:g}; see {out}/report.md",
+            file=sys.stderr,
+        )
         return EXIT_VIOLATION
     if outcome.summary.inconclusive:
-        print(f"dpaudit-mix: INCONCLUSIVE: the sigma=0 control(s) {', '.join(outcome.summary.blind_controls)} "
-              f"stay within the claimed epsilon {spec.epsilon:g}: this audit cannot see leakage; see {out}/report.md",
-              file=sys.stderr)
+        print(
+            f"dpaudit-mix: INCONCLUSIVE: the sigma=0 control(s) {', '.join(outcome.summary.blind_controls)} "
+            f"stay within the claimed epsilon {spec.epsilon:g}: this audit cannot see leakage; see {out}/report.md",
+            file=sys.stderr,
+        )
         return EXIT_INCONCLUSIVE
     return 0
 
@@ -234,8 +285,12 @@ def cmd_recovery(args: argparse.Namespace) -> None:
     result = run_recovery(spec)
     write_recovery_report(result, out)
     ks = result.k_scaling
-    print(json.dumps({"out": str(out), "cells": len(result.cells), "k_slope": ks["slope"],
-                      "k_fit_range": ks["fit_range"]}, indent=2))
+    print(
+        json.dumps(
+            {"out": str(out), "cells": len(result.cells), "k_slope": ks["slope"], "k_fit_range": ks["fit_range"]},
+            indent=2,
+        )
+    )
 
 
 def cmd_pipeline(args: argparse.Namespace) -> None:
@@ -263,7 +318,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if "self_test" in summary:
         st = summary["self_test"]
         lines.append(f"self-test: {st['caught']} of {len(st['mutants'])} mutants caught")
-    print(json.dumps(summary, indent=2) if args.json else "\n".join(lines + [f"{summary['seconds']} s; see {out}/verify.md"]))
+    print(
+        json.dumps(summary, indent=2)
+        if args.json
+        else "\n".join(lines + [f"{summary['seconds']} s; see {out}/verify.md"])
+    )
     if problems:
         print("dpaudit-mix: verification FAILED:\n  " + "\n  ".join(problems), file=sys.stderr)
         return EXIT_VIOLATION
@@ -284,8 +343,12 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--epsilon", type=_finite)
     mix.add_argument("--delta", type=_finite)
     mix.add_argument("--runs", type=_positive_int, default=1)
-    mix.add_argument("--seed", type=_seed, help="reproducible noise from this seed (audits, experiments; never for "
-                     "release). Default: noise from the OS CSPRNG")
+    mix.add_argument(
+        "--seed",
+        type=_seed,
+        help="reproducible noise from this seed (audits, experiments; never for "
+        "release). Default: noise from the OS CSPRNG",
+    )
     mix.add_argument("--steps", type=_positive_int, default=LearnerConfig.steps)
     mix.add_argument("--clip", type=_finite, default=LearnerConfig.clip)
     mix.add_argument("--sample-rate", type=_finite, default=1.0)
@@ -322,8 +385,11 @@ def build_parser() -> argparse.ArgumentParser:
         bound.add_argument(flag, type=_count, required=True)
     bound.add_argument("--delta", type=_finite, required=True)
     bound.add_argument("--confidence", type=_finite, default=0.95)
-    bound.add_argument("--claimed-mu", type=_finite,
-                       help="the claim as mu-GDP: adds profile_violation (the CP point lies below its trade-off curve)")
+    bound.add_argument(
+        "--claimed-mu",
+        type=_finite,
+        help="the claim as mu-GDP: adds profile_violation (the CP point lies below its trade-off curve)",
+    )
     bound.set_defaults(func=cmd_bound)
 
     audit = sub.add_parser("audit", help="empirical privacy audit of DP-MixMin (exit 3 on a violation)")
@@ -332,17 +398,25 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--out", help="output folder (default reports/<spec name>)")
     audit.add_argument("--runs", type=_positive_int)
     audit.add_argument("--epsilon", type=_finite)
-    audit.add_argument("--noise-multiplier", type=_finite,
-                       help="override the calibrated sigma while the claim stays epsilon (simulates a broken mechanism)")
+    audit.add_argument(
+        "--noise-multiplier",
+        type=_finite,
+        help="override the calibrated sigma while the claim stays epsilon (simulates a broken mechanism)",
+    )
     audit.add_argument("--backend", choices=BACKENDS, default="local")
     audit.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://host:8786")
     audit.set_defaults(func=cmd_audit)
 
-    release_cmd = sub.add_parser("release", help="verify, audit the exact configuration, then release λ (exit 3 if refused)")
+    release_cmd = sub.add_parser(
+        "release", help="verify, audit the exact configuration, then release λ (exit 3 if refused)"
+    )
     release_cmd.add_argument("spec")
     release_cmd.add_argument("--out", help="output folder (default reports/release-<spec name>)")
-    release_cmd.add_argument("--noise-multiplier", type=_finite,
-                             help="override the calibrated sigma while the claim stays (simulates a leaking mechanism)")
+    release_cmd.add_argument(
+        "--noise-multiplier",
+        type=_finite,
+        help="override the calibrated sigma while the claim stays (simulates a leaking mechanism)",
+    )
     release_cmd.set_defaults(func=cmd_release)
 
     check = sub.add_parser("check-release", help="re-verify a release.json (hash, epsilon, problem file)")
@@ -358,46 +432,50 @@ def build_parser() -> argparse.ArgumentParser:
     pipeline = sub.add_parser("pipeline", help="proxies → private mixture → pretrain → DP finetune → evaluate")
     pipeline.add_argument("spec")
     pipeline.add_argument("--out", help="output folder (default reports/pipeline-<spec name>)")
-    pipeline.add_argument("--secure", action="store_true",
-                          help="every private noise and Poisson batch from the OS CSPRNG (not reproducible)")
+    pipeline.add_argument(
+        "--secure",
+        action="store_true",
+        help="every private noise and Poisson batch from the OS CSPRNG (not reproducible)",
+    )
     pipeline.set_defaults(func=cmd_pipeline)
 
-    warmsyn = sub.add_parser("warmsyn", help="EDM synthetic data from a small public set, warm-up, DP finetune: "
-                                          "the seed paper's ablation")
+    warmsyn = sub.add_parser(
+        "warmsyn", help="EDM synthetic data from a small public set, warm-up, DP finetune: the seed paper's ablation"
+    )
     warmsyn.add_argument("spec")
     warmsyn.add_argument("--out", help="output folder (default reports/warmsyn-<spec name>)")
     warmsyn.set_defaults(func=cmd_warmsyn)
 
-    verify_cmd = sub.add_parser("verify-accountant",
-                                help="check accountants, calibration, the learner's noise and an audit (exit 3 on failure)")
+    verify_cmd = sub.add_parser(
+        "verify-accountant", help="check accountants, calibration, the learner's noise and an audit (exit 3 on failure)"
+    )
     verify_cmd.add_argument("--quick", action="store_true", help="the CI-sized run (about 40 s on 2 cores)")
-    verify_cmd.add_argument("--self-test", action="store_true",
-                            help="also run the checks on deliberately broken mechanisms and report how many are caught")
+    verify_cmd.add_argument(
+        "--self-test",
+        action="store_true",
+        help="also run the checks on deliberately broken mechanisms and report how many are caught",
+    )
     verify_cmd.add_argument("--out", help="output folder for verify.json and verify.md (default reports/verify)")
     verify_cmd.set_defaults(func=cmd_verify)
 
     for p in (mix, account, calibrate, prob, bound, audit, release_cmd, check, recovery, pipeline, warmsyn):
         common(p)
-    verify_cmd.add_argument("--json", action="store_true", help="print the whole summary as JSON instead of one "
-                            "line per check")
+    verify_cmd.add_argument(
+        "--json", action="store_true", help="print the whole summary as JSON instead of one line per check"
+    )
     return parser
 
 
 def _silence_stdout() -> None:
     """Point stdout at /dev/null, so the interpreter's last flush of a closed or full stdout does not
     add a traceback to the one line already said."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):
-        pass
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _say(line: str) -> None:
-    try:
+    with contextlib.suppress(OSError):
         print(line, file=sys.stderr)
-    except OSError:
-        pass
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,8 +12,8 @@ import numpy as np
 
 from . import accounting
 from .audit.engine import load_spec, run_audit
-from .audit.result import SettingResult
 from .audit.report import write_report
+from .audit.result import SettingResult
 from .data import registry
 from .errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VIOLATION
 from .learner import LearnerConfig, fit, fit_losses
@@ -50,23 +50,30 @@ def main() -> int:
         runs = fit(prob, LearnerConfig(noise_multiplier=sigma), RUNS, stream(0, "learner-noise", demo=eps)).weights
         columns[f"ε={eps:g}"] = runs.mean(axis=0)
         losses[f"ε={eps:g}"] = f"{fit_losses(prob, runs).mean():.4f}"
-    print(f"problem mnist/{prob.task}: n={prob.n}, k={prob.k}; DP columns are means over {RUNS} runs "
-          f"(δ={DELTA:g}, T=100, C=3, full batch)")
+    print(
+        f"problem mnist/{prob.task}: n={prob.n}, k={prob.k}; DP columns are means over {RUNS} runs "
+        f"(δ={DELTA:g}, T=100, C=3, full batch)"
+    )
     print(f"{'source':<18}" + "".join(f"{name:>10}" for name in columns))
     for i, source in enumerate(prob.sources):
         print(f"{source:<18}" + "".join(f"{col[i]:>10.3f}" for col in columns.values()))
     print(f"{'loss L(λ)':<18}" + "".join(f"{losses[name]:>10}" for name in columns))
-    print(f"cos(λ★, uniform) = {cos_similarity(star.weights, np.ones(prob.k)):.3f}; "
-          f"problem file: {OUT / 'problem.npz'}")
+    print(
+        f"cos(λ★, uniform) = {cos_similarity(star.weights, np.ones(prob.k)):.3f}; problem file: {OUT / 'problem.npz'}"
+    )
     outcome = run_audit(load_spec(SPEC), OUT)
     write_report(outcome, OUT)
     summary = outcome.summary
-    print(f"\naudit {SPEC}: claimed ε = {summary.claimed_epsilon:g}, δ = {summary.delta:g}, "
-          f"{summary.results[0].runs} runs per setting")
+    print(
+        f"\naudit {SPEC}: claimed ε = {summary.claimed_epsilon:g}, δ = {summary.delta:g}, "
+        f"{summary.results[0].runs} runs per setting"
+    )
     for r in summary.results:
-        print(f"  {r.canary:<9} {r.threat:<10} {'private' if r.noise else 'σ=0 control':<12} "
-              f"ε_LB = {r.epsilon_lower_bound:.3f}  GDP ε_LB = {r.epsilon_lower_bound_gdp:.3f}  "
-              f"{_verdict(r)}")
+        print(
+            f"  {r.canary:<9} {r.threat:<10} {'private' if r.noise else 'σ=0 control':<12} "
+            f"ε_LB = {r.epsilon_lower_bound:.3f}  GDP ε_LB = {r.epsilon_lower_bound_gdp:.3f}  "
+            f"{_verdict(r)}"
+        )
     print(f"violation: {summary.violation}; inconclusive: {summary.inconclusive}; report: {OUT / 'report.html'}")
     # A demonstration, not a real release: its own release folder and ledger, made afresh on every
     # run (a real release is never overwritten, and its ledger is the machine's).
@@ -78,10 +85,12 @@ def main() -> int:
     except Refused as refusal:
         print(f"\nrelease {RELEASE_SPEC}: REFUSED ({refusal.stage}): {refusal.reason}")
         return refusal.exit_code
-    print(f"\nrelease {RELEASE_SPEC}: verified, audited ({manifest['audit']['results'][0]['runs']} white-box runs per "
-          f"canary, no violation), released λ = {np.round(manifest['weights'], 3).tolist()}; manifest "
-          f"{OUT / 'release' / 'release.json'}, card {OUT / 'release' / 'release.html'}; "
-          f"{time.perf_counter() - start:.1f} s")
+    print(
+        f"\nrelease {RELEASE_SPEC}: verified, audited ({manifest['audit']['results'][0]['runs']} white-box runs per "
+        f"canary, no violation), released λ = {np.round(manifest['weights'], 3).tolist()}; manifest "
+        f"{OUT / 'release' / 'release.json'}, card {OUT / 'release' / 'release.html'}; "
+        f"{time.perf_counter() - start:.1f} s"
+    )
     return EXIT_VIOLATION if summary.violation else EXIT_INCONCLUSIVE if summary.inconclusive else EXIT_OK
 
 

@@ -1,5 +1,9 @@
 """Bad input (the one exception type the CLI turns into exit 2) and every command's exit codes."""
 
+from typing import TypeVar
+
+T = TypeVar("T")
+
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2  # one line on stderr, nothing written
 EXIT_VIOLATION = 3  # an audit violation, a refused release or a failed check
@@ -10,6 +14,13 @@ EXIT_INTERRUPTED = 130  # Ctrl-C: finished chunks and stages are kept
 
 class InputError(ValueError):
     """Invalid user input: a bad flag, a malformed file, an impossible parameter."""
+
+
+def present(value: T | None, message: str) -> T:
+    """``value``, or :class:`InputError` with ``message`` when it is missing (None)."""
+    if value is None:
+        raise InputError(message)
+    return value
 
 
 def require(condition: bool, message: str) -> None:

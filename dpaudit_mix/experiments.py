@@ -38,8 +38,9 @@ def is_text_world(world: Any) -> bool:
     return isinstance(world, str) and world in registry.PROBLEMS and registry.canonical(world) == registry.TEXT_WORLD
 
 
-def run_pipeline_file(path: str, out: str | None = None, secure: bool = False, progress: bool = True
-                      ) -> PipelineSummary:
+def run_pipeline_file(
+    path: str, out: str | None = None, secure: bool = False, progress: bool = True
+) -> PipelineSummary:
     """The pipeline of the spec at ``path`` on its world's track (image or text), then its report.
     Every input error is raised before anything is written."""
     content = read_spec_bytes(Path(path))
@@ -55,8 +56,11 @@ def run_pipeline_file(path: str, out: str | None = None, secure: bool = False, p
         runs = run_text_pipeline(text_spec, folder, world=world, progress=progress, secure=secure)
         users = user_counts(text_spec, world)
         frame = write_text_report([r.to_dict() for r in runs], text_spec, list(world.sources), users, folder)
-        reductions = {other: relative_reduction(frame, "dpmixmin", other)["mean"].to_dict()
-                      for other in COMPARED if {"dpmixmin", other} <= set(text_spec.methods)}
+        reductions = {
+            other: relative_reduction(frame, "dpmixmin", other)["mean"].to_dict()
+            for other in COMPARED
+            if {"dpmixmin", other} <= set(text_spec.methods)
+        }
         return PipelineSummary(str(folder), len(runs), "dpmixmin_perplexity_reduction_vs", reductions)
     from .pipeline.report import paired_differences, write_pipeline_report
     from .pipeline.run import build_world, run_pipeline
@@ -66,10 +70,14 @@ def run_pipeline_file(path: str, out: str | None = None, secure: bool = False, p
     folder = _out(out, stem)
     image_world = build_world(spec)
     image_runs = run_pipeline(spec, folder, progress=progress, world=image_world, secure=secure)
-    frame = write_pipeline_report([r.to_dict() for r in image_runs], spec, [s.name for s in image_world.sources],
-                                  folder)
-    diffs = {other: paired_differences(frame, "dpmixmin", other)["mean"].to_dict()
-             for other in COMPARED if {"dpmixmin", other} <= set(spec.methods)}
+    frame = write_pipeline_report(
+        [r.to_dict() for r in image_runs], spec, [s.name for s in image_world.sources], folder
+    )
+    diffs = {
+        other: paired_differences(frame, "dpmixmin", other)["mean"].to_dict()
+        for other in COMPARED
+        if {"dpmixmin", other} <= set(spec.methods)
+    }
     return PipelineSummary(str(folder), len(image_runs), "dpmixmin_minus", diffs)
 
 
@@ -95,5 +103,6 @@ def run_warmsyn_file(path: str, out: str | None = None, progress: bool = True) -
     folder = _out(out, f"warmsyn-{Path(path).stem}")
     result = run_warmsyn(spec, folder, progress)
     write_warmsyn_report(result, folder)
-    return WarmSynSummary(str(folder), len(result["records"]),
-                          {f"{e['row']}@{e['epsilon']:g}": e["here"] for e in result["effects"]})
+    return WarmSynSummary(
+        str(folder), len(result["records"]), {f"{e['row']}@{e['epsilon']:g}": e["here"] for e in result["effects"]}
+    )

@@ -15,15 +15,16 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from scipy.special import logsumexp
 from threadpoolctl import threadpool_limits
 
-from .errors import require
+from .errors import present, require
 from .mixmin import mixture_loss, scaled_likelihoods
-from .randomness import RandomSource, SecureSource, Stream
 from .problem import Problem
+from .randomness import RandomSource, SecureSource, Stream
 from .specfile import check_fields
 
 #: runs per computational block; chunks of an audit are whole numbers of blocks.
@@ -68,8 +69,10 @@ class Canary:
     gradient: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        require((self.logp is None) != (self.gradient is None),
-                "a canary is either natural (logp) or max-clip (gradient), not both or neither")
+        require(
+            (self.logp is None) != (self.gradient is None),
+            "a canary is either natural (logp) or max-clip (gradient), not both or neither",
+        )
 
 
 @dataclass(frozen=True)
@@ -96,10 +99,10 @@ def _prepare(problem: Problem, user_level: bool) -> _Prepared:
     user_starts = None
     units = problem.n
     if user_level:
-        require(problem.users is not None, "user-level DP needs a problem file with 'users'")
-        order = np.argsort(problem.users, kind="stable")
+        users = present(problem.users, "user-level DP needs a problem file with 'users'")
+        order = np.argsort(users, kind="stable")
         logp = logp[order]
-        sorted_users = problem.users[order]
+        sorted_users = users[order]
         user_starts = np.flatnonzero(np.r_[True, sorted_users[1:] != sorted_users[:-1]])
         units = len(user_starts)
     p, _ = scaled_likelihoods(logp)
@@ -120,7 +123,7 @@ def _prepare(problem: Problem, user_level: bool) -> _Prepared:
 def _clip_weights(f: np.ndarray, floor: np.ndarray | float) -> np.ndarray:
     """Clipped per-example weights in place: min(1/f, C/‖p̃‖) = 1 / max(f, ‖p̃‖/C) with floor = ‖p̃‖/C."""
     np.maximum(f, floor, out=f)
-    return np.reciprocal(f, out=f)
+    return cast(np.ndarray, np.reciprocal(f, out=f))
 
 
 def _noise_scale(sigma_clip: float, k: int) -> np.ndarray:
@@ -140,7 +143,7 @@ def _clipped_sum(prep: _Prepared, lam: np.ndarray, clip: float, mask: np.ndarray
         _clip_weights(f, (prep.norm_centred / clip)[:, None])
         if mask is not None:
             f *= mask
-        return -(prep.p_centred.T @ f)
+        return cast(np.ndarray, -(prep.p_centred.T @ f))
     np.reciprocal(f, out=f)
     per_example = prep.p_centred[:, :, None] * f[:, None, :]  # (n, k, R)
     per_user = np.add.reduceat(per_example, prep.user_starts, axis=0)  # (U, k, R)
@@ -148,22 +151,25 @@ def _clipped_sum(prep: _Prepared, lam: np.ndarray, clip: float, mask: np.ndarray
     scale = np.minimum(1.0, clip / np.maximum(norms, 1e-30))
     if mask is not None:
         scale *= mask
-    return -np.einsum("ukr,ur->kr", per_user, scale)
+    return cast(np.ndarray, -np.einsum("ukr,ur->kr", per_user, scale))
 
 
 def _canary_gradient(canary: Canary, lam: np.ndarray, clip: float) -> np.ndarray:
     """The canary's clipped gradient in every run, (k, R), whether or not it is included."""
     if canary.gradient is not None:
         return np.broadcast_to(canary.gradient.astype(np.float32)[:, None], lam.shape)
-    if canary.logp.ndim == 2:  # a user: the rows' gradients summed, then clipped as one
-        p, _ = scaled_likelihoods(canary.logp)
+    logp = present(canary.logp, "a canary needs a gradient or log-likelihoods")
+    if logp.ndim == 2:  # a user: the rows' gradients summed, then clipped as one
+        p, _ = scaled_likelihoods(logp)
         summed = -((p - p.mean(axis=1, keepdims=True)).T @ (1.0 / (p @ lam)))  # (k, R)
         norms = np.linalg.norm(summed, axis=0)
-        return (summed * np.minimum(1.0, clip / np.maximum(norms, 1e-30))).astype(np.float32)
-    p, _ = scaled_likelihoods(canary.logp[None, :])
+        clipped: np.ndarray = (summed * np.minimum(1.0, clip / np.maximum(norms, 1e-30))).astype(np.float32)
+        return clipped
+    p, _ = scaled_likelihoods(logp[None, :])
     centred = (p - p.mean())[0]
     weight = _clip_weights(p[0] @ lam, float(np.linalg.norm(centred)) / clip)
-    return -(centred[:, None] * weight[None, :]).astype(np.float32)
+    single: np.ndarray = -(centred[:, None] * weight[None, :]).astype(np.float32)
+    return single
 
 
 def _fit_block(
@@ -179,9 +185,7 @@ def _fit_block(
     r_count = len(runs)
     T, C, q = config.steps, config.clip, config.sample_rate
     noise_scale = _noise_scale(config.noise_multiplier * C, k)
-    streams: list[RandomSource] = (
-        [SecureSource()] * r_count if noise is None else [noise.run(int(r)) for r in runs]
-    )
+    streams: list[RandomSource] = [SecureSource()] * r_count if noise is None else [noise.run(int(r)) for r in runs]
     if not config.poisson:
         gaussians = np.stack([s.standard_normal((T, k)) for s in streams], axis=2).astype(np.float32)
     log_lam = np.full((k, r_count), -np.log(k))
@@ -240,15 +244,22 @@ def fit(
     """
     run_ids = np.arange(runs) if isinstance(runs, (int, np.integer)) else np.asarray(runs)
     require(run_ids.ndim == 1 and len(run_ids) >= 1, "need at least one run")
-    require(config.secure == (noise is None), "a fit draws from a named stream, or from the OS CSPRNG when "
-            "config.secure; give exactly one")
+    require(
+        config.secure == (noise is None),
+        "a fit draws from a named stream, or from the OS CSPRNG when config.secure; give exactly one",
+    )
     if include is not None:
         require(canary is not None, "include was given without a canary")
         require(include.shape == run_ids.shape, "include needs one flag per run")
     if canary is not None:
-        vec = canary.gradient if canary.gradient is not None else canary.logp
-        require(vec.shape[-1:] == (problem.k,) and vec.ndim <= 2 and len(vec) >= 1,
-                f"canary must have k = {problem.k} entries per row")
+        vec = present(
+            canary.gradient if canary.gradient is not None else canary.logp,
+            "a canary needs a gradient or log-likelihoods",
+        )
+        require(
+            vec.shape[-1:] == (problem.k,) and vec.ndim <= 2 and len(vec) >= 1,
+            f"canary must have k = {problem.k} entries per row",
+        )
         require(vec.ndim == 1 or config.user_level, "a canary of several examples (a user) needs user-level DP")
         if include is None:
             include = np.zeros(len(run_ids), dtype=bool)
@@ -278,11 +289,14 @@ def fit(
     weights = np.stack([res[0] for res in results])[pos, off]
     # A λ that overflowed is a silent wrong answer downstream (an audit that sees nothing, a
     # release of garbage): refuse it here, for every caller.
-    require(bool(np.all(np.isfinite(weights))), f"{int(np.sum(~np.isfinite(weights).all(axis=1)))} of "
-            f"{len(run_ids)} fits gave a non-finite λ (learning rate {config.learning_rate:g} too large?)")
+    require(
+        bool(np.all(np.isfinite(weights))),
+        f"{int(np.sum(~np.isfinite(weights).all(axis=1)))} of "
+        f"{len(run_ids)} fits gave a non-finite λ (learning rate {config.learning_rate:g} too large?)",
+    )
     scores = None
     if canary is not None:
-        scores = np.stack([res[1] for res in results])[pos, off]
+        scores = np.stack([present(res[1], "a canary run returned no scores") for res in results])[pos, off]
     return FitResult(weights, scores)
 
 

@@ -8,12 +8,12 @@ itself does not vanish on the simplex, so its norm is no stopping rule).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from scipy.special import logsumexp
 
 from .errors import require
-
 
 #: the adaptive step never grows beyond this (an infinite step would make λ NaN).
 MAX_STEP = 1e6
@@ -27,7 +27,7 @@ def mixture_loss(logp: np.ndarray, lam: np.ndarray) -> np.ndarray:
     # log Σ_i λ_i p_ij as a logsumexp, so tiny likelihoods do not underflow.
     mix = logsumexp(logp[None, :, :] + np.atleast_2d(log_lam)[:, None, :], axis=2)
     loss = -mix.mean(axis=1)
-    return loss if lam.ndim == 2 else loss[0]
+    return cast(np.ndarray, loss if lam.ndim == 2 else loss[0])
 
 
 def scaled_likelihoods(logp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -38,7 +38,7 @@ def scaled_likelihoods(logp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def gradient(p_scaled: np.ndarray, lam: np.ndarray) -> np.ndarray:
     """∇L(λ) = −(1/n) Σ_j p_j / (λ·p_j); unchanged by per-row rescaling of p."""
-    return -(p_scaled / (p_scaled @ lam)[:, None]).mean(axis=0)
+    return cast(np.ndarray, -(p_scaled / (p_scaled @ lam)[:, None]).mean(axis=0))
 
 
 def duality_gap(grad: np.ndarray, lam: np.ndarray) -> float:
@@ -78,7 +78,7 @@ def mixmin(
     loss = -np.mean(np.log(p @ lam))  # L up to a constant: all the step control needs
     gap = np.inf
     it = 0
-    for it in range(1, max_iter + 1):
+    for it in range(1, max_iter + 1):  # noqa: B007 (it is the count of iterations returned)
         grad = gradient(p, lam)
         gap = duality_gap(grad, lam)
         if gap <= tol:

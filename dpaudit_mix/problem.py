@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from .atomic import write_npz
-from .errors import InputError, require
+from .errors import InputError, present, require
 
 #: log-likelihoods may exceed 0 by this much (float round-off of a probability of 1).
 LOGP_TOLERANCE = 1e-6
@@ -45,13 +45,14 @@ class Problem:
     def k(self) -> int:
         return int(self.logp.shape[1])
 
-    def subset(self, rows: np.ndarray) -> "Problem":
+    def subset(self, rows: np.ndarray) -> Problem:
         """The problem restricted to the examples ``rows`` (held-out part unchanged)."""
         users = None if self.users is None else self.users[rows]
-        return Problem(self.logp[rows], self.sources, users, self.heldout_logp, self.task, self.meta,
-                       self.heldout_users)
+        return Problem(
+            self.logp[rows], self.sources, users, self.heldout_logp, self.task, self.meta, self.heldout_users
+        )
 
-    def select_sources(self, columns: np.ndarray) -> "Problem":
+    def select_sources(self, columns: np.ndarray) -> Problem:
         """The problem over a subset of the public sources."""
         held = None if self.heldout_logp is None else self.heldout_logp[:, columns]
         names = tuple(self.sources[c] for c in columns)
@@ -65,32 +66,37 @@ def _check_logp(name: str, logp: np.ndarray, k: int | None) -> None:
         require(logp.shape[1] == k, f"{name} has {logp.shape[1]} sources, expected {k}")
     require(bool(np.all(np.isfinite(logp))), f"{name} contains NaN or infinite values")
     worst = float(logp.max())
-    require(worst <= LOGP_TOLERANCE,
-            f"{name} holds a positive log-likelihood ({worst:g}); values must be log-probabilities <= 0")
+    require(
+        worst <= LOGP_TOLERANCE,
+        f"{name} holds a positive log-likelihood ({worst:g}); values must be log-probabilities <= 0",
+    )
 
 
 def validate(problem: Problem) -> None:
     """Raise :class:`InputError` unless ``problem`` is usable by every tool."""
     logp = problem.logp
-    require(isinstance(logp, np.ndarray) and np.issubdtype(logp.dtype, np.floating),
-            "logp must be a float array")
+    require(isinstance(logp, np.ndarray) and np.issubdtype(logp.dtype, np.floating), "logp must be a float array")
     require(logp.ndim == 2, f"logp must be a 2-D array (n, k), got shape {logp.shape}")
     require(logp.shape[1] >= 2, f"a mixture needs k >= 2 sources, got k = {logp.shape[1]}")
     _check_logp("logp", logp, None)
-    require(len(problem.sources) == logp.shape[1],
-            f"sources has {len(problem.sources)} names but logp has {logp.shape[1]} columns")
+    require(
+        len(problem.sources) == logp.shape[1],
+        f"sources has {len(problem.sources)} names but logp has {logp.shape[1]} columns",
+    )
     if problem.users is not None:
         _check_users("users", problem.users, logp.shape[0])
     if problem.heldout_logp is not None:
         _check_logp("heldout_logp", problem.heldout_logp, logp.shape[1])
     if problem.heldout_users is not None:
-        require(problem.heldout_logp is not None, "heldout_users given without heldout_logp")
-        _check_users("heldout_users", problem.heldout_users, problem.heldout_logp.shape[0])
+        held = present(problem.heldout_logp, "heldout_users given without heldout_logp")
+        _check_users("heldout_users", problem.heldout_users, held.shape[0])
 
 
 def _check_users(name: str, users: np.ndarray, rows: int) -> None:
-    require(isinstance(users, np.ndarray) and users.ndim == 1 and users.shape[0] == rows,
-            f"{name} must have one id per row ({rows}), got shape {np.shape(users)}")
+    require(
+        isinstance(users, np.ndarray) and users.ndim == 1 and users.shape[0] == rows,
+        f"{name} must have one id per row ({rows}), got shape {np.shape(users)}",
+    )
     require(np.issubdtype(users.dtype, np.integer), f"{name} must be integer ids")
 
 
@@ -135,8 +141,10 @@ def loads(content: bytes, path: str | os.PathLike[str]) -> Problem:
     path = Path(path)
     try:
         loaded = np.load(io.BytesIO(content), allow_pickle=False)
-        require(isinstance(loaded, np.lib.npyio.NpzFile),
-                f"problem file {path} is a single .npy array, not an .npz archive of named arrays")
+        require(
+            isinstance(loaded, np.lib.npyio.NpzFile),
+            f"problem file {path} is a single .npy array, not an .npz archive of named arrays",
+        )
         with loaded as z:
             data = {key: z[key] for key in z.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
@@ -145,11 +153,13 @@ def loads(content: bytes, path: str | os.PathLike[str]) -> Problem:
         raise InputError(f"cannot read problem file {path}: {exc}") from None
     for key in ("logp", "sources"):
         require(key in data, f"problem file {path} lacks the required array '{key}'")
-    meta = {key[len("meta_"):]: str(value) for key, value in data.items() if key.startswith("meta_")}
+    meta = {key[len("meta_") :]: str(value) for key, value in data.items() if key.startswith("meta_")}
     for key in ("users", "heldout_users"):
         if key in data:
-            require(data[key].dtype.kind in "iu",
-                    f"problem file {path}: '{key}' must be integer ids, got dtype {data[key].dtype}")
+            require(
+                data[key].dtype.kind in "iu",
+                f"problem file {path}: '{key}' must be integer ids, got dtype {data[key].dtype}",
+            )
     return Problem(
         logp=_real(path, "logp", data["logp"]),
         sources=tuple(str(s) for s in data["sources"]),
@@ -164,7 +174,7 @@ def loads(content: bytes, path: str | os.PathLike[str]) -> Problem:
 def dumps(problem: Problem) -> bytes:
     """The ``.npz`` bytes of ``problem`` (no pickled objects)."""
     buffer = io.BytesIO()
-    np.savez(buffer, **_arrays(problem))
+    np.savez(buffer, **_arrays(problem))  # type: ignore[arg-type]  # numpy's stub reads ** as allow_pickle
     return buffer.getvalue()
 
 

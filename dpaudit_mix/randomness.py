@@ -33,20 +33,36 @@ if TYPE_CHECKING:
 VERSION = 1
 
 #: every purpose a stream may name: a typo is a programming error, not a silent new stream.
-PURPOSES = frozenset({
-    # the grouping of an image problem's examples into users
-    "problem-users",
-    # the mixing learner and its baselines
-    "learner-noise", "random-search-candidates", "random-search-noise",
-    # pipelines
-    "pipeline-split", "pretrain-sample", "model-init", "pretrain-shuffle", "finetune-batches",
-    "finetune-noise", "rehearsal-split",
-    # WarmSyn
-    "edm-train", "edm-sample", "warmup",
-    # audits, recovery, verification
-    "audit-mixing-rows", "audit-assignment", "audit-natural-canary", "audit-bootstrap",
-    "recovery-subset", "recovery-tuning", "verify-conformance",
-})
+PURPOSES = frozenset(
+    {
+        # the grouping of an image problem's examples into users
+        "problem-users",
+        # the mixing learner and its baselines
+        "learner-noise",
+        "random-search-candidates",
+        "random-search-noise",
+        # pipelines
+        "pipeline-split",
+        "pretrain-sample",
+        "model-init",
+        "pretrain-shuffle",
+        "finetune-batches",
+        "finetune-noise",
+        "rehearsal-split",
+        # WarmSyn
+        "edm-train",
+        "edm-sample",
+        "warmup",
+        # audits, recovery, verification
+        "audit-mixing-rows",
+        "audit-assignment",
+        "audit-natural-canary",
+        "audit-bootstrap",
+        "recovery-subset",
+        "recovery-tuning",
+        "verify-conformance",
+    }
+)
 
 
 class RandomSource(Protocol):
@@ -136,7 +152,7 @@ class Stream:
     def spawn_key(self) -> tuple[int, ...]:
         text = json.dumps([self.purpose, [[k, v] for k, v in self.key.ids]], separators=(",", ":"))
         digest = hashlib.sha256(text.encode()).digest()  # 128 bits: no two names meet (2^-64 at 2^32 names)
-        return tuple(int.from_bytes(digest[i:i + 4], "little") for i in range(0, 16, 4))
+        return tuple(int.from_bytes(digest[i : i + 4], "little") for i in range(0, 16, 4))
 
     def _sequence(self) -> np.random.SeedSequence:
         _record(self.purpose, self.key.ids)
@@ -148,8 +164,9 @@ class Stream:
         longer than any named stream's), without hashing a name per run in the learner's loop."""
         if _recording is not None:
             _record(self.purpose, (*self.key.ids, ("run", int(index))))
-        return np.random.Generator(np.random.PCG64(
-            np.random.SeedSequence(self.key.seed, spawn_key=self.spawn_key + (index,))))
+        return np.random.Generator(
+            np.random.PCG64(np.random.SeedSequence(self.key.seed, spawn_key=self.spawn_key + (index,)))
+        )
 
     def numpy(self) -> np.random.Generator:
         return np.random.Generator(np.random.PCG64(self._sequence()))
@@ -169,7 +186,11 @@ class Stream:
 #: it. These are data-set definitions, never privacy randomness; each part has its own stream.
 #: "pool" continues into the mnist-labels sources' samples (one generator, as built).
 WORLD_LAYOUT: dict[str, tuple[int, ...]] = {
-    "pool": (), "shards": (2,), "shift-sources": (7,), "graded-sources": (8,), "validation-slice": (9,),
+    "pool": (),
+    "shards": (2,),
+    "shift-sources": (7,),
+    "graded-sources": (8,),
+    "validation-slice": (9,),
     "text-test-speakers": (11,),
 }
 
@@ -213,7 +234,6 @@ class SecureSource:
         radius = np.sqrt(-2.0 * np.log(u1))
         z = np.concatenate([radius * np.cos(2 * np.pi * u2), radius * np.sin(2 * np.pi * u2)])
         return z[:count].reshape(size)
-
 
 
 def source(noise: Stream | None) -> RandomSource:

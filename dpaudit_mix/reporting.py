@@ -16,9 +16,9 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from .atomic import atomic_path, write_text  # noqa: E402
+from .atomic import atomic_path, write_text
 
 Block = tuple[str, Any]
 
@@ -49,18 +49,24 @@ def _html(title: str, blocks: list[Block]) -> str:
     parts = []
     for kind, value in blocks:
         if kind == "table":
-            cells = ["<tr>" + "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in row) + "</tr>"
-                     for tag, row in (("th" if i == 0 else "td", row) for i, row in enumerate(value))]
+            cells = [
+                "<tr>" + "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in row) + "</tr>"
+                for tag, row in (("th" if i == 0 else "td", row) for i, row in enumerate(value))
+            ]
             parts.append("<table>" + "".join(cells) + "</table>")
         elif kind == "figure":
             data = base64.b64encode(value.read_bytes()).decode()
             parts.append(f'<img alt="{value.stem}" src="data:image/png;base64,{data}">')
         else:
             parts.append(f"<{kind}>{html.escape(str(value))}</{kind}>")
-    style = ("body{font-family:sans-serif;max-width:1100px;margin:auto}td,th{padding:2px 8px;"
-             "border-bottom:1px solid #ccc;text-align:right}img{max-width:100%}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>{''.join(parts)}</body></html>")
+    style = (
+        "body{font-family:sans-serif;max-width:1100px;margin:auto}td,th{padding:2px 8px;"
+        "border-bottom:1px solid #ccc;text-align:right}img{max-width:100%}"
+    )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>{''.join(parts)}</body></html>"
+    )
 
 
 def write_pages(out: Path, title: str, blocks: list[Block], name: str = "report") -> None:

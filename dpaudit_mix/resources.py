@@ -31,5 +31,8 @@ def require_memory(needed: int, what: str) -> None:
     """Refuse ``what`` (e.g. "--runs 10^9") when it needs more memory than is available."""
     have = available_bytes()
     if have is not None:
-        require(needed <= have, f"{what} needs about {needed / 2**30:.1f} GiB of memory and "
-                f"{have / 2**30:.1f} GiB is available; ask for less")
+        require(
+            needed <= have,
+            f"{what} needs about {needed / 2**30:.1f} GiB of memory and "
+            f"{have / 2**30:.1f} GiB is available; ask for less",
+        )

@@ -39,8 +39,9 @@ def _describe(hint: Any) -> str:
         return " or ".join(_describe(arg) for arg in typing.get_args(hint))
     if typing.get_origin(hint) is tuple:
         return f"a list of {_PLURAL.get(typing.get_args(hint)[0], 'values')}"
-    return {bool: "true/false", int: "an integer", float: "a finite number", str: "a string",
-            type(None): "none"}.get(hint, getattr(hint, "__name__", str(hint)))
+    return {bool: "true/false", int: "an integer", float: "a finite number", str: "a string", type(None): "none"}.get(
+        hint, getattr(hint, "__name__", str(hint))
+    )
 
 
 def _coerce(value: Any, hint: Any) -> Any:
@@ -92,7 +93,7 @@ def _hints(cls: type) -> dict[str, Any]:
 
 def check_fields(spec: Any) -> None:
     """Check every field of the frozen dataclass ``spec`` against its annotation, coercing in place."""
-    hints = _hints(type(spec))
+    hints = _hints(type(spec))  # type: ignore[arg-type]  # a class is hashable; the stub says otherwise
     for f in fields(spec):
         value = getattr(spec, f.name)
         try:

@@ -28,7 +28,7 @@ def sample_std(values: Any) -> float:
 
 
 def mean_std(values: Any, digits: int = 3, separator: str = "±") -> str:
-    """"mean±std" over seeds (or runs), the form every table and report line here uses."""
+    """ "mean±std" over seeds (or runs), the form every table and report line here uses."""
     return f"{np.mean(values):.{digits}f}{separator}{sample_std(values):.{digits}f}"
 
 
@@ -38,8 +38,12 @@ def paired_tests(differences: Mapping[float, np.ndarray]) -> pd.DataFrame:
     for eps, values in differences.items():
         values = np.asarray(values, dtype=float)
         testable = len(values) > 1 and np.std(values) > 0
-        rows[eps] = {"mean": values.mean(), "std": sample_std(values),
-                     "seeds": len(values), "p": DescrStatsW(values).ttest_mean(0.0)[1] if testable else math.nan}
+        rows[eps] = {
+            "mean": values.mean(),
+            "std": sample_std(values),
+            "seeds": len(values),
+            "p": DescrStatsW(values).ttest_mean(0.0)[1] if testable else math.nan,
+        }
     table = pd.DataFrame.from_dict(rows, orient="index", columns=COLUMNS[:4])
     table["p_holm"] = math.nan
     tested = table["p"].notna()
@@ -49,7 +53,7 @@ def paired_tests(differences: Mapping[float, np.ndarray]) -> pd.DataFrame:
 
 
 def verdict(row: pd.Series) -> str:
-    """"helped" / "hurt" when the Holm-corrected p is below ALPHA, "not tested" without a p-value
+    """ "helped" / "hurt" when the Holm-corrected p is below ALPHA, "not tested" without a p-value
     (one seed, or no spread), else "no significant change"."""
     if math.isnan(row["p_holm"]):
         return "not tested"
@@ -63,9 +67,13 @@ def finding(eps: float, row: pd.Series, label: str, quantity: str, value: str) -
     ``value``, e.g. "+.4f" or "+.1%"), its spread, the test and the Holm-corrected p."""
     spread = value.lstrip("+")
     if math.isnan(row["p"]):
-        return (f"ε = {eps:g}: DP-MixMin against {label}: {quantity} {row['mean']:{value}} over "
-                f"{int(row['seeds'])} seed(s): no spread, no test.")
+        return (
+            f"ε = {eps:g}: DP-MixMin against {label}: {quantity} {row['mean']:{value}} over "
+            f"{int(row['seeds'])} seed(s): no spread, no test."
+        )
     verdict = ("beats" if row["mean"] > 0 else "trails") if row["p_holm"] < ALPHA else "is not distinguishable from"
-    return (f"ε = {eps:g}: DP-MixMin {verdict} {label}: {quantity} {row['mean']:{value}} ± {row['std']:{spread}} over "
-            f"{int(row['seeds'])} seeds, paired t-test p = {row['p']:.3g}, Holm-corrected across ε p = "
-            f"{row['p_holm']:.3g} (α = {ALPHA:g}).")
+    return (
+        f"ε = {eps:g}: DP-MixMin {verdict} {label}: {quantity} {row['mean']:{value}} ± {row['std']:{spread}} over "
+        f"{int(row['seeds'])} seeds, paired t-test p = {row['p']:.3g}, Holm-corrected across ε p = "
+        f"{row['p_holm']:.3g} (α = {ALPHA:g})."
+    )

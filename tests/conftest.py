@@ -11,12 +11,13 @@ import pytest
 
 from dpaudit_mix.problem import Problem
 
-
 # Built embedded problems are cached on disk: tests use a cache of their own, never the user's.
 # Releases record their budget in the machine's ledger: tests keep one of their own, never the user's.
 # Both are removed when the run ends.
-_FOLDERS = {"DPAUDIT_MIX_CACHE": tempfile.mkdtemp(prefix="dpaudit-mix-test-cache-"),
-            "XDG_STATE_HOME": tempfile.mkdtemp(prefix="dpaudit-mix-test-state-")}
+_FOLDERS = {
+    "DPAUDIT_MIX_CACHE": tempfile.mkdtemp(prefix="dpaudit-mix-test-cache-"),
+    "XDG_STATE_HOME": tempfile.mkdtemp(prefix="dpaudit-mix-test-state-"),
+}
 os.environ.update(_FOLDERS)
 os.environ.pop("DPAUDIT_MIX_LEDGER", None)
 

@@ -1,7 +1,6 @@
 import pytest
 
-from dpaudit_mix.accounting import (ACCOUNTANTS, GaussianPhase, calibrate, epsilon, epsilons, gdp_epsilon,
-                                    parallel)
+from dpaudit_mix.accounting import ACCOUNTANTS, GaussianPhase, calibrate, epsilon, epsilons, gdp_epsilon, parallel
 from dpaudit_mix.errors import InputError
 
 
@@ -42,10 +41,18 @@ def test_sequential_composition_costs_more_than_parallel() -> None:
     assert both <= eps_a + eps_b + 1e-9
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"target_epsilon": 0.0}, {"target_epsilon": -1.0}, {"delta": 0.0}, {"delta": 1.0},
-    {"sample_rate": 0.0}, {"sample_rate": 1.2}, {"steps": 0},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"target_epsilon": 0.0},
+        {"target_epsilon": -1.0},
+        {"delta": 0.0},
+        {"delta": 1.0},
+        {"sample_rate": 0.0},
+        {"sample_rate": 1.2},
+        {"steps": 0},
+    ],
+)
 def test_bad_calibration_input(kwargs: dict) -> None:
     args = {"target_epsilon": 1.0, "delta": 1e-5, "sample_rate": 1.0, "steps": 10, **kwargs}
     with pytest.raises(InputError):
@@ -77,5 +84,5 @@ def test_calibration_reaches_small_epsilon(target: float, sample_rate: float, st
 
 
 def test_rdp_floor_is_named() -> None:
-    with pytest.raises(InputError, match="the rdp accountant cannot certify epsilon 0.05"):
+    with pytest.raises(InputError, match=r"the rdp accountant cannot certify epsilon 0\.05"):
         calibrate(0.05, 1e-5, 1.0, 100, "rdp")

@@ -27,10 +27,20 @@ def problem_file(tmp_path: Path) -> Path:
 
 
 def write_spec(tmp_path: Path, problem_file: Path, **keys) -> Path:
-    base = {"problem": str(problem_file), "rho": 0.5, "steps": 10, "runs": 256, "chunk_size": 64,
-            "canaries": ["max_clip", "natural"], "natural_policy": "index", "natural_index": 3}
+    base = {
+        "problem": str(problem_file),
+        "rho": 0.5,
+        "steps": 10,
+        "runs": 256,
+        "chunk_size": 64,
+        "canaries": ["max_clip", "natural"],
+        "natural_policy": "index",
+        "natural_index": 3,
+    }
     base.update(keys)
-    lines = [f"{k} = {json.dumps(v)}" if not isinstance(v, bool) else f"{k} = {str(v).lower()}" for k, v in base.items()]
+    lines = [
+        f"{k} = {json.dumps(v)}" if not isinstance(v, bool) else f"{k} = {str(v).lower()}" for k, v in base.items()
+    ]
     path = tmp_path / "spec.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -49,9 +59,18 @@ def test_soundness_over_small_configurations(tmp_path: Path) -> None:
         path = tmp_path / f"p{i}.npz"
         save(Problem(prob.logp, prob.sources, heldout_logp=prob.logp[:5]), path)
         eps = float(rng.choice([0.5, 1.0, 2.0, 4.0]))
-        spec = AuditSpec(problem=str(path), epsilon=eps, rho=1.0, steps=int(rng.integers(1, 20)),
-                         sample_rate=float(rng.choice([1.0, 0.5])), clip=float(rng.uniform(0.2, 3)),
-                         runs=512, seed=i, controls=False, natural_policy="random")
+        spec = AuditSpec(
+            problem=str(path),
+            epsilon=eps,
+            rho=1.0,
+            steps=int(rng.integers(1, 20)),
+            sample_rate=float(rng.choice([1.0, 0.5])),
+            clip=float(rng.uniform(0.2, 3)),
+            runs=512,
+            seed=i,
+            controls=False,
+            natural_policy="random",
+        )
         summary = run_audit(spec, tmp_path / f"a{i}", progress=False).summary
         assert not summary.violation
         worst = max(worst, max(r.epsilon_lower_bound / eps for r in summary.results))
@@ -83,11 +102,17 @@ def test_same_seed_same_result_for_any_chunking_and_dask(tmp_path: Path, problem
     from dask.distributed import LocalCluster
 
     a = run_audit(load_spec(write_spec(tmp_path, problem_file)), tmp_path / "a", progress=False).summary
-    b = run_audit(load_spec(write_spec(tmp_path, problem_file, chunk_size=192)), tmp_path / "b", progress=False,
-                  threads=1).summary
+    b = run_audit(
+        load_spec(write_spec(tmp_path, problem_file, chunk_size=192)), tmp_path / "b", progress=False, threads=1
+    ).summary
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:
-        c = run_audit(load_spec(write_spec(tmp_path, problem_file, chunk_size=128)), tmp_path / "c", backend="dask",
-                      scheduler=cluster.scheduler_address, progress=False).summary
+        c = run_audit(
+            load_spec(write_spec(tmp_path, problem_file, chunk_size=128)),
+            tmp_path / "c",
+            backend="dask",
+            scheduler=cluster.scheduler_address,
+            progress=False,
+        ).summary
     assert a == b == c and a.results
 
 
@@ -108,14 +133,17 @@ def test_kill_and_resume_gives_identical_audit(tmp_path: Path, problem_file: Pat
     assert json.loads((out / "audit.json").read_text()) == json.loads(json.dumps(reference))
 
 
-@pytest.mark.parametrize("keys, message", [
-    ({"bogus": 1}, "unknown key"),
-    ({"runs": 3}, "runs must be >= 4"),
-    ({"confidence": 1.5}, "confidence"),
-    ({"natural_index": 99}, "out of range"),
-    ({"problem": "/no/such.npz"}, "neither an embedded problem"),
-    ({"canaries": ["golden"]}, "canaries"),
-])
+@pytest.mark.parametrize(
+    "keys, message",
+    [
+        ({"bogus": 1}, "unknown key"),
+        ({"runs": 3}, "runs must be >= 4"),
+        ({"confidence": 1.5}, "confidence"),
+        ({"natural_index": 99}, "out of range"),
+        ({"problem": "/no/such.npz"}, "neither an embedded problem"),
+        ({"canaries": ["golden"]}, "canaries"),
+    ],
+)
 def test_bad_specs_exit_2(tmp_path: Path, problem_file: Path, capsys, keys: dict, message: str) -> None:
     spec = write_spec(tmp_path, problem_file, **keys)
     out = tmp_path / "out"

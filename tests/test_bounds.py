@@ -35,8 +35,13 @@ def test_clopper_pearson_coverage_by_monte_carlo() -> None:
 def test_null_scores_give_zero_within_coverage(strategy: str) -> None:
     rng = np.random.default_rng(1)
     include = np.arange(400) < 200
-    positive = [attack(rng.standard_normal(400), rng.permutation(include), rng.permutation(include), 1e-5,
-                       strategy=strategy).epsilon_lower_bound > 0 for _ in range(300)]
+    positive = [
+        attack(
+            rng.standard_normal(400), rng.permutation(include), rng.permutation(include), 1e-5, strategy=strategy
+        ).epsilon_lower_bound
+        > 0
+        for _ in range(300)
+    ]
     assert np.mean(positive) <= 0.05 + 0.03
 
 
@@ -80,5 +85,7 @@ def test_the_attack_carries_the_runs_it_counted() -> None:
     assert every.evaluated.all() and np.array_equal(halves.evaluated, ~select)
     for result in (every, halves):
         counted = result.evaluated
-        assert (result.strict.negatives, result.strict.positives) == ((counted & ~include).sum(),
-                                                                      (counted & include).sum())
+        assert (result.strict.negatives, result.strict.positives) == (
+            (counted & ~include).sum(),
+            (counted & include).sum(),
+        )

@@ -26,34 +26,55 @@ def test_mix_nonprivate_and_private(capsys, problem_file: Path, tmp_path: Path) 
     assert code == 0 and set(star) >= {"sources", "weights", "loss", "epsilon", "delta", "noise_multiplier"}
     assert len(star["weights"]) == 5 and star["epsilon"] is None
     out = tmp_path / "mix.json"
-    code, dp, _ = run(capsys, "mix", "--problem", str(problem_file), "--epsilon", "2", "--delta", "1e-5",
-                      "--runs", "3", "--steps", "20", "--user-level", "--out", str(out))
+    code, dp, _ = run(
+        capsys,
+        "mix",
+        "--problem",
+        str(problem_file),
+        "--epsilon",
+        "2",
+        "--delta",
+        "1e-5",
+        "--runs",
+        "3",
+        "--steps",
+        "20",
+        "--user-level",
+        "--out",
+        str(out),
+    )
     assert code == 0 and np.array(dp["weights"]).shape == (3, 5) and len(dp["loss"]) == 3
     assert dp["epsilon_by_accountant"]["pld"] <= 2.0 and dp["noise_multiplier"] > 0
     assert json.loads(out.read_text()) == {key: value for key, value in dp.items() if key != "out"}
 
 
 def test_account_and_calibrate(capsys) -> None:
-    code, acc, _ = run(capsys, "account", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "100",
-                       "--delta", "1e-5")
+    code, acc, _ = run(
+        capsys, "account", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "100", "--delta", "1e-5"
+    )
     assert code == 0 and set(acc["epsilon"]) == {"rdp", "prv", "pld"}
-    code, cal, _ = run(capsys, "calibrate", "--epsilon", "1", "--delta", "1e-5", "--sample-rate", "1", "--steps",
-                       "10")
+    code, cal, _ = run(capsys, "calibrate", "--epsilon", "1", "--delta", "1e-5", "--sample-rate", "1", "--steps", "10")
     assert code == 0 and cal["noise_multiplier"] > 0
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["calibrate", "--epsilon", "0", "--delta", "1e-5", "--sample-rate", "1", "--steps", "10"], "epsilon"),
-    (["calibrate", "--epsilon", "1", "--delta", "1", "--sample-rate", "1", "--steps", "10"], "delta"),
-    (["calibrate", "--epsilon", "1", "--delta", "1e-5", "--sample-rate", "0", "--steps", "10"], "sample rate"),
-    (["account", "--noise-multiplier", "1", "--sample-rate", "1", "--steps", "0", "--delta", "1e-5"], "steps"),
-    (["account", "--noise-multiplier", "x", "--sample-rate", "1", "--steps", "1", "--delta", "1e-5"], "expected a number"),
-    (["mix", "--problem", "PROBLEM", "--epsilon", "1"], "--delta"),
-    (["mix", "--problem", "PROBLEM", "--epsilon", "1", "--delta", "1e-5", "--clip", "0"], "clipping"),
-    (["mix", "--problem", "/no/such/file.npz", "--nonprivate"], "not found"),
-    (["problem", "nosuch", "--out", "OUT"], "unknown problem"),
-    (["problem", "mnist", "--task", "digit-42", "--out", "OUT"], "unknown task"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["calibrate", "--epsilon", "0", "--delta", "1e-5", "--sample-rate", "1", "--steps", "10"], "epsilon"),
+        (["calibrate", "--epsilon", "1", "--delta", "1", "--sample-rate", "1", "--steps", "10"], "delta"),
+        (["calibrate", "--epsilon", "1", "--delta", "1e-5", "--sample-rate", "0", "--steps", "10"], "sample rate"),
+        (["account", "--noise-multiplier", "1", "--sample-rate", "1", "--steps", "0", "--delta", "1e-5"], "steps"),
+        (
+            ["account", "--noise-multiplier", "x", "--sample-rate", "1", "--steps", "1", "--delta", "1e-5"],
+            "expected a number",
+        ),
+        (["mix", "--problem", "PROBLEM", "--epsilon", "1"], "--delta"),
+        (["mix", "--problem", "PROBLEM", "--epsilon", "1", "--delta", "1e-5", "--clip", "0"], "clipping"),
+        (["mix", "--problem", "/no/such/file.npz", "--nonprivate"], "not found"),
+        (["problem", "nosuch", "--out", "OUT"], "unknown problem"),
+        (["problem", "mnist", "--task", "digit-42", "--out", "OUT"], "unknown task"),
+    ],
+)
 def test_bad_input_exits_2_without_output(capsys, problem_file: Path, tmp_path: Path, argv, message) -> None:
     out = tmp_path / "out.json"
     argv = [str(problem_file) if a == "PROBLEM" else str(out) if a == "OUT" else a for a in argv]

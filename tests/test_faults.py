@@ -43,6 +43,7 @@ def _mix(capsys, problem_file: Path, *extra: str) -> tuple[int, dict, str]:
 
 # --- fresh noise by default -------------------------------------------------------------------
 
+
 def test_mix_draws_fresh_noise_unless_seeded(capsys, problem_file: Path) -> None:
     a, b = _mix(capsys, problem_file)[1], _mix(capsys, problem_file)[1]
     assert a["noise"] == b["noise"] == "csprng" and a["weights"] != b["weights"]
@@ -66,6 +67,7 @@ def released(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # --- never destroy what you did not make ------------------------------------------------------
+
 
 def test_mix_never_writes_over_its_input_or_a_special_file(capsys, tmp_path: Path, problem_file: Path) -> None:
     before = problem_file.read_bytes()
@@ -105,8 +107,10 @@ def test_a_published_release_is_never_overwritten(capsys, released: Path) -> Non
 
 # --- inputs read once ---------------------------------------------------------------------------
 
-def test_a_problem_swapped_during_the_release_is_not_what_is_released(tmp_path: Path, problem_file: Path,
-                                                                      monkeypatch) -> None:
+
+def test_a_problem_swapped_during_the_release_is_not_what_is_released(
+    tmp_path: Path, problem_file: Path, monkeypatch
+) -> None:
     """The file is replaced by a 30-row problem after hashing, before the audit and the fit: the
     release audits and fits the 60 rows it hashed, and says so; check-release sees the swap."""
     monkeypatch.setattr(gate, "VERIFY_LEVEL", TINY)
@@ -132,6 +136,7 @@ def test_a_problem_swapped_during_the_release_is_not_what_is_released(tmp_path: 
 
 # --- check-release reads what a manifest claims -------------------------------------------------
 
+
 def _edited(path: Path, edit) -> Path:
     manifest = json.loads(path.read_text())
     edit(manifest)
@@ -141,26 +146,31 @@ def _edited(path: Path, edit) -> Path:
     return forged
 
 
-@pytest.mark.parametrize("edit, code, message", [
-    (lambda m: m["audit"].update(violation=True), 3, "own audit"),
-    (lambda m: m["audit"]["results"][0].update(profile_violation=True), 3, "own audit"),
-    (lambda m: m["verification"].update(passed=False), 3, "own verification"),
-    (lambda m: m.update(weights=[0.9, 0.9, -0.8, 0.0]), 3, "simplex"),
-    (lambda m: m.update(weights=m["weights"][:2]), 3, "one weight per source"),
-    (lambda m: m["claim"].update(accountant="magic"), 3, "unknown accountant"),
-    (lambda m: m["claim"].update(steps=10**9), 2, "steps T must be in"),
-    (lambda m: m["claim"].update(steps="10"), 2, "'steps' must be int"),
-    (lambda m: m["claim"].update(noise_multiplier=True), 2, "'noise_multiplier' must be"),
-    (lambda m: m.update(weights={"a": 1}), 2, "'weights' must be list"),
-    (lambda m: m.update(claim=[]), 2, "'claim' must be dict"),
-])
-def test_check_release_reads_the_manifests_own_verdicts_and_types(capsys, released: Path, edit, code: int,
-                                                                  message: str) -> None:
+@pytest.mark.parametrize(
+    "edit, code, message",
+    [
+        (lambda m: m["audit"].update(violation=True), 3, "own audit"),
+        (lambda m: m["audit"]["results"][0].update(profile_violation=True), 3, "own audit"),
+        (lambda m: m["verification"].update(passed=False), 3, "own verification"),
+        (lambda m: m.update(weights=[0.9, 0.9, -0.8, 0.0]), 3, "simplex"),
+        (lambda m: m.update(weights=m["weights"][:2]), 3, "one weight per source"),
+        (lambda m: m["claim"].update(accountant="magic"), 3, "unknown accountant"),
+        (lambda m: m["claim"].update(steps=10**9), 2, "steps T must be in"),
+        (lambda m: m["claim"].update(steps="10"), 2, "'steps' must be int"),
+        (lambda m: m["claim"].update(noise_multiplier=True), 2, "'noise_multiplier' must be"),
+        (lambda m: m.update(weights={"a": 1}), 2, "'weights' must be list"),
+        (lambda m: m.update(claim=[]), 2, "'claim' must be dict"),
+    ],
+)
+def test_check_release_reads_the_manifests_own_verdicts_and_types(
+    capsys, released: Path, edit, code: int, message: str
+) -> None:
     assert main(["check-release", str(_edited(released, edit))]) == code
     assert message in capsys.readouterr().err
 
 
 # --- faults end in one line ----------------------------------------------------------------------
+
 
 def _one_line(err: str) -> bool:
     return err.count("\n") == 1 and "Traceback" not in err
@@ -193,13 +203,15 @@ def _cli(*argv: str, **kwargs) -> subprocess.CompletedProcess:
 def test_a_closed_or_full_stdout_is_one_line() -> None:
     bound = ["bound", "--fp", "1", "--fn", "1", "--negatives", "100", "--positives", "100", "--delta", "1e-5"]
     with open("/dev/full", "w") as full:
-        done = subprocess.run([sys.executable, "-m", "dpaudit_mix.cli", *bound], stdout=full, stderr=subprocess.PIPE,
-                              text=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "dpaudit_mix.cli", *bound], stdout=full, stderr=subprocess.PIPE, text=True
+        )
     assert done.returncode == cli.EXIT_FAULT and _one_line(done.stderr), done.stderr
     reader, writer = os.pipe()
     os.close(reader)
-    done = subprocess.run([sys.executable, "-m", "dpaudit_mix.cli", *bound], stdout=writer, stderr=subprocess.PIPE,
-                          text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "dpaudit_mix.cli", *bound], stdout=writer, stderr=subprocess.PIPE, text=True
+    )
     os.close(writer)
     assert done.returncode == cli.EXIT_FAULT and _one_line(done.stderr), done.stderr
 
@@ -211,20 +223,31 @@ def test_a_non_utf8_locale_is_not_a_traceback(tmp_path: Path) -> None:
     assert done.returncode == 2 and "grid is empty" in done.stderr and _one_line(done.stderr), done.stderr
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["calibrate", "--epsilon", "1", "--delta", "1e-5", "--sample-rate", "1e-9", "--steps", "100"], "sample rate q"),
-    (["account", "--noise-multiplier", "1", "--sample-rate", "0.01", "--steps", "1000000000", "--delta", "1e-5"],
-     "steps T must be in"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["calibrate", "--epsilon", "1", "--delta", "1e-5", "--sample-rate", "1e-9", "--steps", "100"],
+            "sample rate q",
+        ),
+        (
+            ["account", "--noise-multiplier", "1", "--sample-rate", "0.01", "--steps", "1000000000", "--delta", "1e-5"],
+            "steps T must be in",
+        ),
+    ],
+)
 def test_requests_no_accountant_can_answer_are_refused_up_front(capsys, argv: list[str], message: str) -> None:
     assert main(argv) == 2
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("pretrain_examples = 1000000000000\n", "pretrain_examples"),
-    ('world = "shakespeare-users"\npretrain_windows = 1000000000000\n', "pretrain_windows"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("pretrain_examples = 1000000000000\n", "pretrain_examples"),
+        ('world = "shakespeare-users"\npretrain_windows = 1000000000000\n', "pretrain_windows"),
+    ],
+)
 def test_sizes_a_spec_asks_for_are_checked_against_memory(capsys, tmp_path: Path, spec: str, message: str) -> None:
     path = tmp_path / "big.toml"
     path.write_text(spec)
@@ -251,8 +274,9 @@ def test_the_temp_file_of_a_killed_write_is_removed_by_the_next(tmp_path: Path) 
     assert not stale.exists() and mine.exists() and target.is_file()
 
 
-def test_an_unusable_ledger_refuses_before_verification(capsys, tmp_path: Path, problem_file: Path,
-                                                        monkeypatch) -> None:
+def test_an_unusable_ledger_refuses_before_verification(
+    capsys, tmp_path: Path, problem_file: Path, monkeypatch
+) -> None:
     def never(*args, **kwargs):
         raise AssertionError("verification ran before the ledger was checked")
 

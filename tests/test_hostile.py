@@ -31,8 +31,9 @@ AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 def problem_file(tmp_path: Path) -> Path:
     prob = random_problem(200, 4, seed=5, users=True)
     path = tmp_path / "p.npz"
-    save(Problem(prob.logp, prob.sources, users=prob.users, heldout_logp=random_problem(10, 4, 6).logp,
-                 task="toy"), path)
+    save(
+        Problem(prob.logp, prob.sources, users=prob.users, heldout_logp=random_problem(10, 4, 6).logp, task="toy"), path
+    )
     return path
 
 
@@ -110,26 +111,34 @@ WARMSYN_KEYS = [
 ]
 
 
-@pytest.mark.parametrize("command, line, message",
-                         [("audit", *case) for case in AUDIT_KEYS] + [("recovery", *case) for case in RECOVERY_KEYS]
-                         + [("pipeline", *case) for case in PIPELINE_KEYS]
-                         + [("pipeline", 'world = "shakespeare-users"\n' + line, message)
-                            for line, message in TEXT_PIPELINE_KEYS]
-                         + [("release", *case) for case in RELEASE_KEYS]
-                         + [("warmsyn", *case) for case in WARMSYN_KEYS])
+@pytest.mark.parametrize(
+    "command, line, message",
+    [("audit", *case) for case in AUDIT_KEYS]
+    + [("recovery", *case) for case in RECOVERY_KEYS]
+    + [("pipeline", *case) for case in PIPELINE_KEYS]
+    + [("pipeline", 'world = "shakespeare-users"\n' + line, message) for line, message in TEXT_PIPELINE_KEYS]
+    + [("release", *case) for case in RELEASE_KEYS]
+    + [("warmsyn", *case) for case in WARMSYN_KEYS],
+)
 def test_wrong_types_in_every_spec(capsys, tmp_path: Path, command: str, line: str, message: str) -> None:
     spec = tmp_path / "spec.toml"
     spec.write_text(line + "\n")
     # The release gate keeps a record of every refusal (refused.json); nothing else may appear.
-    refused(capsys, [command, str(spec), "--out", str(tmp_path / "out")], message, tmp_path,
-            allowed={"out", "out/refused.json"} if command == "release" else set())
+    refused(
+        capsys,
+        [command, str(spec), "--out", str(tmp_path / "out")],
+        message,
+        tmp_path,
+        allowed={"out", "out/refused.json"} if command == "release" else set(),
+    )
 
 
 def test_pipeline_epsilon_too_small_fails_before_any_cache(capsys, tmp_path: Path) -> None:
     spec = tmp_path / "spec.toml"
-    spec.write_text("epsilons = [1e-7]\nmethods = [\"dpmixmin\"]\nseeds = 1\nsensitive_fraction = 0.25\n"
-                    "public_fraction = 0.25\n")
-    refused(capsys, ["pipeline", str(spec), "--out", str(tmp_path / "out")], "noise multiplier", tmp_path)
+    spec.write_text(
+        'epsilons = [1e-7]\nmethods = ["dpmixmin"]\nseeds = 1\nsensitive_fraction = 0.25\npublic_fraction = 0.25\n'
+    )
+    refused(capsys, ["pipeline", str(spec), "--out", str(tmp_path / "out")], "out of reach for the finetune", tmp_path)
 
 
 def flags(problem_file: Path, tmp_path: Path) -> list[tuple[list[str], str]]:
@@ -146,30 +155,76 @@ def flags(problem_file: Path, tmp_path: Path) -> list[tuple[list[str], str]]:
         (["mix", "--problem", p, "--epsilon", "1", "--delta", "1e-5", "--runs", "0"], "must be >= 1"),
         (["mix", "--problem", p, "--epsilon", "1", "--delta", "1e-5", "--sample-rate", "2"], "sample rate"),
         (["mix", "--problem", p, "--epsilon", "1", "--delta", "1e-5", "--runs", "1000000000000"], "GiB of memory"),
-        (["account", "--noise-multiplier", "inf", "--sample-rate", "1", "--steps", "10", "--delta", "1e-5"],
-         "expected a finite number"),
-        (["account", "--noise-multiplier", "1e300", "--sample-rate", "1", "--steps", "10", "--delta", "1e-5"],
-         "noise multiplier must be in (0, 1e+06]"),
-        (["account", "--noise-multiplier", "-1", "--sample-rate", "1", "--steps", "10", "--delta", "1e-5"],
-         "noise multiplier must be in"),
-        (["account", "--noise-multiplier", "1", "--sample-rate", "nan", "--steps", "10", "--delta", "1e-5"],
-         "expected a finite number"),
-        (["calibrate", "--epsilon", "1e-6", "--delta", "1e-10", "--sample-rate", "1", "--steps", "10"],
-         "above the largest accepted"),
-        (["calibrate", "--epsilon", "1", "--delta", "inf", "--sample-rate", "1", "--steps", "10"],
-         "expected a finite number"),
+        (
+            ["account", "--noise-multiplier", "inf", "--sample-rate", "1", "--steps", "10", "--delta", "1e-5"],
+            "expected a finite number",
+        ),
+        (
+            ["account", "--noise-multiplier", "1e300", "--sample-rate", "1", "--steps", "10", "--delta", "1e-5"],
+            "noise multiplier must be in (0, 1e+06]",
+        ),
+        (
+            ["account", "--noise-multiplier", "-1", "--sample-rate", "1", "--steps", "10", "--delta", "1e-5"],
+            "noise multiplier must be in",
+        ),
+        (
+            ["account", "--noise-multiplier", "1", "--sample-rate", "nan", "--steps", "10", "--delta", "1e-5"],
+            "expected a finite number",
+        ),
+        (
+            ["calibrate", "--epsilon", "1e-6", "--delta", "1e-10", "--sample-rate", "1", "--steps", "10"],
+            "above the largest accepted",
+        ),
+        (
+            ["calibrate", "--epsilon", "1", "--delta", "inf", "--sample-rate", "1", "--steps", "10"],
+            "expected a finite number",
+        ),
         (["audit", a, "--noise-multiplier", "inf"], "expected a finite number"),
         (["audit", a, "--noise-multiplier", "-1"], "noise multiplier must be >= 0"),
         (["audit", a, "--runs", "1e9"], "expected an integer"),
         (["audit", a, "--runs", "1000000000000"], "GiB of memory"),
         (["audit", a, "--epsilon", "nan"], "expected a finite number"),
         (["release", a, "--noise-multiplier", "inf"], "expected a finite number"),
-        (["bound", "--fp", "-1", "--fn", "0", "--negatives", "10", "--positives", "10", "--delta", "1e-5"],
-         "must be >= 0"),
-        (["bound", "--fp", "0", "--fn", "0", "--negatives", "10", "--positives", "10", "--delta", "1e-5",
-          "--confidence", "nan"], "expected a finite number"),
-        (["bound", "--fp", "0", "--fn", "0", "--negatives", "10", "--positives", "10", "--delta", "1e-5",
-          "--claimed-mu", "inf"], "expected a finite number"),
+        (
+            ["bound", "--fp", "-1", "--fn", "0", "--negatives", "10", "--positives", "10", "--delta", "1e-5"],
+            "must be >= 0",
+        ),
+        (
+            [
+                "bound",
+                "--fp",
+                "0",
+                "--fn",
+                "0",
+                "--negatives",
+                "10",
+                "--positives",
+                "10",
+                "--delta",
+                "1e-5",
+                "--confidence",
+                "nan",
+            ],
+            "expected a finite number",
+        ),
+        (
+            [
+                "bound",
+                "--fp",
+                "0",
+                "--fn",
+                "0",
+                "--negatives",
+                "10",
+                "--positives",
+                "10",
+                "--delta",
+                "1e-5",
+                "--claimed-mu",
+                "inf",
+            ],
+            "expected a finite number",
+        ),
         (["problem", "mnist", "--seed", "-1", "--out", str(tmp_path / "x.npz")], "--seed: must be >= 0"),
     ]
 
@@ -177,12 +232,12 @@ def flags(problem_file: Path, tmp_path: Path) -> list[tuple[list[str], str]]:
 def test_every_cli_number_is_finite_and_in_range(capsys, tmp_path: Path, problem_file: Path) -> None:
     cases = flags(problem_file, tmp_path)
     for argv, message in cases:
-        refused(capsys, [*argv, *(["--out", str(tmp_path / "out")] if argv[0] == "audit" else [])], message,
-                tmp_path)
+        refused(capsys, [*argv, *(["--out", str(tmp_path / "out")] if argv[0] == "audit" else [])], message, tmp_path)
     assert len(cases) == 24
 
 
 # --- 5: problem-file dtypes --------------------------------------------------------------------------------
+
 
 def bad_problems(folder: Path) -> list[tuple[Path, str]]:
     good = {"logp": np.log(np.full((5, 2), 0.5)), "sources": np.array(["a", "b"])}
@@ -192,10 +247,14 @@ def bad_problems(folder: Path) -> list[tuple[Path, str]]:
         "complex": ({**good, "logp": good["logp"] + 0j}, "must hold real numbers, got dtype complex128"),
         "users_float": ({**good, "users": np.zeros(5)}, "'users' must be integer ids"),
         "held_strings": ({**good, "heldout_logp": np.array([["x", "y"]])}, "'heldout_logp' must hold real numbers"),
-        "held_users_float": ({**good, "heldout_logp": good["logp"][:2], "heldout_users": np.zeros(2)},
-                             "'heldout_users' must be integer ids"),
-        "held_users_short": ({**good, "heldout_logp": good["logp"][:2], "heldout_users": np.zeros(3, int)},
-                             "heldout_users must have one id per row (2)"),
+        "held_users_float": (
+            {**good, "heldout_logp": good["logp"][:2], "heldout_users": np.zeros(2)},
+            "'heldout_users' must be integer ids",
+        ),
+        "held_users_short": (
+            {**good, "heldout_logp": good["logp"][:2], "heldout_users": np.zeros(3, int)},
+            "heldout_users must have one id per row (2)",
+        ),
         "nan": ({**good, "logp": np.full((5, 2), np.nan)}, "NaN or infinite"),
         "one_d": ({**good, "logp": np.zeros(5)}, "2-D array"),
         "no_sources": ({"logp": good["logp"]}, "lacks the required array 'sources'"),
@@ -227,6 +286,7 @@ def test_problem_files_of_every_wrong_kind(capsys, tmp_path: Path) -> None:
 
 # --- 6: output paths ---------------------------------------------------------------------------------------
 
+
 def test_output_paths_fail_before_any_work(capsys, tmp_path: Path, problem_file: Path) -> None:
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
@@ -257,8 +317,12 @@ def test_unwritable_output_folder(capsys, tmp_path: Path, problem_file: Path) ->
     locked.mkdir()
     locked.chmod(stat.S_IRUSR | stat.S_IXUSR)
     try:
-        refused(capsys, ["mix", "--problem", str(problem_file), "--nonprivate", "--out", str(locked / "x.json")],
-                "is not writable", tmp_path)
+        refused(
+            capsys,
+            ["mix", "--problem", str(problem_file), "--nonprivate", "--out", str(locked / "x.json")],
+            "is not writable",
+            tmp_path,
+        )
     finally:
         locked.chmod(stat.S_IRWXU)
 
@@ -273,6 +337,7 @@ def test_a_folder_that_refuses_entries_is_caught_even_as_root(capsys, tmp_path: 
 
 
 # --- 3: an audit that cannot see is never a pass -----------------------------------------------------------
+
 
 def test_blind_controls_make_the_audit_inconclusive(capsys, tmp_path: Path, problem_file: Path) -> None:
     spec = tmp_path / "spec.toml"
@@ -290,10 +355,13 @@ def test_blind_controls_make_the_audit_inconclusive(capsys, tmp_path: Path, prob
 
 # --- 12: persisted chunks are checked, owned and locked ----------------------------------------------------
 
+
 def audit_spec(tmp_path: Path, problem_file: Path, seed: int = 0) -> Path:
     spec = tmp_path / f"spec{seed}.toml"
-    spec.write_text(f'problem = "{problem_file}"\nruns = 256\nchunk_size = 64\nsteps = 5\nseed = {seed}\n'
-                    'canaries = ["max_clip"]\ncontrols = false\n')
+    spec.write_text(
+        f'problem = "{problem_file}"\nruns = 256\nchunk_size = 64\nsteps = 5\nseed = {seed}\n'
+        'canaries = ["max_clip"]\ncontrols = false\n'
+    )
     return spec
 
 
@@ -324,12 +392,15 @@ def test_damaged_swapped_and_foreign_chunks_are_recomputed(capsys, tmp_path: Pat
 
 def test_a_second_live_audit_on_the_same_folder_is_refused(tmp_path: Path, problem_file: Path) -> None:
     spec = load_spec(audit_spec(tmp_path, problem_file))
-    with ChunkStore(tmp_path / "out", "someone-else", ("black_box",)):
-        with pytest.raises(InputError, match="another audit is running"):
-            run_audit(spec, tmp_path / "out", progress=False)
+    with (
+        ChunkStore(tmp_path / "out", "someone-else", ("black_box",)),
+        pytest.raises(InputError, match="another audit is running"),
+    ):
+        run_audit(spec, tmp_path / "out", progress=False)
 
 
 # --- 9, 10, 12: defaults that fit, file modes, stale figures -----------------------------------------------
+
 
 def test_recovery_defaults_fit_a_problem_file(problem_file: Path) -> None:
     spec = plan(RecoverySpec(problem=str(problem_file))).spec
@@ -378,8 +449,9 @@ def test_a_user_level_audit_of_regrouped_users_never_reuses_chunks(tmp_path: Pat
     audit id differs and the chunks of the first grouping are not mixed in."""
     first = random_problem(240, 4, seed=9, users=True)
     regrouped = replace(first, users=(np.arange(240) // 6).astype(np.int64))
-    spec = AuditSpec(user_level=True, rho=1.0, steps=10, runs=128, chunk_size=64, canaries=("max_clip",),
-                     controls=False)
+    spec = AuditSpec(
+        user_level=True, rho=1.0, steps=10, runs=128, chunk_size=64, canaries=("max_clip",), controls=False
+    )
     run_audit(spec, tmp_path / "out", progress=False, problem=first)
     fresh = run_audit(spec, tmp_path / "fresh", progress=False, problem=regrouped).summary
     assert run_audit(spec, tmp_path / "out", progress=False, problem=regrouped).summary == fresh

@@ -17,10 +17,24 @@ PACKAGE = Path(__file__).parent.parent / "dpaudit_mix"
 
 #: module (or subpackage) → layer; a subpackage's modules inherit its layer unless named here.
 LAYERS: dict[str, int] = {
-    **dict.fromkeys(["errors", "atomic", "cache", "resources", "specfile", "stats", "reporting", "alphabet",
-                     "randomness"], 0),
-    **dict.fromkeys(["problem", "mixmin", "learner", "accounting", "audit.bounds", "audit.attack", "audit.profile",
-                     "audit.diagnostics", "audit.canaries", "audit.chunks"], 1),
+    **dict.fromkeys(
+        ["errors", "atomic", "cache", "resources", "specfile", "stats", "reporting", "alphabet", "randomness"], 0
+    ),
+    **dict.fromkeys(
+        [
+            "problem",
+            "mixmin",
+            "learner",
+            "accounting",
+            "audit.bounds",
+            "audit.attack",
+            "audit.profile",
+            "audit.diagnostics",
+            "audit.canaries",
+            "audit.chunks",
+        ],
+        1,
+    ),
     "models": 2,
     "data": 3,
     **dict.fromkeys(["audit", "recovery", "release", "verify"], 4),
@@ -45,17 +59,17 @@ def imports(path: Path, root: Path = PACKAGE) -> set[str]:
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package[:len(package) - node.level + 1]
+                base = package[: len(package) - node.level + 1]
                 target = ".".join(base + ([node.module] if node.module else []))
             elif node.module and node.module.startswith(root.name + "."):
-                target = node.module[len(root.name) + 1:]
+                target = node.module[len(root.name) + 1 :]
             else:
                 continue
             for alias in node.names:  # `from . import model` names a module
                 candidate = f"{target}.{alias.name}" if target else alias.name
                 found.add(candidate if _exists(candidate, root) else target)
         elif isinstance(node, ast.Import):
-            found |= {a.name[len(root.name) + 1:] for a in node.names if a.name.startswith(root.name + ".")}
+            found |= {a.name[len(root.name) + 1 :] for a in node.names if a.name.startswith(root.name + ".")}
     return {m for m in found if m}
 
 
@@ -77,8 +91,12 @@ def graph(root: Path = PACKAGE) -> dict[str, set[str]]:
 
 
 def upward_imports(edges: dict[str, set[str]]) -> list[str]:
-    return [f"{m} (layer {layer(m)}) imports {t} (layer {layer(t)})"
-            for m, targets in edges.items() for t in sorted(targets) if layer(t) > layer(m)]
+    return [
+        f"{m} (layer {layer(m)}) imports {t} (layer {layer(t)})"
+        for m, targets in edges.items()
+        for t in sorted(targets)
+        if layer(t) > layer(m)
+    ]
 
 
 def package_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -135,16 +153,34 @@ def test_the_core_imports_nothing_above_it() -> None:
     assert [f"{m} → {t}" for m in core for t in edges[m] if layer(t) > CORE] == []
 
 
-@pytest.mark.parametrize("files, expected", [
-    # pipeline → lm → pipeline: a cycle between subpackages, though no module imports itself
-    ({"pipeline/__init__.py": "", "pipeline/run.py": "from ..lm import run\n",
-      "lm/__init__.py": "", "lm/run.py": "def f():\n    from ..pipeline.stages import x\n",
-      "pipeline/stages.py": "x = 1\n"}, [["lm", "pipeline"]]),
-    ({"pipeline/__init__.py": "", "pipeline/run.py": "from ..models import cnn\n",
-      "models/__init__.py": "", "models/cnn.py": "x = 1\n"}, []),
-])
-def test_the_cycle_check_sees_a_cycle_through_a_lazy_import(tmp_path: Path, files: dict[str, str],
-                                                             expected: list[list[str]]) -> None:
+@pytest.mark.parametrize(
+    "files, expected",
+    [
+        # pipeline → lm → pipeline: a cycle between subpackages, though no module imports itself
+        (
+            {
+                "pipeline/__init__.py": "",
+                "pipeline/run.py": "from ..lm import run\n",
+                "lm/__init__.py": "",
+                "lm/run.py": "def f():\n    from ..pipeline.stages import x\n",
+                "pipeline/stages.py": "x = 1\n",
+            },
+            [["lm", "pipeline"]],
+        ),
+        (
+            {
+                "pipeline/__init__.py": "",
+                "pipeline/run.py": "from ..models import cnn\n",
+                "models/__init__.py": "",
+                "models/cnn.py": "x = 1\n",
+            },
+            [],
+        ),
+    ],
+)
+def test_the_cycle_check_sees_a_cycle_through_a_lazy_import(
+    tmp_path: Path, files: dict[str, str], expected: list[list[str]]
+) -> None:
     root = tmp_path / "dpaudit_mix"
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)

@@ -41,8 +41,13 @@ def test_clipped_sum_matches_opacus(small_problem: Problem) -> None:
     layer = torch.nn.Linear(small_problem.k, 1, bias=False, dtype=torch.float64)
     layer.weight.data = torch.tensor(lam[None, :])
     model = GradSampleModule(layer, loss_reduction="sum")
-    optimizer = DPOptimizer(torch.optim.SGD(model.parameters(), lr=1.0), noise_multiplier=0.0,
-                            max_grad_norm=clip, expected_batch_size=small_problem.n, loss_reduction="sum")
+    optimizer = DPOptimizer(
+        torch.optim.SGD(model.parameters(), lr=1.0),
+        noise_multiplier=0.0,
+        max_grad_norm=clip,
+        expected_batch_size=small_problem.n,
+        loss_reduction="sum",
+    )
     f = torch.tensor(p @ lam)
     loss = -(model(torch.tensor(centred))[:, 0] / f).sum()
     loss.backward()
@@ -66,8 +71,10 @@ def test_noise_scale_and_normaliser() -> None:
 def test_runs_do_not_depend_on_chunking_or_threads(small_problem: Problem) -> None:
     config = LearnerConfig(steps=10, noise_multiplier=3.0)
     whole = fit(small_problem, config, 2 * BLOCK + 9, noise=stream(7, "learner-noise"), threads=2).weights
-    part = fit(small_problem, config, np.arange(BLOCK + 3, 2 * BLOCK + 9), noise=stream(7, "learner-noise"), threads=1).weights
-    np.testing.assert_array_equal(whole[BLOCK + 3:], part)
+    part = fit(
+        small_problem, config, np.arange(BLOCK + 3, 2 * BLOCK + 9), noise=stream(7, "learner-noise"), threads=1
+    ).weights
+    np.testing.assert_array_equal(whole[BLOCK + 3 :], part)
     other_seed = fit(small_problem, config, 5, noise=stream(8, "learner-noise")).weights
     assert not np.allclose(other_seed, whole[:5])
     assert len({tuple(row) for row in whole.round(12)}) == len(whole)  # independent runs differ
@@ -113,16 +120,23 @@ def test_max_clip_canary_shifts_included_runs(small_problem: Problem) -> None:
     direction = np.array([1.0, -1.0, 0.0, 0.0, 0.0]) / np.sqrt(2)
     canary = Canary(gradient=direction * 3.0)
     include = np.arange(2 * BLOCK) % 2 == 0
-    result = fit(small_problem, LearnerConfig(steps=20, noise_multiplier=0.5), 2 * BLOCK, noise=stream(1, "learner-noise"),
-                 canary=canary, include=include)
+    result = fit(
+        small_problem,
+        LearnerConfig(steps=20, noise_multiplier=0.5),
+        2 * BLOCK,
+        noise=stream(1, "learner-noise"),
+        canary=canary,
+        include=include,
+    )
     s_in, s_out = result.whitebox_scores[include], result.whitebox_scores[~include]
     # white-box score: Σ_t ⟨noise + canary, v̂⟩ has mean 3T in, 0 out, std σC√T = 1.5·√20
     assert s_in.mean() == pytest.approx(60, abs=3) and s_out.mean() == pytest.approx(0, abs=3)
     assert s_out.std() == pytest.approx(1.5 * np.sqrt(20), rel=0.2)
 
 
-@pytest.mark.parametrize("kwargs", [{"steps": 0}, {"clip": 0}, {"sample_rate": 0}, {"sample_rate": 1.5},
-                                    {"noise_multiplier": -1}])
+@pytest.mark.parametrize(
+    "kwargs", [{"steps": 0}, {"clip": 0}, {"sample_rate": 0}, {"sample_rate": 1.5}, {"noise_multiplier": -1}]
+)
 def test_bad_config(kwargs: dict) -> None:
     with pytest.raises(InputError):
         LearnerConfig(**kwargs)

@@ -23,8 +23,17 @@ BUDGET_FOR_ONE = (accounting.epsilon([PHASE], DELTA, "pld") + accounting.epsilon
 
 
 def _reserve(path: Path, budget: float | None = None, data: str = "d" * 64) -> str:
-    return ledger.reserve(path, data_sha256=data, problem_sha256="f" * 64, epsilon=1.0, delta=DELTA, phase=PHASE,
-                          user_level=False, timestamp="t", budget=budget)
+    return ledger.reserve(
+        path,
+        data_sha256=data,
+        problem_sha256="f" * 64,
+        epsilon=1.0,
+        delta=DELTA,
+        phase=PHASE,
+        user_level=False,
+        timestamp="t",
+        budget=budget,
+    )
 
 
 def test_reserve_commit_withdraw(tmp_path: Path) -> None:
@@ -69,7 +78,7 @@ def test_concurrent_reservations_lose_nothing(tmp_path: Path) -> None:
     assert len({e.id for e in ledger.read(path)}) == 200
 
 
-def _budget_race(path: str, budget: float, results: "multiprocessing.Queue[str]") -> None:
+def _budget_race(path: str, budget: float, results: multiprocessing.Queue[str]) -> None:
     try:
         _reserve(Path(path), budget)
         results.put("reserved")
@@ -92,18 +101,27 @@ def test_two_reservations_started_together_cannot_share_one_budget(tmp_path: Pat
         assert ledger.spent(ledger.read(path), "d" * 64, "", DELTA) <= budget
 
 
-@pytest.mark.parametrize("content, where", [
-    ("", "not JSON"),
-    ('{"releases": [', "not JSON"),
-    ("[]", "no 'releases' list"),
-    ('{"releases": [1]}', "entry 0 is not an object"),
-    ('{"releases": [{"epsilon": 1}]}', "entry 0: 'steps'"),
-    ('{"releases": [{"steps": 10, "user_level": false, "epsilon": 1, "delta": 1e-5, "noise_multiplier": 1, '
-     '"sample_rate": 1, "timestamp": "t"}]}', "names no data"),
-    ('{"releases": [{"steps": 10, "user_level": false, "epsilon": 1, "delta": 1e-5, "noise_multiplier": -1, '
-     '"sample_rate": 1, "timestamp": "t", "data_sha256": "d"}]}', "noise multiplier"),
-    ('\ufeff{"releases": []}', "not JSON"),
-])
+@pytest.mark.parametrize(
+    "content, where",
+    [
+        ("", "not JSON"),
+        ('{"releases": [', "not JSON"),
+        ("[]", "no 'releases' list"),
+        ('{"releases": [1]}', "entry 0 is not an object"),
+        ('{"releases": [{"epsilon": 1}]}', "entry 0: 'steps'"),
+        (
+            '{"releases": [{"steps": 10, "user_level": false, "epsilon": 1, "delta": 1e-5, "noise_multiplier": 1, '
+            '"sample_rate": 1, "timestamp": "t"}]}',
+            "names no data",
+        ),
+        (
+            '{"releases": [{"steps": 10, "user_level": false, "epsilon": 1, "delta": 1e-5, "noise_multiplier": -1, '
+            '"sample_rate": 1, "timestamp": "t", "data_sha256": "d"}]}',
+            "noise multiplier",
+        ),
+        ('\ufeff{"releases": []}', "not JSON"),
+    ],
+)
 def test_a_damaged_ledger_refuses_and_names_where(tmp_path: Path, content: str, where: str) -> None:
     path = tmp_path / "ledger.json"
     path.write_text(content, encoding="utf-8")
@@ -145,8 +163,9 @@ def test_the_budget_belongs_to_the_data_not_the_file() -> None:
     base = random_problem(40, 3, seed=1)
     users = np.arange(40) // 2
     first = Problem(base.logp, base.sources, users=users.astype(np.int64), task="a")
-    second = Problem(base.logp.copy(), ("x", "y", "z"), users=users.astype(np.int32),
-                     task="b", meta={"note": "unrelated"})
+    second = Problem(
+        base.logp.copy(), ("x", "y", "z"), users=users.astype(np.int32), task="b", meta={"note": "unrelated"}
+    )
     assert data_sha256(first) == data_sha256(second) == data_sha256(loads(dumps(first), Path("p.npz")))
     assert data_sha256(first) != data_sha256(Problem(base.logp, base.sources, task="a"))  # users are part of it
     assert data_sha256(first) != data_sha256(Problem(base.logp[1:], base.sources, users=users[1:], task="a"))
@@ -163,8 +182,24 @@ def test_the_default_ledger_is_the_machines(monkeypatch, tmp_path: Path) -> None
 def test_v1_entries_keep_counting(tmp_path: Path) -> None:
     """A ledger written before data digests: its entries count against the same problem file."""
     path = tmp_path / "ledger.json"
-    path.write_text(json.dumps({"releases": [{
-        "problem_sha256": "f" * 64, "epsilon": 1.0, "delta": DELTA, "noise_multiplier": 5.0, "sample_rate": 1.0,
-        "steps": 10, "user_level": False, "timestamp": "t", "manifest": "/x/release.json"}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "releases": [
+                    {
+                        "problem_sha256": "f" * 64,
+                        "epsilon": 1.0,
+                        "delta": DELTA,
+                        "noise_multiplier": 5.0,
+                        "sample_rate": 1.0,
+                        "steps": 10,
+                        "user_level": False,
+                        "timestamp": "t",
+                        "manifest": "/x/release.json",
+                    }
+                ]
+            }
+        )
+    )
     (entry,) = ledger.read(path)
     assert entry.status == "released" and ledger.spent([entry], "d" * 64, "f" * 64, DELTA) > 0

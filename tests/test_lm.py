@@ -13,8 +13,8 @@ import torch
 
 from dpaudit_mix.alphabet import V
 from dpaudit_mix.errors import InputError
-from dpaudit_mix.models import chargru as lm
 from dpaudit_mix.lm.spec import TextPipelineSpec
+from dpaudit_mix.models import chargru as lm
 from dpaudit_mix.models.userdp import UserLevelSGD, clip_rows, noisy_mean, released_step, train, user_gradient
 from dpaudit_mix.randomness import Key
 
@@ -34,8 +34,7 @@ class Silent:
 
 def _users(seed: int, sizes: list[int]) -> list[torch.Tensor]:
     rng = np.random.default_rng(seed)
-    return [torch.from_numpy(rng.integers(1, lm.V, size=(m, lm.WINDOW + 1)))
-            for m in sizes]
+    return [torch.from_numpy(rng.integers(1, lm.V, size=(m, lm.WINDOW + 1))) for m in sizes]
 
 
 def test_windows_predict_every_character_once() -> None:
@@ -53,8 +52,9 @@ def test_user_with_many_examples_moves_a_step_by_at_most_clip() -> None:
     base = _users(1, [3, 5, 2, 7])
     heavy = _users(2, [300])[0]
     light = _users(3, [1])[0]
-    config = UserLevelSGD(sample_rate=1.0, steps=1, noise_multiplier=1.0, clip=0.5, learning_rate=1e-3,
-                          windows_per_user=1000)
+    config = UserLevelSGD(
+        sample_rate=1.0, steps=1, noise_multiplier=1.0, clip=0.5, learning_rate=1e-3, windows_per_user=1000
+    )
     assert float(user_gradient(model, heavy).norm()) > 10 * config.clip
 
     def released_sum(users: list[torch.Tensor]) -> torch.Tensor:
@@ -72,8 +72,9 @@ def test_window_cap_keeps_the_bound_and_the_cost() -> None:
     model = lm.new_model(KEY)
     heavy = _users(4, [200])[0]
     config = UserLevelSGD(1.0, 1, 1.0, 0.5, 1e-3, windows_per_user=4)
-    step = released_step(model, [heavy], config, KEY.stream("finetune-batches").numpy(),
-                         KEY.stream("finetune-noise").numpy())
+    step = released_step(
+        model, [heavy], config, KEY.stream("finetune-batches").numpy(), KEY.stream("finetune-noise").numpy()
+    )
     assert step.shape == (sum(p.numel() for p in model.parameters()),)
     zero_noise = released_step(model, [heavy], config, KEY.stream("finetune-batches").numpy(), Silent())
     assert float(zero_noise.norm()) <= config.clip * (1 + 1e-5)
@@ -100,19 +101,24 @@ def test_user_level_sgd_is_reproducible_and_learns() -> None:
     config = UserLevelSGD(sample_rate=0.5, steps=15, noise_multiplier=0.5, clip=1.0, learning_rate=1e-2)
     first = train(lm.new_model(KEY), users, config, KEY.child(run=3))
     second = train(lm.new_model(KEY), users, config, KEY.child(run=3))
-    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), second.state_dict().values()))
+    assert all(
+        torch.equal(a, b) for a, b in zip(first.state_dict().values(), second.state_dict().values(), strict=True)
+    )
     test = lm.all_windows(["to be or not to be, that is the question."])
     assert lm.perplexity(first, test) < 0.8 * lm.perplexity(lm.new_model(KEY), test)
 
 
-@pytest.mark.parametrize("keys, message", [
-    ({"world": "mnist-shift"}, "text pipeline runs"),
-    ({"methods": ("warm",)}, "unknown method"),
-    ({"finetune_users": 0.0}, "finetune_users"),
-    ({"rho": 1.0}, "rho"),
-    ({"rehearsal_genre": "comedies"}, "rehearsal_genre must be a public genre"),
-    ({"finetune_learning_rates": (0.0,)}, "finetune_learning_rates must be > 0"),
-])
+@pytest.mark.parametrize(
+    "keys, message",
+    [
+        ({"world": "mnist-shift"}, "text pipeline runs"),
+        ({"methods": ("warm",)}, "unknown method"),
+        ({"finetune_users": 0.0}, "finetune_users"),
+        ({"rho": 1.0}, "rho"),
+        ({"rehearsal_genre": "comedies"}, "rehearsal_genre must be a public genre"),
+        ({"finetune_learning_rates": (0.0,)}, "finetune_learning_rates must be > 0"),
+    ],
+)
 def test_text_spec_refuses_bad_values(keys: dict, message: str) -> None:
     with pytest.raises(InputError, match=message):
         TextPipelineSpec(**keys)
@@ -121,10 +127,12 @@ def test_text_spec_refuses_bad_values(keys: dict, message: str) -> None:
 def test_text_pipeline_end_to_end(tmp_path: Path) -> None:
     """A tiny run through the CLI: report with perplexities and λ★; a rerun recomputes nothing."""
     spec = tmp_path / "tiny.toml"
-    spec.write_text('world = "shakespeare-users"\nepsilons = [2.0]\nseeds = 2\n'
-                    'methods = ["dpmixmin", "uniform", "no_pretrain", "nonprivate_mixmin"]\n'
-                    "pretrain_windows = 300\npretrain_epochs = 1\nfinetune_steps = 2\nfinetune_users = 8\n"
-                    "windows_per_user = 2\nmix_steps = 20\nfinetune_learning_rates = [3e-4, 3e-3]\n")
+    spec.write_text(
+        'world = "shakespeare-users"\nepsilons = [2.0]\nseeds = 2\n'
+        'methods = ["dpmixmin", "uniform", "no_pretrain", "nonprivate_mixmin"]\n'
+        "pretrain_windows = 300\npretrain_epochs = 1\nfinetune_steps = 2\nfinetune_users = 8\n"
+        "windows_per_user = 2\nmix_steps = 20\nfinetune_learning_rates = [3e-4, 3e-3]\n"
+    )
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "dpaudit_mix.cli", "pipeline", str(spec), "--out", str(out)]
     first = subprocess.run(cmd, capture_output=True, text=True, check=True)
@@ -135,15 +143,19 @@ def test_text_pipeline_end_to_end(tmp_path: Path) -> None:
     assert "chosen by rehearsal on public romances speakers" in report  # the fair rule, no privacy spent
     choices = [json.loads(p.read_text())["finetune_choice"] for p in (out / "cache" / "finetune").glob("*.json")]
     assert len(choices) == 8 and all(c["learning_rate"] in (3e-4, 3e-3) for c in choices)
-    assert all(c["learning_rate"] == min(c["rehearsal_perplexity"], key=lambda r: r["perplexity"])["learning_rate"]
-               for c in choices)
+    assert all(
+        c["learning_rate"] == min(c["rehearsal_perplexity"], key=lambda r: r["perplexity"])["learning_rate"]
+        for c in choices
+    )
     import pandas as pd
 
     frame = pd.read_csv(out / "results.csv")
     # every pretrained model predicts better than the uniform character model (perplexity V − 1)
     assert len(frame) == 8 and (frame.loc[frame["method"] != "no_pretrain", "perplexity"] < V - 1).all()
-    assert (frame.loc[frame["method"] == "no_pretrain", "perplexity"].min()
-            > frame.loc[frame["method"] != "no_pretrain", "perplexity"].max())  # pretraining matters
+    assert (
+        frame.loc[frame["method"] == "no_pretrain", "perplexity"].min()
+        > frame.loc[frame["method"] != "no_pretrain", "perplexity"].max()
+    )  # pretraining matters
     private = frame[frame["releasable"]]
     assert (private["epsilon_total"] <= 2.0 + 1e-6).all()
     stamps = {p: p.stat().st_mtime_ns for p in (out / "cache").rglob("*.*")}

@@ -10,15 +10,21 @@ from .conftest import random_problem
 def _scipy_optimum(logp: np.ndarray) -> float:
     """An independent solver: SLSQP on the simplex with the analytic gradient."""
     k = logp.shape[1]
-    p, shift = scaled_likelihoods(logp)
+    p, _ = scaled_likelihoods(logp)
 
     def objective(lam: np.ndarray) -> tuple[float, np.ndarray]:
         lam = np.clip(lam, 1e-300, None)
         return float(mixture_loss(logp, lam)), gradient(p, lam)
 
-    res = minimize(objective, np.full(k, 1 / k), jac=True, method="SLSQP", bounds=[(0, 1)] * k,
-                   constraints=[{"type": "eq", "fun": lambda lam: lam.sum() - 1}],
-                   options={"ftol": 1e-15, "maxiter": 2000})
+    res = minimize(
+        objective,
+        np.full(k, 1 / k),
+        jac=True,
+        method="SLSQP",
+        bounds=[(0, 1)] * k,
+        constraints=[{"type": "eq", "fun": lambda lam: lam.sum() - 1}],
+        options={"ftol": 1e-15, "maxiter": 2000},
+    )
     return float(res.fun)
 
 

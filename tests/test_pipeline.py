@@ -17,8 +17,15 @@ from .conftest import random_problem
 
 QUICK = Path(__file__).parent.parent / "pipeline" / "quick.toml"
 #: the smallest run that still trains and evaluates (for the cache and composition tests).
-TINY = dict(epsilons=(2.0,), seeds=1, sensitive_fraction=0.25, public_fraction=0.25, pretrain_examples=300,
-            pretrain_epochs=1, finetune_epochs=1)
+TINY = dict(
+    epsilons=(2.0,),
+    seeds=1,
+    sensitive_fraction=0.25,
+    public_fraction=0.25,
+    pretrain_examples=300,
+    pretrain_epochs=1,
+    finetune_epochs=1,
+)
 
 
 def test_quick_spec_end_to_end(capsys, tmp_path: Path) -> None:
@@ -37,8 +44,13 @@ def test_quick_spec_end_to_end(capsys, tmp_path: Path) -> None:
     assert (frame[frame["method"] == "no_pretrain"]["relative_gain"] == 0).all()
     report = (out / "report.md").read_text()
     assert "NOT releasable" in report and "DP-MixMin" in report
-    assert {p.name for p in out.iterdir()} >= {"results.csv", "report.md", "report.html", "macro_auc_vs_epsilon.png",
-                                                "relative_gain.png"}
+    assert {p.name for p in out.iterdir()} >= {
+        "results.csv",
+        "report.md",
+        "report.html",
+        "macro_auc_vs_epsilon.png",
+        "relative_gain.png",
+    }
 
 
 def _dicts(runs: list) -> list[dict]:
@@ -72,23 +84,29 @@ def test_random_search_selects_privately_and_accounts_for_it() -> None:
     problem = random_problem(300, 5, seed=2)
     spec = PipelineSpec(search_candidates=6)
     precise = choose("random_search", problem, problem, 20.0, spec, seed=0)
-    candidates = stream(spec.seed, "random-search-candidates", task=problem.task, epsilon=20.0, seed=0).numpy(
-        ).dirichlet(np.ones(5), size=6)
+    candidates = (
+        stream(spec.seed, "random-search-candidates", task=problem.task, epsilon=20.0, seed=0)
+        .numpy()
+        .dirichlet(np.ones(5), size=6)
+    )
     best = candidates[np.argmin(_candidate_losses(problem, candidates, False, LOSS_BOUND).sum(axis=0))]
     assert np.allclose(precise.weights, best)  # at huge ε the noisy choice is the true best
     cheap = choose("random_search", problem, problem, 0.5, spec, seed=0)
     assert cheap.phase.steps == 1 and accounting.epsilon([cheap.phase], spec.delta) <= 0.5
 
 
-@pytest.mark.parametrize("keys, message", [
-    ({"public_fraction": 0.01}, "public source mnist-tiny has no examples"),
-    ({"rho": 0.0}, "rho must be in (0, 1)"),
-    ({"rho": 1.0}, "rho must be in (0, 1)"),
-    ({"sensitive_fraction": 0.001, "rho": 0.1}, "split A would be empty"),
-    ({"sensitive_fraction": 0.001, "rho": 0.9}, "split B would be empty"),
-    ({"epsilons": [0.0]}, "epsilon must be in"),
-    ({"methods": ["dpmixmin", "magic"]}, "unknown method(s) magic"),
-])
+@pytest.mark.parametrize(
+    "keys, message",
+    [
+        ({"public_fraction": 0.01}, "public source mnist-tiny has no examples"),
+        ({"rho": 0.0}, "rho must be in (0, 1)"),
+        ({"rho": 1.0}, "rho must be in (0, 1)"),
+        ({"sensitive_fraction": 0.001, "rho": 0.1}, "split A would be empty"),
+        ({"sensitive_fraction": 0.001, "rho": 0.9}, "split B would be empty"),
+        ({"epsilons": [0.0]}, "epsilon must be in"),
+        ({"methods": ["dpmixmin", "magic"]}, "unknown method(s) magic"),
+    ],
+)
 def test_bad_specs_exit_2_without_output(capsys, tmp_path: Path, keys: dict, message: str) -> None:
     spec = tmp_path / "spec.toml"
     spec.write_text("\n".join(f"{k} = {v!r}".replace("'", '"') for k, v in keys.items()) + "\n")
@@ -106,8 +124,10 @@ def test_world_splits_are_disjoint() -> None:
 def test_any_subset_of_methods_renders(capsys, tmp_path: Path) -> None:
     """No no_pretrain (the relative-gain base) and no random search or upper bound to compare with."""
     spec = tmp_path / "subset.toml"
-    spec.write_text('methods = ["dpmixmin", "uniform"]\n' + "".join(
-        f"{key} = {list(value) if isinstance(value, tuple) else value}\n" for key, value in TINY.items()))
+    spec.write_text(
+        'methods = ["dpmixmin", "uniform"]\n'
+        + "".join(f"{key} = {list(value) if isinstance(value, tuple) else value}\n" for key, value in TINY.items())
+    )
     out = tmp_path / "out"
     assert main(["pipeline", str(spec), "--out", str(out)]) == 0
     printed = json.loads(capsys.readouterr().out)
@@ -120,7 +140,7 @@ def test_secure_runs_draw_fresh_noise_and_stay_within_the_budget(tmp_path: Path)
     spec = PipelineSpec(methods=("dpmixmin", "random_search"), **TINY)
     first = run_pipeline(spec, tmp_path / "a", progress=False, secure=True)
     second = run_pipeline(spec, tmp_path / "b", progress=False, secure=True)
-    for a, b in zip(first, second):
+    for a, b in zip(first, second, strict=True):
         # random search may well pick the same candidate twice; DP-MixMin's λ is continuous
         assert a.secure and (a.job.method != "dpmixmin" or not np.array_equal(a.mixture.weights, b.mixture.weights))
         assert a.result["metrics"] != b.result["metrics"]  # the finetune's noise and batches are fresh too

@@ -9,8 +9,14 @@ from dpaudit_mix.problem import Problem, load, save
 
 def test_round_trip(tmp_path: Path, small_problem: Problem) -> None:
     held = small_problem.logp[:7]
-    prob = Problem(small_problem.logp, small_problem.sources, users=np.arange(300) // 2,
-                   heldout_logp=held, task="t", meta={"name": "x"})
+    prob = Problem(
+        small_problem.logp,
+        small_problem.sources,
+        users=np.arange(300) // 2,
+        heldout_logp=held,
+        task="t",
+        meta={"name": "x"},
+    )
     save(prob, tmp_path / "p.npz")
     back = load(tmp_path / "p.npz")
     np.testing.assert_array_equal(back.logp, prob.logp)
@@ -20,14 +26,17 @@ def test_round_trip(tmp_path: Path, small_problem: Problem) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["p.npz"]  # no temp file left behind
 
 
-@pytest.mark.parametrize("logp, message", [
-    (np.array([[np.nan, -1.0], [-1.0, -2.0]]), "NaN"),
-    (np.array([[np.inf, -1.0], [-1.0, -2.0]]), "NaN or infinite"),
-    (np.array([[0.5, -1.0], [-1.0, -2.0]]), "positive"),
-    (np.array([[-1.0], [-2.0]]), "k >= 2"),
-    (np.zeros((0, 3)), "n = 0"),
-    (np.array([-1.0, -2.0]), "2-D"),
-])
+@pytest.mark.parametrize(
+    "logp, message",
+    [
+        (np.array([[np.nan, -1.0], [-1.0, -2.0]]), "NaN"),
+        (np.array([[np.inf, -1.0], [-1.0, -2.0]]), "NaN or infinite"),
+        (np.array([[0.5, -1.0], [-1.0, -2.0]]), "positive"),
+        (np.array([[-1.0], [-2.0]]), "k >= 2"),
+        (np.zeros((0, 3)), "n = 0"),
+        (np.array([-1.0, -2.0]), "2-D"),
+    ],
+)
 def test_bad_logp(logp: np.ndarray, message: str) -> None:
     with pytest.raises(InputError, match=message):
         Problem(logp, tuple(f"s{i}" for i in range(logp.shape[-1])))

@@ -29,13 +29,17 @@ from .test_pipeline import TINY
 
 def test_same_name_same_draws_any_other_name_other_draws() -> None:
     a = stream(3, "learner-noise", task="t", epsilon=1.0, seed=0)
-    assert np.array_equal(a.numpy().random(5), stream(3, "learner-noise", task="t", epsilon=1, seed=0).numpy().random(5))
-    others = [stream(4, "learner-noise", task="t", epsilon=1.0, seed=0),  # root seed
-              stream(3, "finetune-noise", task="t", epsilon=1.0, seed=0),  # purpose
-              stream(3, "learner-noise", task="u", epsilon=1.0, seed=0),  # task
-              stream(3, "learner-noise", task="t", epsilon=2.0, seed=0),  # ε
-              stream(3, "learner-noise", task="t", epsilon=1.0, seed=1),  # seed
-              stream(3, "learner-noise", task="t", epsilon=1.0, seed=0, run=0)]
+    assert np.array_equal(
+        a.numpy().random(5), stream(3, "learner-noise", task="t", epsilon=1, seed=0).numpy().random(5)
+    )
+    others = [
+        stream(4, "learner-noise", task="t", epsilon=1.0, seed=0),  # root seed
+        stream(3, "finetune-noise", task="t", epsilon=1.0, seed=0),  # purpose
+        stream(3, "learner-noise", task="u", epsilon=1.0, seed=0),  # task
+        stream(3, "learner-noise", task="t", epsilon=2.0, seed=0),  # ε
+        stream(3, "learner-noise", task="t", epsilon=1.0, seed=1),  # seed
+        stream(3, "learner-noise", task="t", epsilon=1.0, seed=0, run=0),
+    ]
     draws = [s.numpy().random(5) for s in [a, *others]] + [a.run(0).random(5), a.run(1).random(5)]
     assert len({d.tobytes() for d in draws}) == len(draws)
     assert a.integer() == stream(3, "learner-noise", task="t", epsilon=1.0, seed=0).integer()
@@ -78,19 +82,40 @@ def test_a_tiny_pipeline_recovery_and_audit_never_draw_one_stream_twice(tmp_path
     with recording() as pipeline_draws:
         run_pipeline(spec, tmp_path / "pipeline", progress=False)
     purposes = {purpose for purpose, _ in pipeline_draws}
-    assert {"learner-noise", "random-search-candidates", "random-search-noise", "finetune-noise", "finetune-batches",
-            "pretrain-sample", "pretrain-shuffle", "model-init", "pipeline-split"} <= purposes
+    assert {
+        "learner-noise",
+        "random-search-candidates",
+        "random-search-noise",
+        "finetune-noise",
+        "finetune-batches",
+        "pretrain-sample",
+        "pretrain-shuffle",
+        "model-init",
+        "pipeline-split",
+    } <= purposes
     fits = {ids[:-1] for purpose, ids in pipeline_draws if purpose == "learner-noise"}  # less the run id
     assert len(fits) == 2 * 2  # one DP-MixMin fit per (ε, seed), each with streams of its own
     assert _repeated(pipeline_draws) == []
 
     problem = random_problem(200, 4, seed=3)
     path = tmp_path / "p.npz"
-    save(Problem(problem.logp, problem.sources, users=np.arange(200) // 4,
-                 heldout_logp=random_problem(10, 4, seed=4).logp, task="t"), path)
+    save(
+        Problem(
+            problem.logp,
+            problem.sources,
+            users=np.arange(200) // 4,
+            heldout_logp=random_problem(10, 4, seed=4).logp,
+            task="t",
+        ),
+        path,
+    )
     with recording() as recovery_draws:
-        run_recovery(RecoverySpec(problem=str(path), epsilons=(1.0, 2.0), rhos=(0.5, 1.0), seeds=3, steps=10,
-                                  k_values=(2, 3), k_rho=0.5), progress=False)
+        run_recovery(
+            RecoverySpec(
+                problem=str(path), epsilons=(1.0, 2.0), rhos=(0.5, 1.0), seeds=3, steps=10, k_values=(2, 3), k_rho=0.5
+            ),
+            progress=False,
+        )
     assert len(recovery_draws) > 10 and _repeated(recovery_draws) == []
 
     audit = AuditSpec(problem=str(path), runs=128, steps=5, rho=0.5, natural_policy="random", chunk_size=64)
@@ -104,14 +129,23 @@ def test_a_tiny_pipeline_recovery_and_audit_never_draw_one_stream_twice(tmp_path
 
 def _noise(problem: Problem, spec: PipelineSpec, seeds: int) -> np.ndarray:
     """DP-MixMin's λ minus its σ = 0 fit, in centred log λ, for seeds 0..seeds−1: the noise alone."""
+
     def centred_log(weights: np.ndarray) -> np.ndarray:
         log = np.log(weights)
         return log - log.mean()
 
-    exact = fit(problem, LearnerConfig(steps=spec.mix_steps, clip=spec.mix_clip), 1,
-                stream(0, "learner-noise", test="noiseless")).weights[0]
-    return np.stack([centred_log(methods.choose("dpmixmin", problem, problem, 1.0, spec, seed).weights)
-                     - centred_log(exact) for seed in range(seeds)])
+    exact = fit(
+        problem,
+        LearnerConfig(steps=spec.mix_steps, clip=spec.mix_clip),
+        1,
+        stream(0, "learner-noise", test="noiseless"),
+    ).weights[0]
+    return np.stack(
+        [
+            centred_log(methods.choose("dpmixmin", problem, problem, 1.0, spec, seed).weights) - centred_log(exact)
+            for seed in range(seeds)
+        ]
+    )
 
 
 def test_two_tasks_dpmixmin_noise_in_one_seed_is_uncorrelated(monkeypatch) -> None:

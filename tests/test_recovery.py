@@ -25,8 +25,10 @@ def problem_file(tmp_path: Path) -> Path:
 
 def write_spec(tmp_path: Path, problem_file: Path, text: str = "") -> Path:
     path = tmp_path / "spec.toml"
-    path.write_text(f'problem = "{problem_file}"\nepsilons = [0.3, 10.0]\nrhos = [0.2, 1.0]\nseeds = 4\nsteps = 40\n'
-                    f'user_level_tasks = ["toy"]\nk_values = [2, 4, 6]\nk_fit_min = 2\n{text}')
+    path.write_text(
+        f'problem = "{problem_file}"\nepsilons = [0.3, 10.0]\nrhos = [0.2, 1.0]\nseeds = 4\nsteps = 40\n'
+        f'user_level_tasks = ["toy"]\nk_values = [2, 4, 6]\nk_fit_min = 2\n{text}'
+    )
     return path
 
 
@@ -34,8 +36,13 @@ def test_recovery_cli_writes_every_cell_and_report(capsys, tmp_path: Path, probl
     out = tmp_path / "out"
     assert main(["recovery", str(write_spec(tmp_path, problem_file)), "--out", str(out)]) == 0
     result = json.loads((out / "recovery.json").read_text())
-    assert {p.name for p in out.iterdir()} >= {"recovery.json", "report.md", "report.html", "cos_heatmap.png",
-                                                "alpha_vs_k.png"}
+    assert {p.name for p in out.iterdir()} >= {
+        "recovery.json",
+        "report.md",
+        "report.html",
+        "cos_heatmap.png",
+        "alpha_vs_k.png",
+    }
     assert len(result["cells"]) == 2 * 2 * 2  # ε × ρ × (example-level, user-level)
     for cell in result["cells"]:
         star = np.array(result["lambda_star"][cell["task"]])
@@ -45,7 +52,8 @@ def test_recovery_cli_writes_every_cell_and_report(capsys, tmp_path: Path, probl
         assert cell["l1_uniform"] == pytest.approx(np.abs(star - uniform).sum())
         assert np.abs(np.array(cell["lambda_dp_mean"]) - star).sum() <= cell["l1"]["mean"] + 1e-9
         assert len(cell["cos_star"]["runs"]) == 4 and cell["cos_star"]["mean"] == pytest.approx(
-            np.mean(cell["cos_star"]["runs"]))
+            np.mean(cell["cos_star"]["runs"])
+        )
         assert min(cell["alpha_1e3"]["runs"]) >= -1e-6  # λ★ minimises L on the full data
     assert [a["k"] for a in result["k_scaling"]["average"]] == [2, 4, 6]
     ks = result["k_scaling"]
@@ -65,8 +73,9 @@ def test_recovery_cli_writes_every_cell_and_report(capsys, tmp_path: Path, probl
 
 def test_more_budget_recovers_lambda_star_better(tmp_path: Path, problem_file: Path) -> None:
     """cos★ rises and α falls with ε and with ρ (large gaps, so noise cannot flip them)."""
-    result = run_recovery(load_recovery_spec(write_spec(tmp_path, problem_file), user_level_tasks=(),
-                                             k_values=()), progress=False)
+    result = run_recovery(
+        load_recovery_spec(write_spec(tmp_path, problem_file), user_level_tasks=(), k_values=()), progress=False
+    )
     cell = {(c["epsilon"], c["rho"]): c for c in result.cells}
     for rho in (0.2, 1.0):
         assert cell[(10.0, rho)]["cos_star"]["mean"] > cell[(0.3, rho)]["cos_star"]["mean"]
@@ -82,23 +91,34 @@ def test_same_seed_same_result(tmp_path: Path, problem_file: Path) -> None:
 
 
 def test_mnist_tasks_and_shards(tmp_path: Path) -> None:
-    spec = RecoverySpec(tasks=("digit-3",), epsilons=(1.0,), rhos=(0.1,), seeds=2, user_level_tasks=(),
-                        k_values=(2, 4), k_tasks=("digit-3",), k_fit_min=2)
+    spec = RecoverySpec(
+        tasks=("digit-3",),
+        epsilons=(1.0,),
+        rhos=(0.1,),
+        seeds=2,
+        user_level_tasks=(),
+        k_values=(2, 4),
+        k_tasks=("digit-3",),
+        k_fit_min=2,
+    )
     result = run_recovery(spec, progress=False)
     assert [c["task"] for c in result.cells] == ["digit-3"] and result.cells[0]["k"] == 14
     assert [c["k"] for c in result.k_scaling["cells"]] == [2, 4]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("epsilons = []", "ε grid is empty"),
-    ("rhos = []", "ρ grid is empty"),
-    ("rhos = [0.0]", "rho must be in"),
-    ("rhos = [1.5]", "rho must be in"),
-    ("epsilons = [-1.0]", "epsilon must be in"),
-    ("k_values = [2, 7]", "larger than the 6 public sources"),
-    ("tasks = ['nope']", "unknown task"),
-    ("colour = 3", "unknown key"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("epsilons = []", "ε grid is empty"),
+        ("rhos = []", "ρ grid is empty"),
+        ("rhos = [0.0]", "rho must be in"),
+        ("rhos = [1.5]", "rho must be in"),
+        ("epsilons = [-1.0]", "epsilon must be in"),
+        ("k_values = [2, 7]", "larger than the 6 public sources"),
+        ("tasks = ['nope']", "unknown task"),
+        ("colour = 3", "unknown key"),
+    ],
+)
 def test_bad_specs_exit_2_without_output(capsys, tmp_path: Path, problem_file: Path, text: str, message: str) -> None:
     spec = write_spec(tmp_path, problem_file)
     lines = [line for line in spec.read_text().splitlines() if line.split(" =")[0] != text.split(" =")[0]]

@@ -31,8 +31,16 @@ def problem_file(tmp_path: Path) -> Path:
 
 
 def write_spec(tmp_path: Path, problem_file: Path, name: str = "spec.toml", **keys) -> Path:
-    base = {"problem": str(problem_file), "epsilon": EPS, "delta": DELTA, "steps": STEPS, "audit_runs": 2000,
-            "chunk_size": 1024, "ledger": str(tmp_path / "ledger.json"), **keys}
+    base = {
+        "problem": str(problem_file),
+        "epsilon": EPS,
+        "delta": DELTA,
+        "steps": STEPS,
+        "audit_runs": 2000,
+        "chunk_size": 1024,
+        "ledger": str(tmp_path / "ledger.json"),
+        **keys,
+    }
     path = tmp_path / name
     path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in base.items()))
     return path
@@ -116,13 +124,16 @@ def test_ledger_composes_in_pld_and_enforces_the_budget(tmp_path: Path, problem_
     assert composed == pytest.approx(pld.get_epsilon(DELTA), rel=1e-9) and composed > 1.2
 
 
-@pytest.mark.parametrize("keys, message", [
-    ({"epsilon": -1.0}, "epsilon"),
-    ({"audit_canaries": ["golden"]}, "audit_canaries"),
-    ({"accountant": "magic"}, "accountant"),
-    ({"budget_epsilon": 0.5}, "budget_epsilon"),
-    ({"problem": "/no/such.npz"}, "neither an embedded problem"),
-])
+@pytest.mark.parametrize(
+    "keys, message",
+    [
+        ({"epsilon": -1.0}, "epsilon"),
+        ({"audit_canaries": ["golden"]}, "audit_canaries"),
+        ({"accountant": "magic"}, "accountant"),
+        ({"budget_epsilon": 0.5}, "budget_epsilon"),
+        ({"problem": "/no/such.npz"}, "neither an embedded problem"),
+    ],
+)
 def test_bad_release_specs_exit_2(tmp_path: Path, problem_file: Path, capsys, keys: dict, message: str) -> None:
     out = tmp_path / "bad"
     assert main(["release", str(write_spec(tmp_path, problem_file, **keys)), "--out", str(out)]) == 2

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from dpaudit_mix.cli import main
-from dpaudit_mix.randomness import Key, stream, torch_scope
 from dpaudit_mix.models import edm
-from dpaudit_mix.synth import quality
 from dpaudit_mix.models.warmup import CUTOUT, SAM, augment
+from dpaudit_mix.randomness import Key, stream, torch_scope
+from dpaudit_mix.synth import quality
 
 
 def test_preconditioning_matches_its_definitions() -> None:
@@ -49,8 +49,9 @@ def test_the_sampler_schedule_runs_from_sigma_max_to_sigma_min_then_zero() -> No
     assert bool(torch.all(t[:-1][1:] < t[:-1][:-1]))
     i = 5  # Eq. 5 at an interior step
     rho = edm.RHO
-    expected = (edm.SIGMA_MAX ** (1 / rho) + i / (edm.STEPS - 1) * (edm.SIGMA_MIN ** (1 / rho)
-                                                                    - edm.SIGMA_MAX ** (1 / rho))) ** rho
+    expected = (
+        edm.SIGMA_MAX ** (1 / rho) + i / (edm.STEPS - 1) * (edm.SIGMA_MIN ** (1 / rho) - edm.SIGMA_MAX ** (1 / rho))
+    ) ** rho
     assert t[i].item() == pytest.approx(expected, rel=1e-6)
 
 
@@ -107,13 +108,19 @@ def test_memorisation_flags_copies() -> None:
 
 def test_warmsyn_end_to_end_and_cached(capsys, tmp_path: Path) -> None:
     spec = tmp_path / "tiny.toml"
-    spec.write_text("public_size = 40\nsynthetic_size = 200\nedm_steps = 30\nepsilons = [2.0]\nseeds = 2\n"
-                    "warmup_steps = 10\nfinetune_epochs = 1\nsensitive_fraction = 0.2\n")
+    spec.write_text(
+        "public_size = 40\nsynthetic_size = 200\nedm_steps = 30\nepsilons = [2.0]\nseeds = 2\n"
+        "warmup_steps = 10\nfinetune_epochs = 1\nsensitive_fraction = 0.2\n"
+    )
     out = tmp_path / "out"
     assert main(["warmsyn", str(spec), "--out", str(out)]) == 0
     result = json.loads((out / "warmsyn.json").read_text())
-    assert len(result["records"]) == 5 * 2 and {e["row"] for e in result["effects"]} == {"warm", "warmsyn",
-                                                                                           "augment", "sam"}
+    assert len(result["records"]) == 5 * 2 and {e["row"] for e in result["effects"]} == {
+        "warm",
+        "warmsyn",
+        "augment",
+        "sam",
+    }
     assert all(r["finetune_epsilon"] <= 2.0 + 1e-9 for r in result["records"])
     assert "Cold" in (out / "report.md").read_text() and (out / "ablation.png").exists()
     stamps = {p: p.stat().st_mtime_ns for p in (out / "cache").rglob("*") if p.is_file()}
@@ -129,13 +136,22 @@ def test_the_synthetic_set_is_one_more_source_for_dp_mixmin(monkeypatch, tmp_pat
 
     monkeypatch.setattr(synthetic, "EDM_STEPS", 30)
     monkeypatch.setattr(synthetic, "SIZE", 100)
-    spec = PipelineSpec(methods=("dpmixmin",), synthetic_source=True, epsilons=(2.0,), seeds=1, sensitive_fraction=0.25,
-                        public_fraction=1.0, pretrain_examples=300, pretrain_epochs=1, finetune_epochs=1)
+    spec = PipelineSpec(
+        methods=("dpmixmin",),
+        synthetic_source=True,
+        epsilons=(2.0,),
+        seeds=1,
+        sensitive_fraction=0.25,
+        public_fraction=1.0,
+        pretrain_examples=300,
+        pretrain_epochs=1,
+        finetune_epochs=1,
+    )
     world = build_world(spec)
     names = [s.name for s in world.sources]
     assert names[:-1] == [s.name for s in registry.world_sources(spec.world, spec.seed)[0]] and names[-1] == "synthetic"
     made = world.sources[-1]
-    public = registry.world_validation(spec.world, spec.seed).images[:synthetic.PUBLIC]
+    public = registry.world_validation(spec.world, spec.seed).images[: synthetic.PUBLIC]
     assert np.array_equal(np.bincount(made.labels), np.full(10, 10))  # class-balanced EDM samples
     nearest = np.min(((made.images[:, None] - public[None]) ** 2).sum(axis=(2, 3)), axis=1)
     assert nearest.min() > 0  # samples, not copies of the public slice
@@ -146,8 +162,10 @@ def test_the_synthetic_set_is_one_more_source_for_dp_mixmin(monkeypatch, tmp_pat
 def test_warmsyn_finishes_with_one_warning_when_its_cache_cannot_be_written(capsys, tmp_path: Path) -> None:
     """Every stage is held in memory, never read back from the cache (the cache folder is a file here)."""
     spec = tmp_path / "tiny.toml"
-    spec.write_text("public_size = 20\nsynthetic_size = 20\nedm_steps = 3\nepsilons = [4.0]\nseeds = 1\n"
-                    "warmup_steps = 2\nfinetune_epochs = 1\nsensitive_fraction = 0.05\n")
+    spec.write_text(
+        "public_size = 20\nsynthetic_size = 20\nedm_steps = 3\nepsilons = [4.0]\nseeds = 1\n"
+        "warmup_steps = 2\nfinetune_epochs = 1\nsensitive_fraction = 0.05\n"
+    )
     out = tmp_path / "out"
     out.mkdir()
     (out / "cache").write_text("not a folder")

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpaudit_mix.data import registry
 from dpaudit_mix.alphabet import ALPHABET, OTHER, V, encode
-from dpaudit_mix.data.ngram import CharNGram
-from dpaudit_mix.data.text import text_world
 from dpaudit_mix.audit.canaries import black_box_scores, natural_canary, natural_canary_index
 from dpaudit_mix.audit.engine import AuditSpec, run_audit
+from dpaudit_mix.data import registry
+from dpaudit_mix.data.ngram import CharNGram
+from dpaudit_mix.data.text import text_world
 from dpaudit_mix.errors import InputError
 from dpaudit_mix.learner import LearnerConfig, _canary_gradient, clipped_gradient_sum, fit
 from dpaudit_mix.mixmin import mixmin
@@ -58,8 +58,9 @@ def _user_problem(seed: int = 0) -> Problem:
     users = np.repeat(np.arange(4), [1, 3, 6, 2])
     held_users = np.repeat([7, 8, 9], [1, 4, 9])
     logp = lambda n: np.log(rng.dirichlet(np.ones(5), size=n))  # noqa: E731
-    return Problem(logp(len(users)), tuple("abcde"), users=users, heldout_logp=logp(len(held_users)),
-                   heldout_users=held_users)
+    return Problem(
+        logp(len(users)), tuple("abcde"), users=users, heldout_logp=logp(len(held_users)), heldout_users=held_users
+    )
 
 
 def test_a_held_out_user_canary_is_clipped_like_any_user() -> None:
@@ -96,11 +97,19 @@ def test_random_search_at_user_level_scores_each_user_once() -> None:
 def test_user_level_audit_plants_a_whole_held_out_speaker(tmp_path) -> None:
     """The text audit's natural canary is one held-out speaker with all of their speeches, and its
     σ = 0 control sees it (the attack, not only the learner, handles a many-row canary)."""
-    spec = AuditSpec(problem="shakespeare-users", task="lm", user_level=True, rho=0.2, steps=20, runs=256,
-                     canaries=("natural",), threats=("white_box",))
+    spec = AuditSpec(
+        problem="shakespeare-users",
+        task="lm",
+        user_level=True,
+        rho=0.2,
+        steps=20,
+        runs=256,
+        canaries=("natural",),
+        threats=("white_box",),
+    )
     summary = run_audit(spec, tmp_path / "audit", progress=False).summary
     prob = registry.build("shakespeare-users", "lm")
     speaker = np.unique(prob.heldout_users)[summary.canaries["natural"]["heldout_index"]]
     assert summary.canaries["natural"]["examples"] == int(np.sum(prob.heldout_users == speaker)) > 1
-    control = [r for r in summary.results if not r.noise][0]
+    control = next(r for r in summary.results if not r.noise)
     assert control.exceeds_claim and not summary.inconclusive

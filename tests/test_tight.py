@@ -9,10 +9,10 @@ from dp_accounting.pld.privacy_loss_mechanism import GaussianPrivacyLoss
 from scipy.stats import binom, norm
 
 from dpaudit_mix import accounting
+from dpaudit_mix.audit import engine
 from dpaudit_mix.audit.attack import STRATEGIES, attack, rank_grid
 from dpaudit_mix.audit.bounds import epsilon_lower_bound, gdp_mu
 from dpaudit_mix.audit.diagnostics import diagnose, tpr_at_fpr
-from dpaudit_mix.audit import engine
 from dpaudit_mix.audit.engine import AuditSpec, run_audit
 from dpaudit_mix.audit.profile import GaussianTradeOff, ProfileTradeOff, claimed_tradeoff
 from dpaudit_mix.problem import Problem, save
@@ -142,11 +142,20 @@ def test_engine_profile_verdict_over_50_honest_configurations(tmp_path, monkeypa
         prob = random_problem(int(rng.integers(10, 60)), int(rng.integers(2, 6)), seed=200 + i)
         path = tmp_path / f"p{i}.npz"
         save(Problem(prob.logp, prob.sources, heldout_logp=prob.logp[:3]), path)
-        spec = AuditSpec(problem=str(path), epsilon=float(rng.choice([1.0, 4.0])), rho=1.0,
-                         steps=int(rng.choice([2, 5])), sample_rate=float(rng.choice([1.0, 0.5, 0.2])),
-                         clip=float(rng.uniform(0.2, 3)), runs=512, seed=i, controls=False,
-                         natural_policy="random", threats=("white_box",),
-                         threshold=str(rng.choice(STRATEGIES)))
+        spec = AuditSpec(
+            problem=str(path),
+            epsilon=float(rng.choice([1.0, 4.0])),
+            rho=1.0,
+            steps=int(rng.choice([2, 5])),
+            sample_rate=float(rng.choice([1.0, 0.5, 0.2])),
+            clip=float(rng.uniform(0.2, 3)),
+            runs=512,
+            seed=i,
+            controls=False,
+            natural_policy="random",
+            threats=("white_box",),
+            threshold=str(rng.choice(STRATEGIES)),
+        )
         summary = run_audit(spec, tmp_path / f"a{i}", progress=False).summary
         for r in summary.results:
             assert (r.claimed_mu is not None) == (spec.sample_rate == 1.0)

@@ -11,10 +11,17 @@ from dpaudit_mix.verify.checks import CHECKS, AuditPoint, Level, noise_conforman
 from dpaudit_mix.verify.mechanism import HONEST, MUTANTS
 
 #: the smallest level that still exercises every check (for the failure-path tests).
-TINY = Level(name="tiny", grid=((1.0, 1.0, 10, 1e-5),), calibration_targets=(1.0,), calibration_settings=((1.0, 10),),
-             monotone={"noise_multiplier": (1.0, 2.0), "steps": (10, 20), "sample_rate": (0.1, 0.2)},
-             conformance=((2.0, 0.25, 10),), conformance_runs=1024, audits=(AuditPoint(2.0, 1.0, 10),),
-             audit_runs=1000)
+TINY = Level(
+    name="tiny",
+    grid=((1.0, 1.0, 10, 1e-5),),
+    calibration_targets=(1.0,),
+    calibration_settings=((1.0, 10),),
+    monotone={"noise_multiplier": (1.0, 2.0), "steps": (10, 20), "sample_rate": (0.1, 0.2)},
+    conformance=((2.0, 0.25, 10),),
+    conformance_runs=1024,
+    audits=(AuditPoint(2.0, 1.0, 10),),
+    audit_runs=1000,
+)
 
 
 def test_quick_verification_passes_and_catches_every_mutant(capsys, tmp_path: Path) -> None:
@@ -32,8 +39,9 @@ def test_quick_verification_passes_and_catches_every_mutant(capsys, tmp_path: Pa
     assert "PASS" in (tmp_path / "verify.md").read_text().splitlines()[0]
 
 
-@pytest.mark.parametrize("mutant", [m for m in MUTANTS if m.name in ("partial_noise", "realised_normaliser")],
-                         ids=lambda m: m.name)
+@pytest.mark.parametrize(
+    "mutant", [m for m in MUTANTS if m.name in ("partial_noise", "realised_normaliser")], ids=lambda m: m.name
+)
 def test_broken_learner_in_the_package_fails_verification(capsys, monkeypatch, tmp_path: Path, mutant) -> None:
     """A bug shipped in the learner itself (not injected by the self-test) makes the CLI exit 3."""
     monkeypatch.setattr(checks, "QUICK", TINY)  # the CLI reads it when the command runs

@@ -91,14 +91,21 @@ def _counts(scores_in: np.ndarray, scores_out: np.ndarray, thresholds: np.ndarra
     return fp, fn
 
 
-def _points(scores_in: np.ndarray, scores_out: np.ndarray, thresholds: np.ndarray, confidence: float,
-            fp: np.ndarray | None = None) -> tuple[CPPoint, ...]:
+def _points(
+    scores_in: np.ndarray,
+    scores_out: np.ndarray,
+    thresholds: np.ndarray,
+    confidence: float,
+    fp: np.ndarray | None = None,
+) -> tuple[CPPoint, ...]:
     """CP points of the tests "score ≥ τ"; ``fp`` replaces the counted false positives."""
     counted, fn = _counts(scores_in, scores_out, thresholds)
     fp = counted if fp is None else fp
     fpr_ub, fnr_ub = cp_upper(fp, fn, len(scores_out), len(scores_in), confidence)
-    return tuple(CPPoint(float(t), int(a), int(b), len(scores_out), len(scores_in), float(u), float(v))
-                 for t, a, b, u, v in zip(thresholds, fp, fn, fpr_ub, fnr_ub))
+    return tuple(
+        CPPoint(float(t), int(a), int(b), len(scores_out), len(scores_in), float(u), float(v))
+        for t, a, b, u, v in zip(thresholds, fp, fn, fpr_ub, fnr_ub, strict=True)
+    )
 
 
 def _strict(point: CPPoint, delta: float) -> float:
@@ -109,17 +116,28 @@ def _mu(point: CPPoint) -> float:
     return float(gdp_mu(point.fpr_upper, point.fnr_upper))
 
 
-def attack(scores: np.ndarray, include: np.ndarray, select: np.ndarray, delta: float, confidence: float = 0.95,
-           strategy: str = "bonferroni") -> AttackResult:
+def attack(
+    scores: np.ndarray,
+    include: np.ndarray,
+    select: np.ndarray,
+    delta: float,
+    confidence: float = 0.95,
+    strategy: str = "bonferroni",
+) -> AttackResult:
     """The strict and GDP bounds of the best threshold tests on ``scores`` under ``strategy``."""
     if strategy == "split":
         sel_in, sel_out = scores[select & include], scores[select & ~include]
         chosen = _points(sel_in, sel_out, _candidates(sel_out)[0], confidence)
         best_strict = max(chosen, key=lambda p: _strict(p, delta))
         best_gdp = max(chosen, key=_mu)
-        strict, gdp = _points(scores[~select & include], scores[~select & ~include],
-                              np.array([best_strict.threshold, best_gdp.threshold]), confidence)
-        points, shared, evaluated = (gdp,), 1, ~select
+        strict, gdp = _points(
+            scores[~select & include],
+            scores[~select & ~include],
+            np.array([best_strict.threshold, best_gdp.threshold]),
+            confidence,
+        )
+        points: tuple[CPPoint, ...] = (gdp,)
+        shared, evaluated = 1, ~select
     else:
         s_in, s_out = scores[include], scores[~include]
         thresholds, fp = _candidates(s_out)
@@ -128,5 +146,6 @@ def attack(scores: np.ndarray, include: np.ndarray, select: np.ndarray, delta: f
         strict = max(points, key=lambda p: _strict(p, delta))
         gdp = max(points, key=_mu)
     mu = _mu(gdp)
-    return AttackResult(strategy, strict, gdp, _strict(strict, delta), mu, gdp_epsilon_of_mu(mu, delta), points,
-                        shared, evaluated)
+    return AttackResult(
+        strategy, strict, gdp, _strict(strict, delta), mu, gdp_epsilon_of_mu(mu, delta), points, shared, evaluated
+    )

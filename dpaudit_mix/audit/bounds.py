@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 from scipy.stats import beta, norm
 
 from ..accounting import gdp_epsilon_of_mu
@@ -44,14 +45,16 @@ def _log_ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
         return np.where(numerator > 0, np.log(numerator) - np.log(denominator), 0.0)
 
 
-def strict_epsilon(fpr_ub: np.ndarray, fnr_ub: np.ndarray, delta: float) -> np.ndarray:
+def strict_epsilon(fpr_ub: npt.ArrayLike, fnr_ub: npt.ArrayLike, delta: float) -> np.ndarray:
     """The strict ε_LB of CP points (FPR_ub, FNR_ub) at δ (Kairouz et al., Thm 2.1)."""
-    return np.maximum(0.0, np.maximum(_log_ratio(1 - delta - fnr_ub, fpr_ub), _log_ratio(1 - delta - fpr_ub, fnr_ub)))
+    fpr, fnr = np.asarray(fpr_ub, dtype=float), np.asarray(fnr_ub, dtype=float)
+    bound: np.ndarray = np.maximum(0.0, np.maximum(_log_ratio(1 - delta - fnr, fpr), _log_ratio(1 - delta - fpr, fnr)))
+    return bound
 
 
-def gdp_mu(fpr_ub: np.ndarray, fnr_ub: np.ndarray) -> np.ndarray:
+def gdp_mu(fpr_ub: npt.ArrayLike, fnr_ub: npt.ArrayLike) -> np.ndarray:
     """μ_LB = Φ⁻¹(1 − FPR_ub) − Φ⁻¹(FNR_ub), one-sided (negative for a worse-than-random test)."""
-    return norm.isf(fpr_ub) - norm.ppf(fnr_ub)  # CP upper bounds are > 0, so never NaN
+    return np.asarray(norm.isf(fpr_ub) - norm.ppf(fnr_ub))  # CP upper bounds are > 0, so never NaN
 
 
 @dataclass(frozen=True)
@@ -65,15 +68,17 @@ class Bound:
     epsilon_lower_bound_gdp: float
 
 
-def cp_upper(fp: np.ndarray, fn: np.ndarray, negatives: int, positives: int,
-             confidence: float) -> tuple[np.ndarray, np.ndarray]:
+def cp_upper(
+    fp: np.ndarray, fn: np.ndarray, negatives: int, positives: int, confidence: float
+) -> tuple[np.ndarray, np.ndarray]:
     """(FPR_ub, FNR_ub), each a one-sided CP bound at α/2, α = 1 − confidence."""
     alpha = 1 - confidence
     return clopper_pearson_upper(fp, negatives, alpha / 2), clopper_pearson_upper(fn, positives, alpha / 2)
 
 
-def epsilon_lower_bound(fp: int, fn: int, negatives: int, positives: int, delta: float,
-                        confidence: float = 0.95) -> Bound:
+def epsilon_lower_bound(
+    fp: int, fn: int, negatives: int, positives: int, delta: float, confidence: float = 0.95
+) -> Bound:
     """Every bound from the counts of one test (FP among canary-out, FN among canary-in)."""
     require(negatives >= 1 and positives >= 1, "need at least one negative and one positive trial")
     require(0 <= fp <= negatives, f"false positives ({fp}) must lie in [0, negatives = {negatives}]")
@@ -82,5 +87,6 @@ def epsilon_lower_bound(fp: int, fn: int, negatives: int, positives: int, delta:
     require(0 < confidence < 1, f"confidence must be in (0, 1), got {confidence}")
     fpr_ub, fnr_ub = cp_upper(np.array(fp), np.array(fn), negatives, positives, confidence)
     mu = float(gdp_mu(fpr_ub, fnr_ub))
-    return Bound(float(strict_epsilon(fpr_ub, fnr_ub, delta)), float(fpr_ub), float(fnr_ub), mu,
-                 gdp_epsilon_of_mu(mu, delta))
+    return Bound(
+        float(strict_epsilon(fpr_ub, fnr_ub, delta)), float(fpr_ub), float(fnr_ub), mu, gdp_epsilon_of_mu(mu, delta)
+    )

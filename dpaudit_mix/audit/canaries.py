@@ -8,9 +8,11 @@ make. Sum-zero, because EG ignores the constant direction.
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
-from ..errors import require
+from ..errors import present, require
 from ..learner import Canary
 from ..mixmin import scaled_likelihoods
 from ..problem import Problem
@@ -24,7 +26,7 @@ def max_clip_direction(k: int) -> np.ndarray:
     """v ∝ (+1, −1, +1, …) centred: a fixed unit direction orthogonal to the all-ones vector."""
     v = np.where(np.arange(k) % 2 == 0, 1.0, -1.0)
     v -= v.mean()
-    return v / np.linalg.norm(v)
+    return cast(np.ndarray, v / np.linalg.norm(v))
 
 
 def max_clip_canary(k: int, clip: float) -> Canary:
@@ -38,22 +40,27 @@ def clipped_norms_at_uniform(logp: np.ndarray, clip: float, owners: np.ndarray |
     gradients = (p - p.mean(axis=1, keepdims=True)) / p.mean(axis=1, keepdims=True)
     if owners is not None:
         gradients = np.stack([np.bincount(owners, weights=column) for column in gradients.T], axis=1)
-    return np.minimum(np.linalg.norm(gradients, axis=1), clip)
+    return cast(np.ndarray, np.minimum(np.linalg.norm(gradients, axis=1), clip))
 
 
 def _heldout_units(problem: Problem, user_level: bool) -> tuple[np.ndarray, str]:
     """Dense unit ids of the held-out rows (each row its own unit, or its user's) and their name."""
-    m = problem.heldout_logp.shape[0]
+    m = _heldout(problem).shape[0]
     if not user_level:
         return np.arange(m), "examples"
-    require(problem.heldout_users is not None, "a user-level natural canary needs 'heldout_users' in the problem file")
-    return np.unique(problem.heldout_users, return_inverse=True)[1], "users"
+    users = present(problem.heldout_users, "a user-level natural canary needs 'heldout_users' in the problem file")
+    return np.unique(users, return_inverse=True)[1], "users"
 
 
-def natural_canary_index(problem: Problem, policy: str, clip: float, index: int = 0, seed: int = 0,
-                         user_level: bool = False) -> int:
+def _heldout(problem: Problem) -> np.ndarray:
+    return present(problem.heldout_logp, "a natural canary needs 'heldout_logp' in the problem file")
+
+
+def natural_canary_index(
+    problem: Problem, policy: str, clip: float, index: int = 0, seed: int = 0, user_level: bool = False
+) -> int:
     """Which held-out example (at user level: which held-out user) is the canary under ``policy``."""
-    require(problem.heldout_logp is not None, "a natural canary needs 'heldout_logp' in the problem file")
+    _heldout(problem)
     require(policy in NATURAL_POLICIES, f"unknown natural canary policy {policy!r}; choose from {NATURAL_POLICIES}")
     owners, unit = _heldout_units(problem, user_level)
     m = int(owners.max()) + 1
@@ -62,15 +69,15 @@ def natural_canary_index(problem: Problem, policy: str, clip: float, index: int 
         return index
     if policy == "random":
         return int(stream(seed, "audit-natural-canary", policy=policy).numpy().integers(m))
-    return int(np.argmax(clipped_norms_at_uniform(problem.heldout_logp, clip, owners if user_level else None)))
+    return int(np.argmax(clipped_norms_at_uniform(_heldout(problem), clip, owners if user_level else None)))
 
 
 def natural_canary(problem: Problem, index: int, user_level: bool = False) -> Canary:
     """The held-out example ``index``, or at user level every held-out row of user ``index``."""
     if not user_level:
-        return Canary(logp=problem.heldout_logp[index])
+        return Canary(logp=_heldout(problem)[index])
     owners, _ = _heldout_units(problem, True)
-    return Canary(logp=problem.heldout_logp[owners == index])
+    return Canary(logp=_heldout(problem)[owners == index])
 
 
 def black_box_scores(canary: Canary, weights: np.ndarray) -> np.ndarray:
@@ -81,6 +88,8 @@ def black_box_scores(canary: Canary, weights: np.ndarray) -> np.ndarray:
     """
     log_w = np.log(np.maximum(weights, 1e-300))
     if canary.gradient is not None:
-        return -(log_w - log_w.mean(axis=1, keepdims=True)) @ canary.gradient
-    p, shift = scaled_likelihoods(np.atleast_2d(canary.logp))
-    return np.log(weights @ p.T).sum(axis=1) + shift.sum()
+        along: np.ndarray = -(log_w - log_w.mean(axis=1, keepdims=True)) @ canary.gradient
+        return along
+    p, shift = scaled_likelihoods(np.atleast_2d(present(canary.logp, "a canary needs a gradient or log-likelihoods")))
+    likelihood: np.ndarray = np.log(weights @ p.T).sum(axis=1) + shift.sum()
+    return likelihood

@@ -37,7 +37,7 @@ class ChunkStore:
         self.rejected: list[str] = []
         self._lock: int | None = None
 
-    def __enter__(self) -> "ChunkStore":
+    def __enter__(self) -> ChunkStore:
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o666)
         try:
@@ -115,7 +115,7 @@ class ChunkStore:
             return f"unreadable: {exc}"
         if str(data.get("audit_id", "")) != self.audit_id:
             return "belongs to another audit"
-        if not np.array_equal(data.get("runs"), runs):
+        if "runs" not in data or not np.array_equal(data["runs"], runs):
             return "run ids mismatch"
         if any(key not in data or data[key].shape != runs.shape for key in self.keys):
             return "missing or misshapen scores"
@@ -131,6 +131,9 @@ class ChunkStore:
     def warn(self) -> None:
         """One warning line for every chunk that failed its checks so far."""
         if self.rejected:
-            print(f"dpaudit-mix: warning: stored chunks failed their checks and are recomputed: "
-                  f"{'; '.join(self.rejected)}", file=sys.stderr)
+            print(
+                f"dpaudit-mix: warning: stored chunks failed their checks and are recomputed: "
+                f"{'; '.join(self.rejected)}",
+                file=sys.stderr,
+            )
             self.rejected = []

@@ -36,11 +36,16 @@ def tpr_at_fpr(scores_in: np.ndarray, scores_out: np.ndarray, level: float) -> f
     return float(np.mean(scores_in > cut))
 
 
-def diagnose(scores_in: np.ndarray, scores_out: np.ndarray, bootstrap: Stream,
-             resamples: int = BOOTSTRAP_RESAMPLES, confidence: float = 0.95) -> Diagnostics:
+def diagnose(
+    scores_in: np.ndarray,
+    scores_out: np.ndarray,
+    bootstrap: Stream,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = 0.95,
+) -> Diagnostics:
     """AUROC (percentile bootstrap, in- and out-runs resampled separately) and TPR at FPR_LEVELS."""
     values, ranks = np.unique(np.concatenate([scores_in, scores_out]), return_inverse=True)
-    ranks_in, ranks_out = ranks[:len(scores_in)], ranks[len(scores_in):]
+    ranks_in, ranks_out = ranks[: len(scores_in)], ranks[len(scores_in) :]
     levels = len(values)
 
     def auroc(r_in: np.ndarray, r_out: np.ndarray) -> float:
@@ -48,9 +53,17 @@ def diagnose(scores_in: np.ndarray, scores_out: np.ndarray, bootstrap: Stream,
 
     # Scores become the index of their distinct value, so a resample costs two bincounts.
     rng = bootstrap.numpy()
-    boot = [auroc(ranks_in[rng.integers(len(ranks_in), size=len(ranks_in))],
-                  ranks_out[rng.integers(len(ranks_out), size=len(ranks_out))]) for _ in range(resamples)]
+    boot = [
+        auroc(
+            ranks_in[rng.integers(len(ranks_in), size=len(ranks_in))],
+            ranks_out[rng.integers(len(ranks_out), size=len(ranks_out))],
+        )
+        for _ in range(resamples)
+    ]
     tail = (1 - confidence) / 2
     low, high = np.quantile(boot, [tail, 1 - tail])
-    return Diagnostics(auroc(ranks_in, ranks_out), (float(low), float(high)),
-                       {f"{level:g}": tpr_at_fpr(scores_in, scores_out, level) for level in FPR_LEVELS})
+    return Diagnostics(
+        auroc(ranks_in, ranks_out),
+        (float(low), float(high)),
+        {f"{level:g}": tpr_at_fpr(scores_in, scores_out, level) for level in FPR_LEVELS},
+    )

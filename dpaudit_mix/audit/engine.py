@@ -24,7 +24,7 @@ from tqdm import tqdm
 from .. import accounting, randomness
 from ..cache import json_sha256
 from ..data import registry
-from ..errors import InputError, require
+from ..errors import InputError, present, require
 from ..learner import BLOCK, Canary, LearnerConfig, default_threads, fit
 from ..problem import Problem, load
 from ..randomness import Stream, stream
@@ -32,8 +32,14 @@ from ..resources import require_memory
 from ..specfile import Seed, check_fields, load_spec_file
 from . import BACKENDS
 from .attack import STRATEGIES, AttackResult, attack
-from .canaries import (CANARY_KINDS, NATURAL_POLICIES, black_box_scores, max_clip_canary, natural_canary,
-                       natural_canary_index)
+from .canaries import (
+    CANARY_KINDS,
+    NATURAL_POLICIES,
+    black_box_scores,
+    max_clip_canary,
+    natural_canary,
+    natural_canary_index,
+)
 from .chunks import ChunkStore
 from .diagnostics import diagnose
 from .profile import GaussianTradeOff, TradeOff, claimed_tradeoff
@@ -75,15 +81,26 @@ class AuditSpec:
         require(self.runs >= 4, f"runs must be >= 4 (two halves of in and out runs), got {self.runs}")
         require(0 < self.confidence < 1, f"confidence must be in (0, 1), got {self.confidence}")
         require(self.chunk_size >= 1, f"chunk_size must be >= 1, got {self.chunk_size}")
-        require(len(self.canaries) >= 1 and set(self.canaries) <= set(CANARY_KINDS),
-                f"canaries must be a non-empty subset of {CANARY_KINDS}, got {list(self.canaries)}")
-        require(len(self.threats) >= 1 and set(self.threats) <= set(THREATS),
-                f"threats must be a non-empty subset of {THREATS}, got {list(self.threats)}")
+        require(
+            len(self.canaries) >= 1 and set(self.canaries) <= set(CANARY_KINDS),
+            f"canaries must be a non-empty subset of {CANARY_KINDS}, got {list(self.canaries)}",
+        )
+        require(
+            len(self.threats) >= 1 and set(self.threats) <= set(THREATS),
+            f"threats must be a non-empty subset of {THREATS}, got {list(self.threats)}",
+        )
         require(self.threshold in STRATEGIES, f"threshold must be one of {STRATEGIES}, got {self.threshold!r}")
-        require(self.natural_policy in NATURAL_POLICIES,
-                f"natural_policy must be one of {NATURAL_POLICIES}, got {self.natural_policy!r}")
-        LearnerConfig(steps=self.steps, clip=self.clip, sample_rate=self.sample_rate,
-                      learning_rate=self.learning_rate, user_level=self.user_level)
+        require(
+            self.natural_policy in NATURAL_POLICIES,
+            f"natural_policy must be one of {NATURAL_POLICIES}, got {self.natural_policy!r}",
+        )
+        LearnerConfig(
+            steps=self.steps,
+            clip=self.clip,
+            sample_rate=self.sample_rate,
+            learning_rate=self.learning_rate,
+            user_level=self.user_level,
+        )
 
 
 def load_spec(path: str | Path, **overrides: Any) -> AuditSpec:
@@ -122,11 +139,21 @@ class Setting:
         return f"{self.canary}-{'noise' if self.noise else 'nonoise'}"
 
 
-def _chunk_scores(problem: Problem, config: LearnerConfig, canary: Canary, runs: np.ndarray, include: np.ndarray,
-                  noise: Stream, threads: int) -> dict[str, np.ndarray]:
+def _chunk_scores(
+    problem: Problem,
+    config: LearnerConfig,
+    canary: Canary,
+    runs: np.ndarray,
+    include: np.ndarray,
+    noise: Stream,
+    threads: int,
+) -> dict[str, np.ndarray]:
     """Fit one chunk of runs; both threat models' scores (module level, so Dask can ship it)."""
     result = fit(problem, config, runs, noise, canary=canary, include=include, threads=threads)
-    return {"black_box": black_box_scores(canary, result.weights), "white_box": result.whitebox_scores}
+    return {
+        "black_box": black_box_scores(canary, result.weights),
+        "white_box": present(result.whitebox_scores, "a canary fit returned no white-box scores"),
+    }
 
 
 def _spec_hash(spec: AuditSpec, sigma: float, problem: Problem) -> str:
@@ -148,8 +175,9 @@ def _dask_client(scheduler: str | None) -> Any:
         raise InputError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
 
 
-def _run_chunks(jobs: list[tuple[Setting, int, int]], args: dict[Setting, tuple], client: Any,
-                threads: int) -> Iterator[tuple[Setting, np.ndarray, dict[str, np.ndarray]]]:
+def _run_chunks(
+    jobs: list[tuple[Setting, int, int]], args: dict[Setting, tuple], client: Any, threads: int
+) -> Iterator[tuple[Setting, np.ndarray, dict[str, np.ndarray]]]:
     """Yield finished chunks as they complete, locally (joblib threads) or on a Dask cluster."""
 
     def submit(job: tuple[Setting, int, int]) -> tuple[tuple, np.ndarray]:
@@ -177,7 +205,8 @@ def _run_chunks(jobs: list[tuple[Setting, int, int]], args: dict[Setting, tuple]
 
     # joblib threads: numpy and BLAS release the GIL, and nothing is pickled.
     yield from Parallel(n_jobs=threads, prefer="threads", return_as="generator_unordered")(
-        delayed(one)(job) for job in jobs)
+        delayed(one)(job) for job in jobs
+    )
 
 
 #: bytes per run the analysis holds besides the scores (16 per setting, kept for the report):
@@ -189,8 +218,10 @@ def _gather(store: ChunkStore, setting: Setting, bounds: list[tuple[int, int]], 
     """Every run's scores of one setting, read back from its (checked) chunks."""
     scores = {t: np.empty(runs) for t in THREATS}
     for a, b in bounds:
-        data = store.load(setting.name, np.arange(a, b))
-        require(data is not None, f"a chunk of {setting.name} changed on disk during the audit; run it again")
+        data = present(
+            store.load(setting.name, np.arange(a, b)),
+            f"a chunk of {setting.name} changed on disk during the audit; run it again",
+        )
         for t in THREATS:
             scores[t][a:b] = data[t]
     return scores
@@ -207,9 +238,16 @@ class AuditOutcome:
     claimed: TradeOff
 
 
-def run_audit(spec: AuditSpec, out: Path, noise_multiplier: float | None = None, backend: str = "local",
-              scheduler: str | None = None, threads: int | None = None, progress: bool = True,
-              problem: Problem | None = None) -> AuditOutcome:
+def run_audit(
+    spec: AuditSpec,
+    out: Path,
+    noise_multiplier: float | None = None,
+    backend: str = "local",
+    scheduler: str | None = None,
+    threads: int | None = None,
+    progress: bool = True,
+    problem: Problem | None = None,
+) -> AuditOutcome:
     """Run (or resume) the audit described by ``spec``, persisting chunks under ``out``.
 
     ``problem`` replaces the spec's problem (callers that build one in memory, like verification).
@@ -232,15 +270,32 @@ def run_audit(spec: AuditSpec, out: Path, noise_multiplier: float | None = None,
         by_user = spec.user_level and full.heldout_users is not None
         index = natural_canary_index(full, spec.natural_policy, spec.clip, spec.natural_index, spec.seed, by_user)
         canaries["natural"] = natural_canary(full, index, by_user)
-        canary_info["natural"] = {"policy": spec.natural_policy, "heldout_index": index,
-                                  "examples": len(np.atleast_2d(canaries["natural"].logp))}
+        canary_info["natural"] = {
+            "policy": spec.natural_policy,
+            "heldout_index": index,
+            "examples": len(np.atleast_2d(present(canaries["natural"].logp, "a natural canary has rows"))),
+        }
     if "max_clip" in spec.canaries:
         canaries["max_clip"] = max_clip_canary(full.k, spec.clip)
-        canary_info["max_clip"] = {"norm": spec.clip, "direction": canaries["max_clip"].gradient.tolist()}
-    base = LearnerConfig(steps=spec.steps, clip=spec.clip, sample_rate=spec.sample_rate,
-                         learning_rate=spec.learning_rate, user_level=spec.user_level)
-    args = {s: (data, replace(base, noise_multiplier=sigma if s.noise else 0.0), canaries[s.canary], include,
-                stream(spec.seed, "learner-noise", audit=s.name)) for s in settings}
+        direction = present(canaries["max_clip"].gradient, "a max-clip canary has a direction")
+        canary_info["max_clip"] = {"norm": spec.clip, "direction": direction.tolist()}
+    base = LearnerConfig(
+        steps=spec.steps,
+        clip=spec.clip,
+        sample_rate=spec.sample_rate,
+        learning_rate=spec.learning_rate,
+        user_level=spec.user_level,
+    )
+    args = {
+        s: (
+            data,
+            replace(base, noise_multiplier=sigma if s.noise else 0.0),
+            canaries[s.canary],
+            include,
+            stream(spec.seed, "learner-noise", audit=s.name),
+        )
+        for s in settings
+    }
     chunk = -(-spec.chunk_size // BLOCK) * BLOCK  # whole blocks, so floats do not depend on chunking
     bounds = [(start, min(start + chunk, spec.runs)) for start in range(0, spec.runs, chunk)]
     client = _dask_client(scheduler) if backend == "dask" else None  # every check before the first write
@@ -248,10 +303,11 @@ def run_audit(spec: AuditSpec, out: Path, noise_multiplier: float | None = None,
         # Fitting streams: a finished chunk goes to disk, and memory stays bounded by the chunk size.
         jobs = [(s, a, b) for s in settings for a, b in bounds if store.load(s.name, np.arange(a, b)) is None]
         store.warn()
-        bar = tqdm(total=len(jobs), desc="audit chunks", unit="chunk", disable=not progress or not jobs,
-                   file=sys.stderr)
-        for s, runs, result in _run_chunks(jobs, args, client, threads):
-            store.save(s.name, runs, result)
+        bar = tqdm(
+            total=len(jobs), desc="audit chunks", unit="chunk", disable=not progress or not jobs, file=sys.stderr
+        )
+        for s, runs, chunk_scores in _run_chunks(jobs, args, client, threads):
+            store.save(s.name, runs, chunk_scores)
             bar.update()
         bar.close()
         scores = {s: _gather(store, s, bounds, spec.runs) for s in settings}
@@ -261,30 +317,64 @@ def run_audit(spec: AuditSpec, out: Path, noise_multiplier: float | None = None,
     for s in settings:
         for threat in spec.threats:
             values = scores[s][threat]
-            require(bool(np.all(np.isfinite(values))),
-                    f"{s.canary}/{threat}: {int(np.sum(~np.isfinite(values)))} of {spec.runs} scores are not finite "
-                    "(an infinite clip, learning rate or noise multiplier?): the audit cannot see anything")
+            require(
+                bool(np.all(np.isfinite(values))),
+                f"{s.canary}/{threat}: {int(np.sum(~np.isfinite(values)))} of {spec.runs} scores are not finite "
+                "(an infinite clip, learning rate or noise multiplier?): the audit cannot see anything",
+            )
             result = attack(values, include, select, spec.delta, spec.confidence, spec.threshold)
             attacks[(s.canary, threat, s.noise)] = (result, values)
-            diag = diagnose(values[include], values[~include],
-                            stream(spec.seed, "audit-bootstrap", setting=s.name, threat=threat))
+            diag = diagnose(
+                values[include], values[~include], stream(spec.seed, "audit-bootstrap", setting=s.name, threat=threat)
+            )
             profile_violation = result.profile_violation(claimed)
-            results.append(SettingResult(
-                s.canary, threat, s.noise, spec.runs, result.epsilon_lower_bound, result.strict.fpr_upper,
-                result.strict.fnr_upper, result.mu_lower_bound, result.epsilon_lower_bound_gdp,
-                claimed.mu if isinstance(claimed, GaussianTradeOff) else None, profile_violation,
-                result.gdp.fpr_upper, result.gdp.fnr_upper, result.strict.threshold, result.gdp.threshold,
-                result.candidates, {"fp": result.strict.fp, "fn": result.strict.fn,
-                                    "negatives": result.strict.negatives, "positives": result.strict.positives},
-                diag.auroc, diag.auroc_ci, diag.tpr_at_fpr,
-                exceeds_claim=result.epsilon_lower_bound > spec.epsilon or profile_violation))
+            results.append(
+                SettingResult(
+                    s.canary,
+                    threat,
+                    s.noise,
+                    spec.runs,
+                    result.epsilon_lower_bound,
+                    result.strict.fpr_upper,
+                    result.strict.fnr_upper,
+                    result.mu_lower_bound,
+                    result.epsilon_lower_bound_gdp,
+                    claimed.mu if isinstance(claimed, GaussianTradeOff) else None,
+                    profile_violation,
+                    result.gdp.fpr_upper,
+                    result.gdp.fnr_upper,
+                    result.strict.threshold,
+                    result.gdp.threshold,
+                    result.candidates,
+                    {
+                        "fp": result.strict.fp,
+                        "fn": result.strict.fn,
+                        "negatives": result.strict.negatives,
+                        "positives": result.strict.positives,
+                    },
+                    diag.auroc,
+                    diag.auroc_ci,
+                    diag.tpr_at_fpr,
+                    exceeds_claim=result.epsilon_lower_bound > spec.epsilon or profile_violation,
+                )
+            )
     # A σ = 0 control releases its canary in the clear: if even it stays within the claim, this
     # audit (its runs, canary or attack) cannot see leakage, and its silence proves nothing.
     blind = tuple(r.name for r in results if not r.noise and not r.exceeds_claim)
-    summary = AuditSummary(spec.epsilon, spec.delta, violation=any(r.noise and r.exceeds_claim for r in results),
-                           inconclusive=bool(blind), blind_controls=blind, results=tuple(results),
-                           noise_multiplier=sigma, calibrated_noise_multiplier=calibrated,
-                           problem={"name": spec.problem, "task": full.task, "n_mixing": data.n, "k": data.k},
-                           canaries=canary_info, confidence=spec.confidence, threshold_strategy=spec.threshold,
-                           claimed_tradeoff=claimed.describe(), seed=spec.seed)
+    summary = AuditSummary(
+        spec.epsilon,
+        spec.delta,
+        violation=any(r.noise and r.exceeds_claim for r in results),
+        inconclusive=bool(blind),
+        blind_controls=blind,
+        results=tuple(results),
+        noise_multiplier=sigma,
+        calibrated_noise_multiplier=calibrated,
+        problem={"name": spec.problem, "task": full.task, "n_mixing": data.n, "k": data.k},
+        canaries=canary_info,
+        confidence=spec.confidence,
+        threshold_strategy=spec.threshold,
+        claimed_tradeoff=claimed.describe(),
+        seed=spec.seed,
+    )
     return AuditOutcome(summary, attacks, include, select, claimed)

@@ -15,9 +15,10 @@ from σ: a σ or accountant bug must not move the yardstick it is measured with.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
+import numpy.typing as npt
 from scipy.stats import norm
 
 from .. import accounting
@@ -29,9 +30,9 @@ PROFILE_POINTS = 2000
 
 
 class TradeOff(Protocol):
-    def fnr_floor(self, fpr: np.ndarray) -> np.ndarray: ...
+    def fnr_floor(self, fpr: npt.ArrayLike) -> np.ndarray: ...
 
-    def violated(self, fpr_ub: np.ndarray, fnr_ub: np.ndarray) -> np.ndarray: ...
+    def violated(self, fpr_ub: npt.ArrayLike, fnr_ub: npt.ArrayLike) -> np.ndarray: ...
 
     def describe(self) -> dict[str, Any]: ...
 
@@ -42,10 +43,10 @@ class GaussianTradeOff:
 
     mu: float
 
-    def fnr_floor(self, fpr: np.ndarray) -> np.ndarray:
-        return norm.cdf(norm.isf(fpr) - self.mu)
+    def fnr_floor(self, fpr: npt.ArrayLike) -> np.ndarray:
+        return np.asarray(norm.cdf(norm.isf(fpr) - self.mu))
 
-    def violated(self, fpr_ub: np.ndarray, fnr_ub: np.ndarray) -> np.ndarray:
+    def violated(self, fpr_ub: npt.ArrayLike, fnr_ub: npt.ArrayLike) -> np.ndarray:
         return gdp_mu(fpr_ub, fnr_ub) > self.mu
 
     def describe(self) -> dict[str, Any]:
@@ -60,21 +61,22 @@ class ProfileTradeOff:
     epsilons: tuple[float, ...]
     deltas: tuple[float, ...]
 
-    def fnr_floor(self, fpr: np.ndarray) -> np.ndarray:
+    def fnr_floor(self, fpr: npt.ArrayLike) -> np.ndarray:
         alpha = np.asarray(fpr, dtype=float)[..., None]
         eps, slack = np.asarray(self.epsilons), 1 - np.asarray(self.deltas)
         lines = np.maximum(slack - np.exp(eps) * alpha, np.exp(-eps) * (slack - alpha))
-        return np.maximum(0.0, lines.max(axis=-1))
+        return cast(np.ndarray, np.maximum(0.0, lines.max(axis=-1)))
 
-    def violated(self, fpr_ub: np.ndarray, fnr_ub: np.ndarray) -> np.ndarray:
+    def violated(self, fpr_ub: npt.ArrayLike, fnr_ub: npt.ArrayLike) -> np.ndarray:
         return np.asarray(fnr_ub) < self.fnr_floor(fpr_ub)
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "pld_profile", "epsilon_max": self.epsilons[-1], "grid_points": len(self.epsilons)}
 
 
-def claimed_tradeoff(epsilon: float, delta: float, sample_rate: float, steps: int,
-                     calibrated_sigma: float) -> GaussianTradeOff | ProfileTradeOff:
+def claimed_tradeoff(
+    epsilon: float, delta: float, sample_rate: float, steps: int, calibrated_sigma: float
+) -> GaussianTradeOff | ProfileTradeOff:
     """The trade-off curve a release calibrated to (ε, δ) claims (σ from the accountant)."""
     if sample_rate == 1.0:
         return GaussianTradeOff(accounting.gdp_mu_of_epsilon(epsilon, delta))

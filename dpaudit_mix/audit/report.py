@@ -10,7 +10,7 @@ import pandas as pd
 import seaborn as sns
 
 from ..atomic import write_json
-from ..reporting import save_figure, write_pages
+from ..reporting import Block, save_figure, write_pages
 from .engine import AuditOutcome
 from .result import AuditSummary
 
@@ -31,8 +31,7 @@ def _figures(outcome: AuditOutcome, out: Path) -> list[Path]:
     for i, key in enumerate(keys):
         attack, scores = outcome.attacks[key]
         evaluate = attack.evaluated
-        frame = pd.DataFrame({"score": scores[evaluate],
-                              "canary": np.where(outcome.include[evaluate], "in", "out")})
+        frame = pd.DataFrame({"score": scores[evaluate], "canary": np.where(outcome.include[evaluate], "in", "out")})
         ax = hist_axes.flat[i]
         sns.histplot(frame, x="score", hue="canary", bins=40, element="step", stat="density", ax=ax)
         ax.axvline(attack.gdp.threshold, color="black", ls="--", lw=1)
@@ -45,24 +44,32 @@ def _figures(outcome: AuditOutcome, out: Path) -> list[Path]:
         sns.lineplot(x=fpr, y=tpr, ax=ax, estimator=None, sort=False)
         ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls=":")
         point = attack.gdp
-        ax.scatter([point.fp / point.negatives], [1 - point.fn / point.positives], color="red", zorder=3,
-                   label="μ_LB threshold")
+        ax.scatter(
+            [point.fp / point.negatives],
+            [1 - point.fn / point.positives],
+            color="red",
+            zorder=3,
+            label="μ_LB threshold",
+        )
         ax.set(xlabel="FPR", ylabel="TPR", title=_label(*key))
         ax.title.set_fontsize(9)
         ax.legend(loc="lower right", fontsize=8)
-    for ax in list(hist_axes.flat[len(keys):]) + list(roc_axes.flat[len(keys):]):
+    for ax in list(hist_axes.flat[len(keys) :]) + list(roc_axes.flat[len(keys) :]):
         ax.set_visible(False)
     summary = outcome.summary
-    frame = pd.DataFrame([{"setting": _label(r.canary, r.threat, r.noise), "bound": name, "ε": value}
-                          for r in summary.results
-                          for name, value in (("strict ε_LB", r.epsilon_lower_bound),
-                                              ("GDP ε_LB", r.epsilon_lower_bound_gdp))])
+    frame = pd.DataFrame(
+        [
+            {"setting": _label(r.canary, r.threat, r.noise), "bound": name, "ε": value}
+            for r in summary.results
+            for name, value in (("strict ε_LB", r.epsilon_lower_bound), ("GDP ε_LB", r.epsilon_lower_bound_gdp))
+        ]
+    )
     bar, ax = plt.subplots(figsize=(8, 0.6 * len(summary.results) + 1.2))
     sns.barplot(frame, y="setting", x="ε", hue="bound", ax=ax)
     ax.axvline(summary.claimed_epsilon, color="red", ls="--", label=f"claimed ε = {summary.claimed_epsilon:g}")
     ax.legend()
     paths = [out / "tradeoff.png", out / "scores.png", out / "roc.png", out / "epsilon.png"]
-    for fig, path in zip((_tradeoff_figure(outcome), hist, roc, bar), paths):
+    for fig, path in zip((_tradeoff_figure(outcome), hist, roc, bar), paths, strict=True):
         save_figure(fig, path)
     return paths
 
@@ -75,8 +82,13 @@ def _tradeoff_figure(outcome: AuditOutcome) -> plt.Figure:
     """
     fig, ax = plt.subplots(figsize=(6.4, 5.6))
     alpha = np.concatenate([np.geomspace(1e-6, 1e-2, 200), np.linspace(1e-2, 1, 400)])
-    ax.plot(alpha, outcome.claimed.fnr_floor(alpha), color="red", lw=2,
-            label=f"claimed trade-off f (ε = {outcome.summary.claimed_epsilon:g})")
+    ax.plot(
+        alpha,
+        outcome.claimed.fnr_floor(alpha),
+        color="red",
+        lw=2,
+        label=f"claimed trade-off f (ε = {outcome.summary.claimed_epsilon:g})",
+    )
     markers = iter("osD^vP")
     for key, (attack, _) in outcome.attacks.items():
         if not key[2]:
@@ -84,54 +96,96 @@ def _tradeoff_figure(outcome: AuditOutcome) -> plt.Figure:
         pts = np.array([[p.fpr_upper, p.fnr_upper] for p in attack.points])
         marker = next(markers, "o")
         ax.scatter(pts[:, 0], pts[:, 1], s=14, marker=marker, alpha=0.6, label=f"{_label(*key)}: CP points")
-        ax.scatter([attack.gdp.fpr_upper], [attack.gdp.fnr_upper], s=70, marker=marker, edgecolor="black",
-                   label=f"μ_LB = {attack.mu_lower_bound:.3f}")
+        ax.scatter(
+            [attack.gdp.fpr_upper],
+            [attack.gdp.fnr_upper],
+            s=70,
+            marker=marker,
+            edgecolor="black",
+            label=f"μ_LB = {attack.mu_lower_bound:.3f}",
+        )
     ax.plot([0, 1], [1, 0], color="grey", lw=0.8, ls=":", label="random guessing")
-    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="FPR (upper confidence bound)", ylabel="FNR (upper confidence bound)",
-           title="Empirical CP points against the claimed trade-off curve")
+    ax.set(
+        xlim=(0, 1),
+        ylim=(0, 1),
+        xlabel="FPR (upper confidence bound)",
+        ylabel="FNR (upper confidence bound)",
+        title="Empirical CP points against the claimed trade-off curve",
+    )
     ax.title.set_fontsize(10)
     ax.legend(fontsize=7, loc="upper right")
     return fig
 
 
 def _table(summary: AuditSummary) -> list[list[str]]:
-    rows = [["canary", "threat", "noise", "runs", "ε_LB", "μ_LB", "ε_LB (GDP)", "profile", "AUROC [95% CI]",
-             "TPR@1e-3", "TPR@1e-2"]]
+    rows = [
+        [
+            "canary",
+            "threat",
+            "noise",
+            "runs",
+            "ε_LB",
+            "μ_LB",
+            "ε_LB (GDP)",
+            "profile",
+            "AUROC [95% CI]",
+            "TPR@1e-3",
+            "TPR@1e-2",
+        ]
+    ]
     for r in summary.results:
         low, high = r.auroc_ci
-        rows.append([r.canary, r.threat, "private" if r.noise else "σ=0 control", str(r.runs),
-                     f"{r.epsilon_lower_bound:.3f}", f"{r.mu_lower_bound:.3f}",
-                     f"{r.epsilon_lower_bound_gdp:.3f}", "VIOLATED" if r.profile_violation else "ok",
-                     f"{r.auroc:.3f} [{low:.3f}, {high:.3f}]", f"{r.tpr_at_fpr['0.001']:.4f}",
-                     f"{r.tpr_at_fpr['0.01']:.4f}"])
+        rows.append(
+            [
+                r.canary,
+                r.threat,
+                "private" if r.noise else "σ=0 control",
+                str(r.runs),
+                f"{r.epsilon_lower_bound:.3f}",
+                f"{r.mu_lower_bound:.3f}",
+                f"{r.epsilon_lower_bound_gdp:.3f}",
+                "VIOLATED" if r.profile_violation else "ok",
+                f"{r.auroc:.3f} [{low:.3f}, {high:.3f}]",
+                f"{r.tpr_at_fpr['0.001']:.4f}",
+                f"{r.tpr_at_fpr['0.01']:.4f}",
+            ]
+        )
     return rows
 
 
 def _verdict(summary: AuditSummary) -> str:
     eps = summary.claimed_epsilon
     if summary.violation:
-        return (f"VIOLATION: a private result's CP point lies below the claimed trade-off curve, or its strict ε_LB "
-                f"exceeds the claimed ε = {eps:g}; the mechanism or its accounting is broken.")
+        return (
+            f"VIOLATION: a private result's CP point lies below the claimed trade-off curve, or its strict ε_LB "
+            f"exceeds the claimed ε = {eps:g}; the mechanism or its accounting is broken."
+        )
     if summary.inconclusive:
-        return (f"INCONCLUSIVE: the σ = 0 control(s) {', '.join(summary.blind_controls)} stay within the claimed "
-                f"ε = {eps:g}, so this audit cannot see leakage there (too few runs, or a canary the attack cannot "
-                "detect); its private results prove nothing.")
-    return (f"No violation: every private result's CP point lies on or above the claimed trade-off curve, and every "
-            f"strict ε_LB is at most the claimed ε = {eps:g}.")
+        return (
+            f"INCONCLUSIVE: the σ = 0 control(s) {', '.join(summary.blind_controls)} stay within the claimed "
+            f"ε = {eps:g}, so this audit cannot see leakage there (too few runs, or a canary the attack cannot "
+            "detect); its private results prove nothing."
+        )
+    return (
+        f"No violation: every private result's CP point lies on or above the claimed trade-off curve, and every "
+        f"strict ε_LB is at most the claimed ε = {eps:g}."
+    )
 
 
 def write_report(outcome: AuditOutcome, out: Path) -> None:
     """audit.json, report.md, report.html and PNG figures in ``out`` (each written atomically)."""
     summary = outcome.summary
     prob = summary.problem
-    head = (f"Problem {prob['name']} / {prob['task']}: n = {prob['n_mixing']} mixing examples, k = {prob['k']}; "
-            f"claimed (ε, δ) = ({summary.claimed_epsilon:g}, {summary.delta:g}); σ = "
-            f"{summary.noise_multiplier:.4g} (calibrated {summary.calibrated_noise_multiplier:.4g}); "
-            f"{summary.confidence:.0%} Clopper–Pearson, thresholds chosen by '{summary.threshold_strategy}'. "
-            f"ε_LB is the strict (ε, δ) bound; μ_LB and ε_LB (GDP) assume a Gaussian trade-off curve (exact for full "
-            f"batch); 'profile' compares the CP points with the claimed trade-off curve "
-            f"({summary.claimed_tradeoff['kind']}), a rigorous test.")
-    blocks = [("p", head), ("strong", _verdict(summary)), ("table", _table(summary))]
+    head = (
+        f"Problem {prob['name']} / {prob['task']}: n = {prob['n_mixing']} mixing examples, k = {prob['k']}; "
+        f"claimed (ε, δ) = ({summary.claimed_epsilon:g}, {summary.delta:g}); σ = "
+        f"{summary.noise_multiplier:.4g} (calibrated {summary.calibrated_noise_multiplier:.4g}); "
+        f"{summary.confidence:.0%} Clopper–Pearson, thresholds chosen by '{summary.threshold_strategy}'. "
+        f"ε_LB is the strict (ε, δ) bound; μ_LB and ε_LB (GDP) assume a Gaussian trade-off curve (exact for full "
+        f"batch); 'profile' compares the CP points with the claimed trade-off curve "
+        f"({summary.claimed_tradeoff['kind']}), a rigorous test."
+    )
+    blocks: list[Block] = [("p", head), ("strong", _verdict(summary)), ("table", _table(summary))]
     blocks += [("figure", path) for path in _figures(outcome, out)]
     write_pages(out, "dpaudit-mix audit", blocks)
     write_json(out / "audit.json", summary.to_dict())

@@ -65,10 +65,19 @@ class AuditSummary:
     seed: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"claimed_epsilon": self.claimed_epsilon, "delta": self.delta, "violation": self.violation,
-                "inconclusive": self.inconclusive, "blind_controls": list(self.blind_controls),
-                "results": [r.to_dict() for r in self.results], "noise_multiplier": self.noise_multiplier,
-                "calibrated_noise_multiplier": self.calibrated_noise_multiplier, "problem": self.problem,
-                "canaries": self.canaries, "confidence": self.confidence,
-                "threshold_strategy": self.threshold_strategy, "claimed_tradeoff": self.claimed_tradeoff,
-                "seed": self.seed}
+        return {
+            "claimed_epsilon": self.claimed_epsilon,
+            "delta": self.delta,
+            "violation": self.violation,
+            "inconclusive": self.inconclusive,
+            "blind_controls": list(self.blind_controls),
+            "results": [r.to_dict() for r in self.results],
+            "noise_multiplier": self.noise_multiplier,
+            "calibrated_noise_multiplier": self.calibrated_noise_multiplier,
+            "problem": self.problem,
+            "canaries": self.canaries,
+            "confidence": self.confidence,
+            "threshold_strategy": self.threshold_strategy,
+            "claimed_tradeoff": self.claimed_tradeoff,
+            "seed": self.seed,
+        }

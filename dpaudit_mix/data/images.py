@@ -41,8 +41,14 @@ def uci_digits(framed: bool = False) -> tuple[np.ndarray, np.ndarray]:
 class _ArraysOnly(pickle.Unpickler):
     """An unpickler that rebuilds numpy arrays and nothing else (no code runs from the file)."""
 
-    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-               ("numpy", "ndarray"), ("numpy", "dtype")}
+    ALLOWED = frozenset(
+        {
+            ("numpy.core.multiarray", "_reconstruct"),
+            ("numpy._core.multiarray", "_reconstruct"),
+            ("numpy", "ndarray"),
+            ("numpy", "dtype"),
+        }
+    )
 
     def find_class(self, module: str, name: str) -> object:
         if (module, name) not in self.ALLOWED:

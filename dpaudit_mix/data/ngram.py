@@ -21,13 +21,13 @@ def _keys(sequences: list[np.ndarray], order: int) -> tuple[list[np.ndarray], np
     """Per context length k < order, the key of (last k characters) for every scored position,
     plus each position's character and the sequence it belongs to."""
     padded = [np.concatenate([np.zeros(order - 1, np.int64), s]) for s in sequences]
-    chars = np.concatenate([p[order - 1:] for p in padded])
+    chars = np.concatenate([p[order - 1 :] for p in padded])
     owner = np.concatenate([np.full(len(s), i) for i, s in enumerate(sequences)])
     contexts = []
     for k in range(order):
         ctx = np.zeros(len(chars), np.int64)
         for j in range(1, k + 1):  # the j-th previous character
-            ctx = ctx * V + np.concatenate([p[order - 1 - j:len(p) - j] for p in padded])
+            ctx = ctx * V + np.concatenate([p[order - 1 - j : len(p) - j] for p in padded])
         contexts.append(ctx)
     return contexts, chars, owner
 
@@ -54,7 +54,7 @@ class CharNGram:
     types: tuple[tuple[np.ndarray, np.ndarray], ...]  # per k: distinct characters after the context
 
     @classmethod
-    def fit(cls, texts: list[str], order: int = 4) -> "CharNGram":
+    def fit(cls, texts: list[str], order: int = 4) -> CharNGram:
         contexts, chars, _ = _keys([encode(t) for t in texts], order)
         joint, context, types = [], [], []
         for ctx in contexts:

@@ -62,13 +62,16 @@ def max_sources(name: str) -> int:
 
 def problem_path(name: str) -> Path:
     """A spec's ``problem`` that is not an embedded name: the path of an existing problem file."""
-    require(Path(name).is_file(), f"problem {name!r} is neither an embedded problem ({', '.join(PROBLEMS)}) nor an "
-            "existing file")
+    require(
+        Path(name).is_file(),
+        f"problem {name!r} is neither an embedded problem ({', '.join(PROBLEMS)}) nor an existing file",
+    )
     return Path(name)
 
 
-def world_sources(name: str, seed: int, shards: int = 0, synthetic: bool = False
-                  ) -> tuple[list[PublicSource], SensitiveData]:
+def world_sources(
+    name: str, seed: int, shards: int = 0, synthetic: bool = False
+) -> tuple[list[PublicSource], SensitiveData]:
     """The world's public sources (or, with ``shards`` = K > 0, its K k-scaling sources: class-skewed
     shards for mnist-labels, random compositions of graded shifts for mnist-shift); ``synthetic``
     adds EDM samples of the world's public validation slice as one more source."""
@@ -96,11 +99,16 @@ def _compute_probabilities(name: str, seed: int, shards: int) -> Probabilities:
     sources, sensitive = world_sources(name, seed, shards)
     public = world_validation(name, seed)
     models = [train_proxy(s) for s in sources]
-    parts = [(sensitive.train_images, sensitive.train_labels), (sensitive.test_images, sensitive.test_labels),
-             (public.images, public.labels)]
-    arrays = [a for images, labels in parts for a in (np.stack([class_probabilities(m, images) for m in models]),
-                                                      labels)]
-    return (tuple(s.name for s in sources), *arrays)
+    parts = [
+        (sensitive.train_images, sensitive.train_labels),
+        (sensitive.test_images, sensitive.test_labels),
+        (public.images, public.labels),
+    ]
+    arrays = [
+        a for images, labels in parts for a in (np.stack([class_probabilities(m, images) for m in models]), labels)
+    ]
+    names, arrays_out = tuple(s.name for s in sources), tuple(arrays)
+    return (names, *arrays_out)  # type: ignore[return-value]  # six arrays, as the cache file holds them
 
 
 def _cache_key(name: str, seed: int, shards: int) -> str:
@@ -108,15 +116,16 @@ def _cache_key(name: str, seed: int, shards: int) -> str:
     it reads (this package's data modules), and the numeric libraries that train the proxies."""
     import sklearn
 
-    digest = json_sha256({"world": name, "seed": seed, "shards": shards, "numpy": np.__version__,
-                          "sklearn": sklearn.__version__})
+    digest = json_sha256(
+        {"world": name, "seed": seed, "shards": shards, "numpy": np.__version__, "sklearn": sklearn.__version__}
+    )
     for module in sorted(Path(__file__).parent.glob("*.py")):
         digest.update(module.read_bytes())
     return digest.hexdigest()[:24]
 
 
 def _save(path: Path, value: Probabilities) -> None:
-    write_npz(path, names=np.array(value[0], dtype=str), **dict(zip(PARTS, value[1:])))
+    write_npz(path, names=np.array(value[0], dtype=str), **dict(zip(PARTS, value[1:], strict=True)))
 
 
 def _load(path: Path) -> Probabilities:
@@ -139,19 +148,33 @@ TEXT_SOURCES = (*(f"shakespeare-{g}" for g in GENRES if g != SENSITIVE_GENRE), *
 def _text_problem(seed: int) -> dict[str, np.ndarray]:
     sources, train, test = text_world(seed)
     models = [CharNGram.fit(list(s.texts)) for s in sources]
-    return {"names": np.array([s.name for s in sources]), "users": train.users, "test_users": test.users,
-            "logp": np.stack([m.mean_log_likelihood(list(train.texts)) for m in models], axis=1),
-            "heldout_logp": np.stack([m.mean_log_likelihood(list(test.texts)) for m in models], axis=1)}
+    return {
+        "names": np.array([s.name for s in sources]),
+        "users": train.users,
+        "test_users": test.users,
+        "logp": np.stack([m.mean_log_likelihood(list(train.texts)) for m in models], axis=1),
+        "heldout_logp": np.stack([m.mean_log_likelihood(list(test.texts)) for m in models], axis=1),
+    }
 
 
 def _build_text(seed: int) -> Problem:
     """logp[j, i]: speech j's mean per-character log-likelihood under source i's 4-gram model;
     users are speakers; held-out rows are the speeches of the test speakers."""
-    arrays = cached(user_cache_dir() / "problems" / f"{TEXT_WORLD}-{_cache_key(TEXT_WORLD, seed, 0)}.npz",
-                    lambda: _text_problem(seed), save_npz, load_npz)
-    return Problem(arrays["logp"], tuple(str(n) for n in arrays["names"]), users=arrays["users"],
-                   heldout_logp=arrays["heldout_logp"], task=TEXT_TASK, meta={"name": TEXT_WORLD, "seed": str(seed)},
-                   heldout_users=arrays["test_users"])
+    arrays = cached(
+        user_cache_dir() / "problems" / f"{TEXT_WORLD}-{_cache_key(TEXT_WORLD, seed, 0)}.npz",
+        lambda: _text_problem(seed),
+        save_npz,
+        load_npz,
+    )
+    return Problem(
+        arrays["logp"],
+        tuple(str(n) for n in arrays["names"]),
+        users=arrays["users"],
+        heldout_logp=arrays["heldout_logp"],
+        task=TEXT_TASK,
+        meta={"name": TEXT_WORLD, "seed": str(seed)},
+        heldout_users=arrays["test_users"],
+    )
 
 
 def build(name: str, task: str = DEFAULT_TASK, seed: int = 0, shards: int = 0) -> Problem:
@@ -185,8 +208,12 @@ def build_public(name: str, task: str = DEFAULT_TASK, seed: int = 0, shards: int
     name = image_world(name)
     require(task in TASKS, f"unknown task {task!r} for {name}; available: {', '.join(TASKS)}")
     names, *_, public, public_y = world_probabilities(name, seed, shards)
-    return Problem(task_log_likelihood(public, public_y, task), names, task=task,
-                   meta={"name": name, "seed": str(seed), "split": "public validation"})
+    return Problem(
+        task_log_likelihood(public, public_y, task),
+        names,
+        task=task,
+        meta={"name": name, "seed": str(seed), "split": "public validation"},
+    )
 
 
 def tasks(name: str) -> tuple[str, ...]:

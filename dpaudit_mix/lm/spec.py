@@ -49,20 +49,32 @@ class TextPipelineSpec:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        require(registry.canonical(self.world) == registry.TEXT_WORLD,
-                f"the text pipeline runs the {registry.TEXT_WORLD} world, not {self.world}")
+        require(
+            registry.canonical(self.world) == registry.TEXT_WORLD,
+            f"the text pipeline runs the {registry.TEXT_WORLD} world, not {self.world}",
+        )
         check_shared_keys(self, DEFAULT_METHODS, " for the text pipeline")
-        for name in ("seeds", "search_candidates", "pretrain_windows", "pretrain_epochs", "finetune_steps",
-                     "windows_per_user"):
+        for name in (
+            "seeds",
+            "search_candidates",
+            "pretrain_windows",
+            "pretrain_epochs",
+            "finetune_steps",
+            "windows_per_user",
+        ):
             require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("pretrain_learning_rate", "finetune_learning_rate", "finetune_clip", "finetune_users"):
             require(getattr(self, name) > 0, f"{name} must be > 0, got {getattr(self, name)}")
         require_memory(self.pretrain_windows * BYTES_PER_WINDOW, f"pretrain_windows = {self.pretrain_windows}")
-        require(all(lr > 0 for lr in self.finetune_learning_rates),
-                f"finetune_learning_rates must be > 0, got {list(self.finetune_learning_rates)}")
+        require(
+            all(lr > 0 for lr in self.finetune_learning_rates),
+            f"finetune_learning_rates must be > 0, got {list(self.finetune_learning_rates)}",
+        )
         public = [g for g in GENRES if g != SENSITIVE_GENRE]
-        require(self.rehearsal_genre in public,
-                f"rehearsal_genre must be a public genre ({', '.join(public)}), got {self.rehearsal_genre!r}")
+        require(
+            self.rehearsal_genre in public,
+            f"rehearsal_genre must be a public genre ({', '.join(public)}), got {self.rehearsal_genre!r}",
+        )
 
 
 def load_text_pipeline_spec(path: str | Path, **overrides: Any) -> TextPipelineSpec:

@@ -40,7 +40,7 @@ def windows(text: str) -> np.ndarray:
     codes = np.concatenate([[0], encode(text)])
     count = max(1, math.ceil((len(codes) - 1) / WINDOW))
     padded = np.full(count * WINDOW + 1, -1, dtype=np.int64)
-    padded[:len(codes)] = codes
+    padded[: len(codes)] = codes
     return np.lib.stride_tricks.sliding_window_view(padded, WINDOW + 1)[::WINDOW].copy()
 
 

@@ -11,7 +11,7 @@ import math
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -34,8 +34,12 @@ class SmallCNN(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(1, 8, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(8, 16, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
         )
         self.head = nn.Linear(16 * 7 * 7, CLASSES)
 
@@ -57,7 +61,9 @@ def from_arrays(arrays: dict[str, np.ndarray] | None, key: Key) -> SmallCNN:
 
 
 def _tensors(images: np.ndarray, labels: np.ndarray) -> TensorDataset:
-    return TensorDataset(torch.from_numpy(images[:, None].astype(np.float32)), torch.from_numpy(labels.astype(np.int64)))
+    return TensorDataset(
+        torch.from_numpy(images[:, None].astype(np.float32)), torch.from_numpy(labels.astype(np.int64))
+    )
 
 
 def pretrain(images: np.ndarray, labels: np.ndarray, epochs: int, learning_rate: float, key: Key) -> SmallCNN:
@@ -85,7 +91,7 @@ class Finetuned:
     opacus_epsilon: float  # ε of the finetune alone, from the Opacus accountant that calibrated it
 
 
-@lru_cache(maxsize=None)
+@cache
 def opacus_sigma(epsilon: float, delta: float, sample_rate: float, epochs: int) -> float:
     """The σ that Opacus' ``make_private_with_epsilon`` picks (its PRV calibration, same call), once
     per setting: it takes seconds, and every seed, method and row of a run asks for the same few."""
@@ -93,12 +99,16 @@ def opacus_sigma(epsilon: float, delta: float, sample_rate: float, epochs: int) 
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # opacus' RDP note on its largest order
-        return float(get_noise_multiplier(target_epsilon=epsilon, target_delta=delta, sample_rate=sample_rate,
-                                          epochs=epochs, accountant="prv"))
+        return float(
+            get_noise_multiplier(
+                target_epsilon=epsilon, target_delta=delta, sample_rate=sample_rate, epochs=epochs, accountant="prv"
+            )
+        )
 
 
-def finetune_sigma(epsilon: float, delta: float, batches: int, epochs: int,
-                   prior: tuple[accounting.GaussianPhase, ...] = ()) -> float:
+def finetune_sigma(
+    epsilon: float, delta: float, batches: int, epochs: int, prior: tuple[accounting.GaussianPhase, ...] = ()
+) -> float:
     """The σ of :func:`dp_finetune` at q = 1 / ``batches`` and ``batches`` steps per epoch (Opacus'
     schedule): Opacus' own calibration alone; ours after ``prior`` on the same data, so that both
     compose to ε."""
@@ -107,8 +117,10 @@ def finetune_sigma(epsilon: float, delta: float, batches: int, epochs: int,
     try:
         return opacus_sigma(epsilon, delta, 1 / batches, epochs)
     except ValueError as exc:
-        raise InputError(f"epsilon {epsilon:g} at delta {delta:g} is out of reach for the finetune "
-                         f"(q = 1/{batches}, {epochs} epochs): {exc}") from None
+        raise InputError(
+            f"epsilon {epsilon:g} at delta {delta:g} is out of reach for the finetune "
+            f"(q = 1/{batches}, {epochs} epochs): {exc}"
+        ) from None
 
 
 def batches_per_epoch(n: int, batch: int) -> int:
@@ -140,8 +152,9 @@ def _own_noise(optimizer: Any, gaussians: RandomSource) -> None:
     optimizer.add_noise = add_noise
 
 
-def _poisson_batches(data: TensorDataset, sample_rate: float, count: int, draws: RandomSource
-                     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def _poisson_batches(
+    data: TensorDataset, sample_rate: float, count: int, draws: RandomSource
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """``count`` Poisson batches at rate q drawn from ``draws`` (Opacus' sampler would use torch's
     global generator)."""
     images, labels = data.tensors
@@ -150,9 +163,19 @@ def _poisson_batches(data: TensorDataset, sample_rate: float, count: int, draws:
         yield images[rows], labels[rows]
 
 
-def dp_finetune(model: SmallCNN, images: np.ndarray, labels: np.ndarray, epsilon: float, delta: float, epochs: int,
-                batch: int, learning_rate: float, clip: float, key: Key | None,
-                prior: tuple[accounting.GaussianPhase, ...] = ()) -> Finetuned:
+def dp_finetune(
+    model: SmallCNN,
+    images: np.ndarray,
+    labels: np.ndarray,
+    epsilon: float,
+    delta: float,
+    epochs: int,
+    batch: int,
+    learning_rate: float,
+    clip: float,
+    key: Key | None,
+    prior: tuple[accounting.GaussianPhase, ...] = (),
+) -> Finetuned:
     """DP-SGD finetuning with Poisson sampling at q = 1 / ⌈n / batch⌉ (Opacus' rate).
 
     Alone (no ``prior``), σ is Opacus' own calibration for (ε, δ) (:func:`opacus_sigma`); after a
@@ -168,8 +191,13 @@ def dp_finetune(model: SmallCNN, images: np.ndarray, labels: np.ndarray, epsilon
         warnings.simplefilter("ignore")  # opacus notes on secure RNG and on the batch-size estimate
         engine = PrivacyEngine(accountant="prv")
         module, optimizer, loader = engine.make_private(
-            module=model, optimizer=optimizer, data_loader=loader, max_grad_norm=clip, poisson_sampling=True,
-            noise_multiplier=finetune_sigma(epsilon, delta, len(loader), epochs, prior))
+            module=model,
+            optimizer=optimizer,
+            data_loader=loader,
+            max_grad_norm=clip,
+            poisson_sampling=True,
+            noise_multiplier=finetune_sigma(epsilon, delta, len(loader), epochs, prior),
+        )
     _own_noise(optimizer, source(None if key is None else key.stream("finetune-noise")))
     draws = source(None if key is None else key.stream("finetune-batches"))
     loss_fn = nn.CrossEntropyLoss()

@@ -60,9 +60,17 @@ class MLPNet(nn.Module):
     def __init__(self, dim: int = (SIDE // POOL) ** 2, hidden: int = 512, frequencies: int = 16) -> None:
         super().__init__()
         self.register_buffer("freqs", torch.randn(frequencies) * 4, persistent=True)
-        self.net = nn.Sequential(nn.Linear(dim + 2 * frequencies + CLASSES, hidden), nn.SiLU(),
-                                 nn.Linear(hidden, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU(),
-                                 nn.Linear(hidden, dim))
+        self.net = nn.Sequential(
+            nn.Linear(dim + 2 * frequencies + CLASSES, hidden),
+            nn.SiLU(),
+            nn.Linear(hidden, hidden),
+            nn.SiLU(),
+            nn.Linear(hidden, hidden),
+            nn.SiLU(),
+            nn.Linear(hidden, dim),
+        )
+
+    freqs: torch.Tensor  # a registered buffer: random Fourier frequencies of the noise level
 
     def forward(self, x: torch.Tensor, noise: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         angles = noise[:, None] * self.freqs[None] * 2 * math.pi

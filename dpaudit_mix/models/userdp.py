@@ -78,8 +78,9 @@ def _pick(windows: torch.Tensor, cap: int, source: RandomSource) -> torch.Tensor
     return windows[torch.from_numpy(np.argsort(source.random(len(windows)))[:cap].copy())]
 
 
-def released_step(model: nn.Module, data: list[torch.Tensor], config: UserLevelSGD, batches: RandomSource,
-                  noise: RandomSource) -> torch.Tensor:
+def released_step(
+    model: nn.Module, data: list[torch.Tensor], config: UserLevelSGD, batches: RandomSource, noise: RandomSource
+) -> torch.Tensor:
     """One step's released gradient: Poisson-sample the users (and their windows) from ``batches``,
     take each sampled user's summed gradient over (at most ``windows_per_user`` of) their
     windows, and :func:`noisy_mean` with Gaussians from ``noise``."""
@@ -106,7 +107,7 @@ def train(model: nn.Module, user_windows: list[np.ndarray], config: UserLevelSGD
         update = released_step(model, data, config, batches, noise)
         offset = 0
         for p in params:
-            p.grad = update[offset:offset + p.numel()].reshape(p.shape).to(p.dtype)
+            p.grad = update[offset : offset + p.numel()].reshape(p.shape).to(p.dtype)
             offset += p.numel()
         optimizer.step()
     return model

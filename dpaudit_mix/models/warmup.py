@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .cnn import SmallCNN, from_arrays
 from ..randomness import Key
+from .cnn import SmallCNN, from_arrays
 
 SHIFT, ROTATION, SCALE, CUTOUT = 2 / 14, np.pi / 18, 0.1, 8  # shift in [−1, 1] grid units: 2 px of 28
 
@@ -40,8 +40,12 @@ def augment(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     rows = torch.randint(side - CUTOUT + 1, (n,), generator=generator)
     cols = torch.randint(side - CUTOUT + 1, (n,), generator=generator)
     r, c = torch.arange(side)[None, :, None], torch.arange(side)[None, None, :]
-    hole = ((r >= rows[:, None, None]) & (r < rows[:, None, None] + CUTOUT)
-            & (c >= cols[:, None, None]) & (c < cols[:, None, None] + CUTOUT))
+    hole = (
+        (r >= rows[:, None, None])
+        & (r < rows[:, None, None] + CUTOUT)
+        & (c >= cols[:, None, None])
+        & (c < cols[:, None, None] + CUTOUT)
+    )
     return out * (~hole)[:, None].float()
 
 

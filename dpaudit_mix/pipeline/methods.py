@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import accounting
 from ..data.proxies import CLASSES, SMOOTHING
+from ..errors import present
 from ..learner import LearnerConfig, fit
 from ..mixmin import mixmin
 from ..problem import Problem
@@ -29,19 +30,30 @@ from ..randomness import source, stream
 
 
 class MixingSpec(Protocol):
-    """What choosing λ reads from a spec (the image and the text pipeline's alike)."""
+    """What choosing λ reads from a spec (the image and the text pipeline's alike; read-only)."""
 
-    seed: int
-    epsilons: tuple[float, ...]
-    methods: tuple[str, ...]
-    seeds: int
-    delta: float
-    composition: str
-    mix_share: float
-    mix_steps: int
-    mix_clip: float
-    mix_learning_rate: float
-    search_candidates: int
+    @property
+    def seed(self) -> int: ...
+    @property
+    def epsilons(self) -> tuple[float, ...]: ...
+    @property
+    def methods(self) -> tuple[str, ...]: ...
+    @property
+    def seeds(self) -> int: ...
+    @property
+    def delta(self) -> float: ...
+    @property
+    def composition(self) -> str: ...
+    @property
+    def mix_share(self) -> float: ...
+    @property
+    def mix_steps(self) -> int: ...
+    @property
+    def mix_clip(self) -> float: ...
+    @property
+    def mix_learning_rate(self) -> float: ...
+    @property
+    def search_candidates(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -51,21 +63,27 @@ class Mixture:
     releasable: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        return {"weights": None if self.weights is None else self.weights.tolist(),
-                "phase": None if self.phase is None else asdict(self.phase), "releasable": self.releasable}
+        return {
+            "weights": None if self.weights is None else self.weights.tolist(),
+            "phase": None if self.phase is None else asdict(self.phase),
+            "releasable": self.releasable,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Mixture:
-        return cls(None if data["weights"] is None else np.asarray(data["weights"], dtype=np.float64),
-                   None if data["phase"] is None else accounting.GaussianPhase(**data["phase"]), bool(data["releasable"]))
+        return cls(
+            None if data["weights"] is None else np.asarray(data["weights"], dtype=np.float64),
+            None if data["phase"] is None else accounting.GaussianPhase(**data["phase"]),
+            bool(data["releasable"]),
+        )
 
 
 #: B: every smoothed proxy probability is at least SMOOTHING / CLASSES, so −log(λ·p) ≤ B for any λ.
 LOSS_BOUND = float(-np.log(SMOOTHING / CLASSES))
 
 
-#: the steps of the full-batch Gaussian mechanism each private method runs on split A.
-PRIVATE_STEPS = {"dpmixmin": lambda spec: spec.mix_steps, "random_search": lambda spec: 1}
+#: the private methods: each runs a full-batch Gaussian mechanism on split A.
+PRIVATE_METHODS = ("dpmixmin", "random_search")
 
 
 def mix_epsilon(spec: MixingSpec, epsilon: float) -> float:
@@ -75,9 +93,9 @@ def mix_epsilon(spec: MixingSpec, epsilon: float) -> float:
 
 def mixing_phase(method: str, epsilon: float, spec: MixingSpec) -> accounting.GaussianPhase | None:
     """The DP phase ``method`` runs on split A to spend ``epsilon``; None for a free method."""
-    if method not in PRIVATE_STEPS:
+    if method not in PRIVATE_METHODS:
         return None
-    steps = PRIVATE_STEPS[method](spec)
+    steps = spec.mix_steps if method == "dpmixmin" else 1  # random search releases its M sums once
     return accounting.GaussianPhase(accounting.calibrate_once(epsilon, spec.delta, 1.0, steps), 1.0, steps)
 
 
@@ -86,14 +104,23 @@ def _candidate_losses(problem: Problem, candidates: np.ndarray, user_level: bool
     its mean over each user's examples at user level."""
     losses = -np.log(np.exp(problem.logp) @ candidates.T)
     if user_level:
-        _, owner = np.unique(problem.users, return_inverse=True)
+        _, owner = np.unique(present(problem.users, "user-level losses need user ids"), return_inverse=True)
         counts = np.bincount(owner)
         losses = np.stack([np.bincount(owner, weights=column) for column in losses.T], axis=1) / counts[:, None]
     return np.clip(losses, 0.0, bound)
 
 
-def choose(method: str, split_a: Problem, full: Problem, epsilon: float, spec: MixingSpec, seed: int,
-           secure: bool = False, user_level: bool = False, loss_bound: float = LOSS_BOUND) -> Mixture:
+def choose(
+    method: str,
+    split_a: Problem,
+    full: Problem,
+    epsilon: float,
+    spec: MixingSpec,
+    seed: int,
+    secure: bool = False,
+    user_level: bool = False,
+    loss_bound: float = LOSS_BOUND,
+) -> Mixture:
     """λ for ``method`` with the mixing phase spending ``epsilon`` (at spec.delta) on split A.
 
     ``secure`` draws the private noise from the OS CSPRNG (not reproducible; for real releases).
@@ -110,18 +137,31 @@ def choose(method: str, split_a: Problem, full: Problem, epsilon: float, spec: M
         return Mixture(mixmin(full.logp).weights, None, releasable=False)
     phase = mixing_phase(method, epsilon, spec)
     if method == "dpmixmin" and phase is not None:
-        config = LearnerConfig(steps=phase.steps, clip=spec.mix_clip, noise_multiplier=phase.noise_multiplier,
-                               learning_rate=spec.mix_learning_rate, user_level=user_level, secure=secure)
-        noise = None if secure else stream(spec.seed, "learner-noise", task=split_a.task, method=method,
-                                           epsilon=epsilon, seed=seed)
+        config = LearnerConfig(
+            steps=phase.steps,
+            clip=spec.mix_clip,
+            noise_multiplier=phase.noise_multiplier,
+            learning_rate=spec.mix_learning_rate,
+            user_level=user_level,
+            secure=secure,
+        )
+        noise = (
+            None
+            if secure
+            else stream(spec.seed, "learner-noise", task=split_a.task, method=method, epsilon=epsilon, seed=seed)
+        )
         return Mixture(fit(split_a, config, 1, noise).weights[0], phase)
     if method == "random_search" and phase is not None:
         ids = {"task": split_a.task, "epsilon": epsilon, "seed": seed}
-        candidates = stream(spec.seed, "random-search-candidates", **ids).numpy().dirichlet(
-            np.ones(k), size=spec.search_candidates)
+        candidates = (
+            stream(spec.seed, "random-search-candidates", **ids)
+            .numpy()
+            .dirichlet(np.ones(k), size=spec.search_candidates)
+        )
         losses = _candidate_losses(split_a, candidates, user_level, loss_bound)
         gaussians = source(None if secure else stream(spec.seed, "random-search-noise", **ids))
         noisy = losses.sum(axis=0) + phase.noise_multiplier * loss_bound * np.sqrt(
-            spec.search_candidates) * gaussians.standard_normal(spec.search_candidates)
+            spec.search_candidates
+        ) * gaussians.standard_normal(spec.search_candidates)
         return Mixture(candidates[int(np.argmin(noisy))], phase)
     raise ValueError(f"unknown method {method!r}")  # the spec validates methods; unreachable from it

@@ -16,9 +16,9 @@ import pandas as pd
 import seaborn as sns
 
 from ..atomic import atomic_path
+from ..models.cnn import CLASSES
 from ..reporting import Block, save_figure, write_pages
 from ..stats import COLUMNS, finding, mean_std, paired_tests
-from ..models.cnn import CLASSES
 from .spec import PipelineSpec
 
 TASKS = tuple(f"digit-{d}" for d in range(CLASSES))
@@ -31,9 +31,20 @@ def results_frame(records: list[dict[str, Any]], composition: str) -> pd.DataFra
         tasks = [(t, "auc", r["metrics"][t]) for t in TASKS]
         tasks += [("macro", "auc", r["metrics"]["macro_auc"]), ("multiclass", "accuracy", r["metrics"]["accuracy"])]
         for task, metric, value in tasks:
-            rows.append({"method": r["method"], "epsilon": r["epsilon"], "seed": r["seed"], "task": task,
-                         "metric": metric, "value": value, "epsilon_total": r["epsilon_total"],
-                         "delta_total": r["delta_total"], "releasable": r["releasable"], "composition": composition})
+            rows.append(
+                {
+                    "method": r["method"],
+                    "epsilon": r["epsilon"],
+                    "seed": r["seed"],
+                    "task": task,
+                    "metric": metric,
+                    "value": value,
+                    "epsilon_total": r["epsilon_total"],
+                    "delta_total": r["delta_total"],
+                    "releasable": r["releasable"],
+                    "composition": composition,
+                }
+            )
     frame = pd.DataFrame(rows)
     base = frame[frame["method"] == "no_pretrain"].set_index(["epsilon", "seed", "task"])["value"]
     index = pd.MultiIndex.from_frame(frame[["epsilon", "seed", "task"]])
@@ -48,9 +59,16 @@ def _summary_table(frame: pd.DataFrame) -> list[list[str]]:
         macro = group[group["task"] == "macro"]["value"]
         acc = group[group["task"] == "multiclass"]["value"]
         total = group["epsilon_total"].max()
-        rows.append([method, f"{eps:g}", mean_std(macro), mean_std(acc),
-                     "not private" if math.isinf(total) else f"({total:.3f}, {group['delta_total'].iloc[0]:g})",
-                     "yes" if group["releasable"].all() else "NO (upper bound)"])
+        rows.append(
+            [
+                method,
+                f"{eps:g}",
+                mean_std(macro),
+                mean_std(acc),
+                "not private" if math.isinf(total) else f"({total:.3f}, {group['delta_total'].iloc[0]:g})",
+                "yes" if group["releasable"].all() else "NO (upper bound)",
+            ]
+        )
     return rows
 
 
@@ -63,10 +81,16 @@ def paired_differences(frame: pd.DataFrame, method: str, other: str) -> pd.DataF
 
 
 def _findings(frame: pd.DataFrame) -> list[str]:
-    return [finding(eps, row, label, "macro AUC difference", "+.4f")
-            for other, label in (("uniform", "uniform"), ("random_search", "random search"),
-                                 ("no_pretrain", "no pretraining"), ("nonprivate_mixmin", "the non-private upper bound"))
-            for eps, row in paired_differences(frame, "dpmixmin", other).iterrows()]
+    return [
+        finding(eps, row, label, "macro AUC difference", "+.4f")
+        for other, label in (
+            ("uniform", "uniform"),
+            ("random_search", "random search"),
+            ("no_pretrain", "no pretraining"),
+            ("nonprivate_mixmin", "the non-private upper bound"),
+        )
+        for eps, row in paired_differences(frame, "dpmixmin", other).iterrows()
+    ]
 
 
 def _choice_table(records: list[dict[str, Any]]) -> list[list[str]]:
@@ -76,7 +100,8 @@ def _choice_table(records: list[dict[str, Any]]) -> list[list[str]]:
         c = r["finetune_choice"]
         chosen.setdefault((r["method"], r["epsilon"]), []).append(f"{c['learning_rate']:g}/{c['epochs']}")
     return [["method", "ε", "learning rate / epochs, by seed"]] + [
-        [method, f"{eps:g}", ", ".join(values)] for (method, eps), values in chosen.items()]
+        [method, f"{eps:g}", ", ".join(values)] for (method, eps), values in chosen.items()
+    ]
 
 
 def _lambda_table(records: list[dict[str, Any]], sources: list[str]) -> list[list[str]]:
@@ -97,7 +122,9 @@ def _figures(frame: pd.DataFrame, out: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     macro = frame[frame["task"] == "macro"]
     sns.lineplot(macro, x="epsilon", y="value", hue="method", marker="o", errorbar="sd", ax=ax)
-    ax.set(xscale="log", xlabel="ε (total)", ylabel="macro AUC (test)", title="Macro AUC against ε, mean ± std over seeds")
+    ax.set(
+        xscale="log", xlabel="ε (total)", ylabel="macro AUC (test)", title="Macro AUC against ε, mean ± std over seeds"
+    )
     ax.set_xticks(sorted(macro["epsilon"].unique()), [f"{e:g}" for e in sorted(macro["epsilon"].unique())])
     ax.xaxis.set_minor_locator(plt.NullLocator())
     paths = [save_figure(fig, out / "macro_auc_vs_epsilon.png")]
@@ -112,28 +139,35 @@ def _figures(frame: pd.DataFrame, out: Path) -> list[Path]:
     return paths
 
 
-def write_pipeline_report(records: list[dict[str, Any]], spec: PipelineSpec, sources: list[str], out: Path
-                          ) -> pd.DataFrame:
+def write_pipeline_report(
+    records: list[dict[str, Any]], spec: PipelineSpec, sources: list[str], out: Path
+) -> pd.DataFrame:
     """results.csv, report.md, report.html and the figures in ``out``; returns the results frame."""
     frame = results_frame(records, spec.composition)
     with atomic_path(out / "results.csv", suffix=".csv") as tmp:
         frame.to_csv(tmp, index=False)
-    head = (f"World {spec.world}, seed {spec.seed}: {len(sources)} public sources, split A = ρ = {spec.rho:g} of the "
-            f"sensitive training set; {spec.composition} composition"
-            + (f" (mixture gets {spec.mix_share:g} of ε alone)" if spec.composition == "sequential" else "")
-            + f"; δ = {spec.delta:g}; seeds: {spec.seeds}. Finetune: Opacus DP-SGD, Poisson sampling, "
-            + (f"{spec.finetune_epochs} epochs at learning rate {spec.finetune_learning_rate:g}"
-               if len(spec.finetune_grid) == 1 else
-               f"learning rate and epochs chosen per run from {len(spec.finetune_grid)} candidates on the public "
-               "validation slice")
-            + f", expected batch {spec.finetune_batch}, C = {spec.finetune_clip:g}. p-values: two-sided paired "
-            "t-tests over seeds (statsmodels), Holm-corrected across ε per comparison.")
+    head = (
+        f"World {spec.world}, seed {spec.seed}: {len(sources)} public sources, split A = ρ = {spec.rho:g} of the "
+        f"sensitive training set; {spec.composition} composition"
+        + (f" (mixture gets {spec.mix_share:g} of ε alone)" if spec.composition == "sequential" else "")
+        + f"; δ = {spec.delta:g}; seeds: {spec.seeds}. Finetune: Opacus DP-SGD, Poisson sampling, "
+        + (
+            f"{spec.finetune_epochs} epochs at learning rate {spec.finetune_learning_rate:g}"
+            if len(spec.finetune_grid) == 1
+            else f"learning rate and epochs chosen per run from {len(spec.finetune_grid)} candidates on the public "
+            "validation slice"
+        )
+        + f", expected batch {spec.finetune_batch}, C = {spec.finetune_clip:g}. p-values: two-sided paired "
+        "t-tests over seeds (statsmodels), Holm-corrected across ε per comparison."
+    )
     blocks: list[Block] = [("p", head), ("table", _summary_table(frame)), ("h2", "What the data says")]
     blocks += [("p", line) for line in _findings(frame)]
     blocks += [("p", "nonprivate_mixmin picks λ from all private data: an upper bound, NOT releasable.")]
     if len(spec.finetune_grid) > 1:
-        blocks += [("h2", "Finetune hyper-parameters, chosen on the public validation slice (no privacy spent)"),
-                   ("table", _choice_table(records))]
+        blocks += [
+            ("h2", "Finetune hyper-parameters, chosen on the public validation slice (no privacy spent)"),
+            ("table", _choice_table(records)),
+        ]
     blocks += [("h2", "Mixture weights λ (seed 0)"), ("table", _lambda_table(records, sources))]
     blocks += [("figure", path) for path in _figures(frame, out)]
     write_pages(out, "dpaudit-mix pipeline (image track)", blocks)

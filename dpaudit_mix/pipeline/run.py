@@ -29,8 +29,19 @@ from ..problem import save as save_problem
 from ..randomness import Key, stream
 from .methods import Mixture
 from .spec import PipelineSpec
-from .stages import (Arrays, Job, MixingTrack, Rehearsal, Run, Stage, StageCache, choose_by_rehearsal, mixture_draw,
-                     preflight, run_stages)
+from .stages import (
+    Arrays,
+    Job,
+    MixingTrack,
+    Rehearsal,
+    Run,
+    Stage,
+    StageCache,
+    choose_by_rehearsal,
+    mixture_draw,
+    preflight,
+    run_stages,
+)
 
 
 @dataclass(frozen=True)
@@ -59,21 +70,37 @@ def build_world(spec: PipelineSpec) -> World:
     size_a = round(spec.rho * n)
     require(size_a >= 1, f"split A would be empty: rho = {spec.rho:g} of {n} training examples")
     require(size_a < n, f"split B would be empty: rho = {spec.rho:g} of {n} training examples")
-    order = stream(spec.seed, "pipeline-split", world=registry.canonical(spec.world), rho=spec.rho, n=n).numpy().permutation(n)
-    return World(tuple(sources), sensitive.train_images[:n], sensitive.train_labels[:n], sensitive.test_images,
-                 sensitive.test_labels, np.sort(order[:size_a]), np.sort(order[size_a:]),
-                 registry.world_validation(spec.world, spec.seed))
+    order = (
+        stream(spec.seed, "pipeline-split", world=registry.canonical(spec.world), rho=spec.rho, n=n)
+        .numpy()
+        .permutation(n)
+    )
+    return World(
+        tuple(sources),
+        sensitive.train_images[:n],
+        sensitive.train_labels[:n],
+        sensitive.test_images,
+        sensitive.test_labels,
+        np.sort(order[:size_a]),
+        np.sort(order[size_a:]),
+        registry.world_validation(spec.world, spec.seed),
+    )
 
 
 def world_key(spec: PipelineSpec) -> str:
     """The content key of the cut data: every stage of the run hashes it."""
-    return content_key(seed=spec.seed, public_fraction=spec.public_fraction, sensitive_fraction=spec.sensitive_fraction,
-                       **({} if registry.canonical(spec.world) == "mnist-labels" else {"world": spec.world}),
-                       **({"synthetic": True} if spec.synthetic_source else {}))
+    return content_key(
+        seed=spec.seed,
+        public_fraction=spec.public_fraction,
+        sensitive_fraction=spec.sensitive_fraction,
+        **({} if registry.canonical(spec.world) == "mnist-labels" else {"world": spec.world}),
+        **({"synthetic": True} if spec.synthetic_source else {}),
+    )
 
 
-def _images(world: World, weights: list[float] | None, examples: int, rng: np.random.Generator
-            ) -> tuple[np.ndarray, np.ndarray]:
+def _images(
+    world: World, weights: list[float] | None, examples: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """``examples`` public images drawn by λ, or (``weights`` None) from the half of the public
     validation slice that the finetune rehearsals train on (the other half, which scores them,
     stays unseen)."""
@@ -81,8 +108,10 @@ def _images(world: World, weights: list[float] | None, examples: int, rng: np.ra
         pick = rng.integers(len(world.validation.labels) // 2, size=examples)
         return world.validation.images[pick], world.validation.labels[pick]
     picks = mixture_draw([len(s.labels) for s in world.sources], weights, examples, rng)
-    return (np.concatenate([s.images[p] for s, p in zip(world.sources, picks)]),
-            np.concatenate([s.labels[p] for s, p in zip(world.sources, picks)]))
+    return (
+        np.concatenate([s.images[p] for s, p in zip(world.sources, picks, strict=True)]),
+        np.concatenate([s.labels[p] for s, p in zip(world.sources, picks, strict=True)]),
+    )
 
 
 #: the image rehearsal: macro AUC on the validation slice's other half, higher is better.
@@ -92,8 +121,9 @@ REHEARSAL = Rehearsal("validation_macro_auc", "macro_auc", higher_is_better=True
 class ImageTrack(MixingTrack):
     """The CNN on an image world: Opacus DP-SGD per example, scored by per-digit AUC."""
 
-    def __init__(self, spec: PipelineSpec, world: World, problems: Callable[[], tuple[Problem, Problem]],
-                 secure: bool) -> None:
+    def __init__(
+        self, spec: PipelineSpec, world: World, problems: Callable[[], tuple[Problem, Problem]], secure: bool
+    ) -> None:
         super().__init__(spec, "multiclass", problems, world_key(spec), split_key(spec), secure)
         self.image_spec, self.world = spec, world
         self.rows = np.arange(len(world.train_labels)) if self.sequential else world.split_b
@@ -109,19 +139,35 @@ class ImageTrack(MixingTrack):
         spec = self.image_spec
 
         def train(weights: list[float] | None, stage: Key) -> Arrays:
-            images, labels = _images(self.world, weights, spec.pretrain_examples, stage.stream("pretrain-sample").numpy())
-            return cnn.state_arrays(cnn.pretrain(images, labels, spec.pretrain_epochs, spec.pretrain_learning_rate, stage))
+            images, labels = _images(
+                self.world, weights, spec.pretrain_examples, stage.stream("pretrain-sample").numpy()
+            )
+            return cnn.state_arrays(
+                cnn.pretrain(images, labels, spec.pretrain_epochs, spec.pretrain_learning_rate, stage)
+            )
 
-        return self.pretrain_on(job, mixture, spec.pretrain_examples, spec.pretrain_epochs, spec.pretrain_learning_rate,
-                                train)
+        return self.pretrain_on(
+            job, mixture, spec.pretrain_examples, spec.pretrain_epochs, spec.pretrain_learning_rate, train
+        )
 
-    def finetune(self, job: Job, start: Arrays | None, start_key: str | None,
-                 prior: tuple[accounting.GaussianPhase, ...]) -> Stage[dict[str, Any]]:
+    def finetune(
+        self, job: Job, start: Arrays | None, start_key: str | None, prior: tuple[accounting.GaussianPhase, ...]
+    ) -> Stage[dict[str, Any]]:
         spec, world, grid = self.image_spec, self.world, self.image_spec.finetune_grid
-        key = content_key(pretrain=start_key, data=self.data_key, rho=spec.rho, composition=spec.composition,
-                          epsilon=job.epsilon, delta=spec.delta, prior=[asdict(p) for p in prior], seed=job.seed,
-                          **({"epochs": grid[0][1], "lr": grid[0][0]} if len(grid) == 1 else {"grid": grid}),
-                          batch=spec.finetune_batch, clip=spec.finetune_clip, secure=self.secure)
+        key = content_key(
+            pretrain=start_key,
+            data=self.data_key,
+            rho=spec.rho,
+            composition=spec.composition,
+            epsilon=job.epsilon,
+            delta=spec.delta,
+            prior=[asdict(p) for p in prior],
+            seed=job.seed,
+            **({"epochs": grid[0][1], "lr": grid[0][0]} if len(grid) == 1 else {"grid": grid}),
+            batch=spec.finetune_batch,
+            clip=spec.finetune_clip,
+            secure=self.secure,
+        )
         stage = self.finetune_key(job)
 
         def rehearse(candidate: dict[str, float], rehearsal: Key) -> float:
@@ -129,21 +175,46 @@ class ImageTrack(MixingTrack):
             half the public validation slice, scored by macro AUC on the other half."""
             half = len(world.validation.labels) // 2
             batch = max(1, round(spec.finetune_batch * half / len(self.rows)))
-            tuned = cnn.dp_finetune(cnn.from_arrays(start, rehearsal), world.validation.images[:half],
-                                    world.validation.labels[:half], job.epsilon, spec.delta, int(candidate["epochs"]),
-                                    batch, candidate["learning_rate"], spec.finetune_clip, rehearsal, prior)
-            return cnn.evaluate(tuned.model, world.validation.images[half:], world.validation.labels[half:])["macro_auc"]
+            tuned = cnn.dp_finetune(
+                cnn.from_arrays(start, rehearsal),
+                world.validation.images[:half],
+                world.validation.labels[:half],
+                job.epsilon,
+                spec.delta,
+                int(candidate["epochs"]),
+                batch,
+                candidate["learning_rate"],
+                spec.finetune_clip,
+                rehearsal,
+                prior,
+            )
+            return cnn.evaluate(tuned.model, world.validation.images[half:], world.validation.labels[half:])[
+                "macro_auc"
+            ]
 
         def compute() -> dict[str, Any]:
             candidates = [{"learning_rate": lr, "epochs": epochs} for lr, epochs in grid]
             choice = choose_by_rehearsal(candidates, rehearse, REHEARSAL, stage)
-            tuned = cnn.dp_finetune(cnn.from_arrays(start, stage), world.train_images[self.rows],
-                                    world.train_labels[self.rows], job.epsilon, spec.delta, choice["epochs"],
-                                    spec.finetune_batch, choice["learning_rate"], spec.finetune_clip,
-                                    None if self.secure else stage, prior)
+            tuned = cnn.dp_finetune(
+                cnn.from_arrays(start, stage),
+                world.train_images[self.rows],
+                world.train_labels[self.rows],
+                job.epsilon,
+                spec.delta,
+                choice["epochs"],
+                spec.finetune_batch,
+                choice["learning_rate"],
+                spec.finetune_clip,
+                None if self.secure else stage,
+                prior,
+            )
             phase = accounting.GaussianPhase(tuned.noise_multiplier, tuned.sample_rate, tuned.steps)
-            return {"metrics": cnn.evaluate(tuned.model, world.test_images, world.test_labels),
-                    "finetune_phase": asdict(phase), "finetune_epsilon": tuned.opacus_epsilon, "finetune_choice": choice}
+            return {
+                "metrics": cnn.evaluate(tuned.model, world.test_images, world.test_labels),
+                "finetune_phase": asdict(phase),
+                "finetune_epsilon": tuned.opacus_epsilon,
+                "finetune_choice": choice,
+            }
 
         return Stage(key, compute)
 
@@ -168,18 +239,26 @@ def image_track(spec: PipelineSpec, world: World, cache: StageCache, progress: b
         names = tuple(s.name for s in world.sources)
 
         def multiclass(rows: np.ndarray, task: str) -> Problem:
-            return Problem(task_log_likelihood(probs[:, rows], world.train_labels[rows], "multiclass"), names, task=task)
+            return Problem(
+                task_log_likelihood(probs[:, rows], world.train_labels[rows], "multiclass"), names, task=task
+            )
 
-        split_a = cache.get("problem", split_key(spec), "npz",
-                            lambda: multiclass(world.split_a, "multiclass (split A)"),
-                            lambda path, problem: save_problem(problem, path), load_problem)
+        split_a = cache.get(
+            "problem",
+            split_key(spec),
+            "npz",
+            lambda: multiclass(world.split_a, "multiclass (split A)"),
+            lambda path, problem: save_problem(problem, path),
+            load_problem,
+        )
         return split_a, multiclass(np.arange(len(world.train_labels)), "multiclass (all training data)")
 
     return ImageTrack(spec, world, problems, secure)
 
 
-def run_pipeline(spec: PipelineSpec, out: Path, progress: bool = True, world: World | None = None,
-                 secure: bool = False) -> list[Run]:
+def run_pipeline(
+    spec: PipelineSpec, out: Path, progress: bool = True, world: World | None = None, secure: bool = False
+) -> list[Run]:
     """Every (method, ε, seed) of the spec: one run each with metrics, λ and accounting.
 
     ``secure`` draws every private noise and Poisson batch from the OS CSPRNG: the run is then

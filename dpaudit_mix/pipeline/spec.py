@@ -57,23 +57,36 @@ class PipelineSpec:
         for name in ("sensitive_fraction", "public_fraction"):
             value = getattr(self, name)
             require(0 < value <= 1, f"{name} must be in (0, 1], got {value}")
-        for name in ("seeds", "search_candidates", "pretrain_examples", "pretrain_epochs", "finetune_epochs",
-                     "finetune_batch"):
+        for name in (
+            "seeds",
+            "search_candidates",
+            "pretrain_examples",
+            "pretrain_epochs",
+            "finetune_epochs",
+            "finetune_batch",
+        ):
             require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("pretrain_learning_rate", "finetune_learning_rate", "finetune_clip"):
             require(getattr(self, name) > 0, f"{name} must be > 0, got {getattr(self, name)}")
         registry.image_world(self.world)
         require_memory(self.pretrain_examples * BYTES_PER_IMAGE, f"pretrain_examples = {self.pretrain_examples}")
-        require(all(lr > 0 for lr in self.finetune_learning_rates),
-                f"finetune_learning_rates must be > 0, got {list(self.finetune_learning_rates)}")
-        require(all(e >= 1 for e in self.finetune_epochs_grid),
-                f"finetune_epochs_grid must be >= 1, got {list(self.finetune_epochs_grid)}")
+        require(
+            all(lr > 0 for lr in self.finetune_learning_rates),
+            f"finetune_learning_rates must be > 0, got {list(self.finetune_learning_rates)}",
+        )
+        require(
+            all(e >= 1 for e in self.finetune_epochs_grid),
+            f"finetune_epochs_grid must be >= 1, got {list(self.finetune_epochs_grid)}",
+        )
 
     @property
     def finetune_grid(self) -> list[tuple[float, int]]:
         """(learning rate, epochs) candidates; one (the fixed values) when no grid is given."""
-        return [(lr, e) for lr in self.finetune_learning_rates or (self.finetune_learning_rate,)
-                for e in self.finetune_epochs_grid or (self.finetune_epochs,)]
+        return [
+            (lr, e)
+            for lr in self.finetune_learning_rates or (self.finetune_learning_rate,)
+            for e in self.finetune_epochs_grid or (self.finetune_epochs,)
+        ]
 
 
 def check_shared_keys(spec: Any, methods: tuple[str, ...], scope: str = "") -> None:
@@ -84,8 +97,10 @@ def check_shared_keys(spec: Any, methods: tuple[str, ...], scope: str = "") -> N
         accounting.check_epsilon(eps)
     accounting.check_delta(spec.delta)
     unknown = [m for m in spec.methods if m not in methods]
-    require(not unknown and spec.methods, f"unknown method(s) {', '.join(unknown) or '(none given)'}{scope}; "
-            f"choose from {', '.join(methods)}")
+    require(
+        not unknown and spec.methods,
+        f"unknown method(s) {', '.join(unknown) or '(none given)'}{scope}; choose from {', '.join(methods)}",
+    )
     require(0 < spec.rho < 1, f"rho must be in (0, 1), got {spec.rho}")
     require(spec.composition in COMPOSITIONS, f"composition must be one of {COMPOSITIONS}, got {spec.composition!r}")
     require(0 < spec.mix_share < 1, f"mix_share must be in (0, 1), got {spec.mix_share}")

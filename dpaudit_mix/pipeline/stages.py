@@ -24,9 +24,9 @@ from tqdm import tqdm
 from .. import accounting
 from ..atomic import write_json
 from ..cache import cached, content_key, load_json, load_npz, save_npz
-from ..randomness import Key
 from ..problem import Problem
-from .methods import LOSS_BOUND, MixingSpec, Mixture, choose, mix_epsilon, mixing_phase
+from ..randomness import Key
+from .methods import LOSS_BOUND, PRIVATE_METHODS, MixingSpec, Mixture, choose, mix_epsilon, mixing_phase
 
 T = TypeVar("T")
 Arrays = dict[str, np.ndarray]
@@ -69,8 +69,9 @@ class Track(Protocol):
     def pretrain(self, job: Job, mixture: Mixture) -> Stage[Arrays] | None:
         """None: the finetune starts from a fresh model."""
 
-    def finetune(self, job: Job, start: Arrays | None, start_key: str | None,
-                 prior: tuple[accounting.GaussianPhase, ...]) -> Stage[dict[str, Any]]: ...
+    def finetune(
+        self, job: Job, start: Arrays | None, start_key: str | None, prior: tuple[accounting.GaussianPhase, ...]
+    ) -> Stage[dict[str, Any]]: ...
 
     def calibrate(self, epsilon: float, prior: tuple[accounting.GaussianPhase, ...]) -> None:
         """Calibrate the finetune's σ at ``epsilon`` after ``prior`` (raises if out of reach)."""
@@ -99,28 +100,49 @@ class Run:
     privacy: Privacy
 
     def to_dict(self) -> dict[str, Any]:
-        return {"method": self.job.method, "epsilon": self.job.epsilon, "seed": self.job.seed, "secure": self.secure,
-                **self.result, "mixture": self.mixture.to_dict(), **self.privacy.to_dict()}
+        return {
+            "method": self.job.method,
+            "epsilon": self.job.epsilon,
+            "seed": self.job.seed,
+            "secure": self.secure,
+            **self.result,
+            "mixture": self.mixture.to_dict(),
+            **self.privacy.to_dict(),
+        }
 
 
 class StageCache:
     """Finished stage outputs under ``root/<stage>/<key>.<ext>``, each reused only if it passes its
     checksum. A root that cannot be written is said once, then only read: the run holds its stages
-    in memory and finishes."""
+    in memory and finishes. Nothing is created before the first stage (a preflight writes nothing)."""
 
     def __init__(self, root: Path) -> None:
-        self.root, self.writable = root, True
+        self.root = root
+
+    @cached_property
+    def writable(self) -> bool:
         try:
-            root.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=root, prefix=".probe-"):
+            self.root.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=self.root, prefix=".probe-"):
                 pass
         except OSError as exc:
-            self.writable = False
-            print(f"dpaudit-mix: warning: cannot write the stage cache {root}: {exc.strerror or exc}; every stage is "
-                  "computed (none is kept for a rerun)", file=sys.stderr)
+            print(
+                f"dpaudit-mix: warning: cannot write the stage cache {self.root}: {exc.strerror or exc}; every "
+                "stage is computed (none is kept for a rerun)",
+                file=sys.stderr,
+            )
+            return False
+        return True
 
-    def get(self, stage: str, key: str, ext: str, compute: Callable[[], T], save: Callable[[Path, T], None],
-            load: Callable[[Path], T]) -> T:
+    def get(
+        self,
+        stage: str,
+        key: str,
+        ext: str,
+        compute: Callable[[], T],
+        save: Callable[[Path, T], None],
+        load: Callable[[Path], T],
+    ) -> T:
         name = content_key(key=key, layout=LAYOUT)
         return cached(self.root / stage / f"{name}.{ext}", compute, save, load, write=self.writable)
 
@@ -131,8 +153,9 @@ class StageCache:
         return self.get(stage, step.key, "json", step.compute, write_json, load_json)
 
 
-def release_privacy(mixture: Mixture, finetune: accounting.GaussianPhase, finetune_epsilon: float, delta: float,
-                    sequential: bool) -> Privacy:
+def release_privacy(
+    mixture: Mixture, finetune: accounting.GaussianPhase, finetune_epsilon: float, delta: float, sequential: bool
+) -> Privacy:
     """The release's total (ε, δ): parallel = max over the disjoint splits, sequential = the
     mixture and the finetune composed on the same data (PLD)."""
     if not mixture.releasable:
@@ -146,11 +169,12 @@ def release_privacy(mixture: Mixture, finetune: accounting.GaussianPhase, finetu
 
 def preflight(track: Track, epsilons: Sequence[float]) -> None:
     """Calibrate every σ the run will need, so an unreachable ε fails before anything is written:
-    per ε, the finetune alone and (sequential) after each private mixture's phase."""
+    per ε, each private mixture's phase, then the finetune alone and (sequential) after each of them."""
     for eps in epsilons:
+        phases = track.mixing_phases(eps)  # calibrated here, whatever the composition
         priors: list[tuple[accounting.GaussianPhase, ...]] = [()]
         if track.sequential:
-            priors += [(phase,) for phase in track.mixing_phases(eps)]
+            priors += [(phase,) for phase in phases]
         for prior in priors:
             track.calibrate(eps, prior)
 
@@ -161,17 +185,18 @@ def run_stages(track: Track, cache: StageCache, progress: bool = True, secure: b
     jobs = track.jobs()
     mixtures: dict[Job, Mixture] = {}
     for job in tqdm(jobs, desc="mixtures", unit="λ", **show):
-        step = track.mixture(job)
-        mixtures[job] = (Mixture(None, None) if step is None else
-                         Mixture.from_dict(cache.json("mixture", Stage(step.key, lambda s=step: s.compute().to_dict()))))
+        choice = track.mixture(job)
+        mixtures[job] = (
+            Mixture(None, None) if choice is None else Mixture.from_dict(cache.json("mixture", _as_dict(choice)))
+        )
 
     starts: dict[Job, str | None] = {}
     held: dict[str, Arrays] = {}  # computed or loaded once, never re-read: the cache may be unwritable
     for job in tqdm(jobs, desc="pretrain", unit="model", **show):
-        step = track.pretrain(job, mixtures[job])
-        starts[job] = None if step is None else step.key
-        if step is not None and step.key not in held:
-            held[step.key] = cache.arrays("pretrain", step)
+        pretraining = track.pretrain(job, mixtures[job])
+        starts[job] = None if pretraining is None else pretraining.key
+        if pretraining is not None and pretraining.key not in held:
+            held[pretraining.key] = cache.arrays("pretrain", pretraining)
 
     runs = []
     for job in tqdm(jobs, desc="finetune", unit="model", **show):
@@ -179,8 +204,15 @@ def run_stages(track: Track, cache: StageCache, progress: bool = True, secure: b
         prior = (mixture.phase,) if track.sequential and mixture.phase else ()
         result = cache.json("finetune", track.finetune(job, None if start is None else held[start], start, prior))
         phase = accounting.GaussianPhase(**result["finetune_phase"])
-        runs.append(Run(job, secure, mixture, result,
-                        release_privacy(mixture, phase, result["finetune_epsilon"], track.delta, track.sequential)))
+        runs.append(
+            Run(
+                job,
+                secure,
+                mixture,
+                result,
+                release_privacy(mixture, phase, result["finetune_epsilon"], track.delta, track.sequential),
+            )
+        )
     return runs
 
 
@@ -188,8 +220,17 @@ class MixingTrack:
     """The part of a track that chooses λ on split A and pretrains on public data drawn by λ: the
     image and the text track alike (WarmSyn mixes nothing)."""
 
-    def __init__(self, spec: MixingSpec, task: str, problems: Callable[[], tuple[Problem, Problem]], data_key: str,
-                 split_key: str, secure: bool, user_level: bool = False, loss_bound: float = LOSS_BOUND) -> None:
+    def __init__(
+        self,
+        spec: MixingSpec,
+        task: str,
+        problems: Callable[[], tuple[Problem, Problem]],
+        data_key: str,
+        split_key: str,
+        secure: bool,
+        user_level: bool = False,
+        loss_bound: float = LOSS_BOUND,
+    ) -> None:
         """``data_key`` names the data (it keys the pretraining stages and their streams);
         ``split_key`` names split A too (it keys the mixtures)."""
         self.spec, self.task, self.problems, self.secure = spec, task, problems, secure
@@ -214,24 +255,49 @@ class MixingTrack:
     def mixture(self, job: Job) -> Stage[Mixture]:
         spec = self.spec
         split_a, full = self.mixing_problems
-        private = job.method in ("dpmixmin", "random_search")
+        private = job.method in PRIVATE_METHODS
         eps_mix = mix_epsilon(spec, job.epsilon)
-        key = content_key(split=self.split_key, method=job.method, seed=job.seed,
-                          delta=spec.delta, epsilon=eps_mix if private else None, steps=spec.mix_steps,
-                          clip=spec.mix_clip, lr=spec.mix_learning_rate, candidates=spec.search_candidates,
-                          secure=self.secure and private)
-        return Stage(key, lambda: choose(job.method, split_a, full, eps_mix, spec, job.seed, self.secure,
-                                         self.user_level, self.loss_bound))
+        key = content_key(
+            split=self.split_key,
+            method=job.method,
+            seed=job.seed,
+            delta=spec.delta,
+            epsilon=eps_mix if private else None,
+            steps=spec.mix_steps,
+            clip=spec.mix_clip,
+            lr=spec.mix_learning_rate,
+            candidates=spec.search_candidates,
+            secure=self.secure and private,
+        )
+        return Stage(
+            key,
+            lambda: choose(
+                job.method, split_a, full, eps_mix, spec, job.seed, self.secure, self.user_level, self.loss_bound
+            ),
+        )
 
-    def pretrain_on(self, job: Job, mixture: Mixture, examples: int, epochs: int, learning_rate: float,
-                    train: Callable[[list[float] | None, Key], Arrays]) -> Stage[Arrays] | None:
+    def pretrain_on(
+        self,
+        job: Job,
+        mixture: Mixture,
+        examples: int,
+        epochs: int,
+        learning_rate: float,
+        train: Callable[[list[float] | None, Key], Arrays],
+    ) -> Stage[Arrays] | None:
         """Pretraining on ``examples`` public items drawn by λ, or (method ``warm``) from the public
         in-distribution slice; None when the job has neither. Its streams are named by its key."""
         weights = None if mixture.weights is None else [float(w) for w in mixture.weights]
         if weights is None and job.method != "warm":
             return None
-        key = content_key(data=self.data_key, weights="warm" if weights is None else [round(w, 12) for w in weights],
-                          seed=job.seed, n=examples, epochs=epochs, lr=learning_rate)
+        key = content_key(
+            data=self.data_key,
+            weights="warm" if weights is None else [round(w, 12) for w in weights],
+            seed=job.seed,
+            n=examples,
+            epochs=epochs,
+            lr=learning_rate,
+        )
         return Stage(key, lambda: train(weights, Key(self.spec.seed).child(pretrain=key)))
 
     def finetune_key(self, job: Job) -> Key:
@@ -239,12 +305,18 @@ class MixingTrack:
         return Key(self.spec.seed).child(task=self.task, method=job.method, epsilon=job.epsilon, seed=job.seed)
 
 
-def mixture_draw(sizes: Sequence[int], weights: Sequence[float], count: int, rng: np.random.Generator
-                 ) -> list[np.ndarray]:
+def _as_dict(choice: Stage[Mixture]) -> Stage[dict[str, Any]]:
+    """The mixture stage as its JSON form (what the cache stores)."""
+    return Stage(choice.key, lambda: choice.compute().to_dict())
+
+
+def mixture_draw(
+    sizes: Sequence[int], weights: Sequence[float], count: int, rng: np.random.Generator
+) -> list[np.ndarray]:
     """``count`` public items drawn by λ: per source, how many (multinomial in λ), then which
     (uniform within the source). Returns each source's picked indices."""
     counts = rng.multinomial(count, np.asarray(weights) / np.sum(weights))
-    return [rng.integers(size, size=c) for size, c in zip(sizes, counts)]
+    return [rng.integers(size, size=c) for size, c in zip(sizes, counts, strict=True)]
 
 
 #: the stream identifier each rehearsed setting adds to the finetune's key.
@@ -260,8 +332,12 @@ class Rehearsal:
     higher_is_better: bool
 
 
-def choose_by_rehearsal(candidates: Sequence[dict[str, float]], rehearse: Callable[[dict[str, float], Key], float],
-                        rehearsal: Rehearsal, stage: Key) -> dict[str, Any]:
+def choose_by_rehearsal(
+    candidates: Sequence[dict[str, float]],
+    rehearse: Callable[[dict[str, float], Key], float],
+    rehearsal: Rehearsal,
+    stage: Key,
+) -> dict[str, Any]:
     """The finetune's settings, by one rule for every method, at no privacy cost.
 
     Each candidate runs the same DP finetune (same ε, δ, clip, prior, q, T and σ) on public data and
@@ -271,7 +347,9 @@ def choose_by_rehearsal(candidates: Sequence[dict[str, float]], rehearse: Callab
     """
     if len(candidates) == 1:
         return dict(candidates[0])
-    scores = [rehearse(c, stage.child(**{REHEARSAL_IDS[name]: value for name, value in c.items()}))
-              for c in candidates]
+    scores = [rehearse(c, stage.child(**{REHEARSAL_IDS[name]: value for name, value in c.items()})) for c in candidates]
     pick = (max if rehearsal.higher_is_better else min)(range(len(scores)), key=lambda i: scores[i])
-    return {**candidates[pick], rehearsal.label: [{**c, rehearsal.score: s} for c, s in zip(candidates, scores)]}
+    return {
+        **candidates[pick],
+        rehearsal.label: [{**c, rehearsal.score: s} for c, s in zip(candidates, scores, strict=True)],
+    }

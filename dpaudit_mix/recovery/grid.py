@@ -19,7 +19,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..data import registry
-from ..errors import require
+from ..errors import present, require
 from ..learner import fit, fit_losses
 from ..mixmin import mixmin
 from ..problem import Problem, load
@@ -59,9 +59,10 @@ def _subset_rows(problem: Problem, rho: float, user_level: bool, seed: int) -> n
     rng = stream(seed, "recovery-subset", task=problem.task, rho=rho, user_level=user_level, n=problem.n).numpy()
     if not user_level:
         return np.sort(rng.permutation(problem.n)[: max(1, round(rho * problem.n))])
-    users = np.unique(problem.users)
+    owners = present(problem.users, "user-level recovery needs user ids")
+    users = np.unique(owners)
     chosen = rng.permutation(users)[: max(1, round(rho * len(users)))]
-    return np.flatnonzero(np.isin(problem.users, chosen))
+    return np.flatnonzero(np.isin(owners, chosen))
 
 
 def score(target: Target, weights: np.ndarray) -> dict[str, Any]:
@@ -74,9 +75,14 @@ def score(target: Target, weights: np.ndarray) -> dict[str, Any]:
     cos_u, l1_u, alpha_u = float(cos[-1]), float(l1[-1]), float(alpha[-1])
     cos, l1, alpha = cos[:-1], l1[:-1], alpha[:-1]
     return {
-        "cos_star": _spread(cos), "l1": _spread(l1), "alpha_1e3": _spread(alpha),
-        "cos_uniform": cos_u, "l1_uniform": l1_u, "alpha_uniform_1e3": alpha_u,
-        "beats_uniform_cos": bool(np.mean(cos) > cos_u), "beats_uniform_l1": bool(np.mean(l1) < l1_u),
+        "cos_star": _spread(cos),
+        "l1": _spread(l1),
+        "alpha_1e3": _spread(alpha),
+        "cos_uniform": cos_u,
+        "l1_uniform": l1_u,
+        "alpha_uniform_1e3": alpha_u,
+        "beats_uniform_cos": bool(np.mean(cos) > cos_u),
+        "beats_uniform_l1": bool(np.mean(l1) < l1_u),
         "lambda_dp_mean": weights.mean(axis=0).tolist(),
     }
 
@@ -93,43 +99,47 @@ class Plan:
 
 
 def _available_tasks(spec: RecoverySpec, file_problem: Problem | None) -> tuple[str, ...]:
-    if spec.embedded:
+    if file_problem is None:
         return registry.tasks(spec.problem)
     return (file_problem.task or "file",)
 
 
 def plan(spec: RecoverySpec) -> Plan:
     """Resolve problems and tasks; every bad request fails here, before any output exists."""
-    file_problem = None
-    if not spec.embedded:
-        file_problem = load(registry.problem_path(spec.problem))
+    file_problem = None if spec.embedded else load(registry.problem_path(spec.problem))
     available = _available_tasks(spec, file_problem)
-    spec = spec.fitted_to(available, registry.max_sources(spec.problem) if spec.embedded else file_problem.k,
-                          spec.embedded or file_problem.users is not None)
+    offered = registry.max_sources(spec.problem) if file_problem is None else file_problem.k
+    spec = spec.fitted_to(available, offered, file_problem is None or file_problem.users is not None)
     tuning = None
     if spec.tune_on_public:
-        tuning = tune(registry.build_public(spec.problem, "multiclass", spec.seed), spec.k_epsilon, spec.delta,
-                      spec.steps, spec.sample_rate, spec.seed)
+        tuning = tune(
+            registry.build_public(spec.problem, "multiclass", spec.seed),
+            spec.k_epsilon,
+            spec.delta,
+            spec.steps,
+            spec.sample_rate,
+            spec.seed,
+        )
         spec = replace(spec, clip=tuning["clip"], learning_rate=tuning["learning_rate"])
     for key in ("tasks", "user_level_tasks", "k_tasks"):
         unknown = [t for t in getattr(spec, key) if t not in available]
         require(not unknown, f"{key}: unknown task(s) {', '.join(unknown)}; available: {', '.join(available)}")
 
     @cache
-    def problem(task: str) -> Problem:
-        return registry.build(spec.problem, task, spec.seed) if spec.embedded else file_problem
+    def problem(task: str, shards: int = 0) -> Problem:
+        """The task's problem: built from the embedded world (with ``shards`` k-scaling sources), or the file's."""
+        return registry.build(spec.problem, task, spec.seed, shards=shards) if file_problem is None else file_problem
 
     grid = tuple(_target(t, problem(t)) for t in (spec.tasks or available))
-    for t in spec.user_level_tasks:
+    for t in spec.user_level_tasks or ():
         require(problem(t).users is not None, f"user-level recovery needs 'users' in the problem ({t})")
-    users = tuple(_target(t, problem(t)) for t in spec.user_level_tasks)
+    users = tuple(_target(t, problem(t)) for t in spec.user_level_tasks or ())
     pool: dict[str, Problem] = {}
     if spec.k_values:
         largest = max(spec.k_values)
-        offered = registry.max_sources(spec.problem) if spec.embedded else file_problem.k
         require(largest <= offered, f"k = {largest} is larger than the {offered} public sources available")
-        for t in spec.k_tasks:
-            pool[t] = registry.build(spec.problem, t, spec.seed, shards=largest) if spec.embedded else file_problem
+        for t in spec.k_tasks or ():
+            pool[t] = problem(t, largest)
     return Plan(spec, grid, users, pool, tuning)
 
 
@@ -142,7 +152,7 @@ def _cells(spec: RecoverySpec, the_plan: Plan) -> Iterator[tuple[str, Target, fl
             for rho in spec.rhos:  # the σ = 0 reference: same C, T, η; what is left is bias, not privacy
                 yield "noiseless", target, None, rho, user_level
     for task, pool in the_plan.k_pool.items():
-        for k in spec.k_values:
+        for k in spec.k_values or ():
             yield "k", _target(task, pool.select_sources(np.arange(k))), spec.k_epsilon, spec.k_rho, False
 
 
@@ -173,11 +183,14 @@ def run_recovery(spec: RecoverySpec, progress: bool = True) -> RecoveryResult:
     spec = the_plan.spec
     sigmas: dict[float | None, float] = {}
     jobs = list(_cells(spec, the_plan))
-    require_memory(len(jobs) * spec.seeds * BYTES_PER_CELL_RUN, f"recovery with seeds = {spec.seeds} over {len(jobs)} cells")
+    require_memory(
+        len(jobs) * spec.seeds * BYTES_PER_CELL_RUN, f"recovery with seeds = {spec.seeds} over {len(jobs)} cells"
+    )
     cells: dict[str, list[dict[str, Any]]] = {"grid": [], "noiseless": [], "k": []}
     rows: dict[tuple[str, float, bool, int], np.ndarray] = {}
-    for kind, target, eps, rho, user_level in tqdm(jobs, desc="recovery cells", unit="cell", disable=not progress,
-                                                   file=sys.stderr):
+    for kind, target, eps, rho, user_level in tqdm(
+        jobs, desc="recovery cells", unit="cell", disable=not progress, file=sys.stderr
+    ):
         if eps not in sigmas:
             sigmas[eps] = 0.0 if eps is None else spec.noise_multiplier(eps)
         config = spec.config(sigmas[eps], user_level)
@@ -185,21 +198,38 @@ def run_recovery(spec: RecoverySpec, progress: bool = True) -> RecoveryResult:
         if unit not in rows:
             rows[unit] = _subset_rows(target.problem, rho, user_level, spec.seed)
         data = target.problem.subset(rows[unit])
-        noise = stream(spec.seed, "learner-noise", recovery=kind, task=target.task, k=len(target.lambda_star),
-                       epsilon="none" if eps is None else eps, rho=rho, user_level=user_level)
+        noise = stream(
+            spec.seed,
+            "learner-noise",
+            recovery=kind,
+            task=target.task,
+            k=len(target.lambda_star),
+            epsilon="none" if eps is None else eps,
+            rho=rho,
+            user_level=user_level,
+        )
         weights = fit(data, config, spec.seeds, noise).weights
-        cell = {"task": target.task, "k": len(target.lambda_star), "epsilon": eps, "rho": rho,
-                "user_level": user_level, "n": data.n,
-                "users": None if data.users is None else int(len(np.unique(data.users))),
-                "noise_multiplier": config.noise_multiplier,
-                **score(target, weights)}
+        cell = {
+            "task": target.task,
+            "k": len(target.lambda_star),
+            "epsilon": eps,
+            "rho": rho,
+            "user_level": user_level,
+            "n": data.n,
+            "users": None if data.users is None else len(np.unique(data.users)),
+            "noise_multiplier": config.noise_multiplier,
+            **score(target, weights),
+        }
         cells[kind].append(cell)
     return RecoveryResult(
         spec={key: list(v) if isinstance(v, tuple) else v for key, v in vars(spec).items()},
         lambda_star={t.task: t.lambda_star.tolist() for t in the_plan.grid_targets},
         sources=list(the_plan.grid_targets[0].problem.sources) if the_plan.grid_targets else [],
-        cells=cells["grid"], noiseless=cells["noiseless"], tuning=the_plan.tuning,
-        k_scaling=k_scaling_summary(spec, cells["k"]))
+        cells=cells["grid"],
+        noiseless=cells["noiseless"],
+        tuning=the_plan.tuning,
+        k_scaling=k_scaling_summary(spec, cells["k"]),
+    )
 
 
 def log_log_slope(cells: list[dict[str, Any]], k_min: int) -> dict[str, Any] | None:
@@ -213,22 +243,36 @@ def log_log_slope(cells: list[dict[str, Any]], k_min: int) -> dict[str, Any] | N
     k, alpha = np.log(np.array(points, dtype=float)).T
     fit = sm.OLS(alpha, sm.add_constant(k)).fit()
     low, high = fit.conf_int(0.05)[1]
-    return {"k_min": k_min, "slope": float(fit.params[1]), "ci95": [float(low), float(high)], "points": len(points),
-            "dropped_nonpositive": sum(1 for c in cells if c["k"] >= k_min and c["alpha_1e3"]["mean"] <= 0)}
+    return {
+        "k_min": k_min,
+        "slope": float(fit.params[1]),
+        "ci95": [float(low), float(high)],
+        "points": len(points),
+        "dropped_nonpositive": sum(1 for c in cells if c["k"] >= k_min and c["alpha_1e3"]["mean"] <= 0),
+    }
 
 
 def k_scaling_summary(spec: RecoverySpec, cells: list[dict[str, Any]]) -> dict[str, Any]:
     """α against k, averaged over tasks (± std across tasks), and the log-log slope with its 95%
     interval for k ≥ k_fit_min and for all k (every task's cell is a point of the fit)."""
     average = []
-    for k in spec.k_values:
+    for k in spec.k_values or ():
         alphas = np.array([c["alpha_1e3"]["mean"] for c in cells if c["k"] == k])
         if len(alphas):
-            average.append({"k": k, "alpha_1e3_mean": float(alphas.mean()),
-                            "alpha_1e3_std_across_tasks": sample_std(alphas)})
+            average.append(
+                {"k": k, "alpha_1e3_mean": float(alphas.mean()), "alpha_1e3_std_across_tasks": sample_std(alphas)}
+            )
     fits = {"fit_range": log_log_slope(cells, spec.k_fit_min), "all_k": log_log_slope(cells, 0)}
     main = fits["fit_range"]
-    return {"epsilon": spec.k_epsilon, "rho": spec.k_rho, "cells": cells, "average": average,
-            "slope": None if main is None else main["slope"], "slope_ci95": None if main is None else main["ci95"],
-            "fits": fits, "fit_range": sorted({c["k"] for c in cells if c["k"] >= spec.k_fit_min
-                                               and c["alpha_1e3"]["mean"] > 0}) if main else []}
+    return {
+        "epsilon": spec.k_epsilon,
+        "rho": spec.k_rho,
+        "cells": cells,
+        "average": average,
+        "slope": None if main is None else main["slope"],
+        "slope_ci95": None if main is None else main["ci95"],
+        "fits": fits,
+        "fit_range": sorted({c["k"] for c in cells if c["k"] >= spec.k_fit_min and c["alpha_1e3"]["mean"] > 0})
+        if main
+        else [],
+    }

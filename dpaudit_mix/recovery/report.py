@@ -34,8 +34,11 @@ def pooled(cells: list[dict[str, Any]]) -> pd.DataFrame:
         for metric, values in runs.items():
             row[metric] = values.mean()
             row[f"{metric}_std"] = sample_std(values)
-        row.update(cos_uniform=group["cos_uniform"].mean(), l1_uniform=group["l1_uniform"].mean(),
-                   alpha_uniform_1e3=group["alpha_uniform_1e3"].mean())
+        row.update(
+            cos_uniform=group["cos_uniform"].mean(),
+            l1_uniform=group["l1_uniform"].mean(),
+            alpha_uniform_1e3=group["alpha_uniform_1e3"].mean(),
+        )
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -49,8 +52,10 @@ def _grid_table(frame: pd.DataFrame, rhos: list[float], noiseless: pd.DataFrame)
             c = group[group["rho"] == rho].iloc[0]
             cos_mark = BEATS if c["cos_star"] > c["cos_uniform"] else ""
             l1_mark = BEATS if c["l1"] < c["l1_uniform"] else ""
-            row.append(f"{c['cos_star']:.2f}±{c['cos_star_std']:.2f}{cos_mark} / {c['l1']:.2f}±{c['l1_std']:.2f}"
-                       f"{l1_mark} / {c['alpha_1e3']:.1f}±{c['alpha_1e3_std']:.1f}")
+            row.append(
+                f"{c['cos_star']:.2f}±{c['cos_star_std']:.2f}{cos_mark} / {c['l1']:.2f}±{c['l1_std']:.2f}"
+                f"{l1_mark} / {c['alpha_1e3']:.1f}±{c['alpha_1e3_std']:.1f}"
+            )
         rows.append(row)
     return rows
 
@@ -61,16 +66,18 @@ def _k_table(k_scaling: dict[str, Any]) -> list[list[str]]:
     rows = [["k"] + tasks + ["avg ± std over tasks"]]
     for avg in k_scaling["average"]:
         at_k = cells[cells["k"] == avg["k"]].set_index("task")
-        rows.append([str(avg["k"])]
-                    + [f"{at_k.loc[t, 'alpha_1e3']['mean']:.1f}±{at_k.loc[t, 'alpha_1e3']['std']:.1f}" for t in tasks]
-                    + [f"{avg['alpha_1e3_mean']:.1f}±{avg['alpha_1e3_std_across_tasks']:.1f}"])
+        rows.append(
+            [str(avg["k"])]
+            + [f"{at_k.loc[t, 'alpha_1e3']['mean']:.1f}±{at_k.loc[t, 'alpha_1e3']['std']:.1f}" for t in tasks]
+            + [f"{avg['alpha_1e3_mean']:.1f}±{avg['alpha_1e3_std_across_tasks']:.1f}"]
+        )
     return rows
 
 
 def _heatmaps(frame: pd.DataFrame, out: Path) -> Path:
     variants = sorted(frame["user_level"].unique())
     fig, axes = plt.subplots(1, len(variants), figsize=(5.2 * len(variants), 3.8), squeeze=False)
-    for ax, user_level in zip(axes[0], variants):
+    for ax, user_level in zip(axes[0], variants, strict=True):
         part = frame[frame["user_level"] == user_level]
         table = part.pivot(index="epsilon", columns="rho", values="cos_star")
         sns.heatmap(table, annot=True, fmt=".2f", vmin=0, vmax=1, cmap="viridis", ax=ax)
@@ -96,8 +103,7 @@ def _k_figure(k_scaling: dict[str, Any], out: Path) -> Path:
     if slope is not None:
         low, high = k_scaling["slope_ci95"]
         title += f"; slope {slope:.2f} [{low:.2f}, {high:.2f}] for k ≥ {k_scaling['fit_range'][0]}"
-    ax.set(xscale="log", yscale="log", xlabel="number of public sources k", ylabel="excess loss α (1e-3)",
-           title=title)
+    ax.set(xscale="log", yscale="log", xlabel="number of public sources k", ylabel="excess loss α (1e-3)", title=title)
     ax.set_xticks(ks, [f"{k:g}" for k in ks])
     ax.xaxis.set_minor_locator(plt.NullLocator())
     ax.legend(fontsize=8)
@@ -107,17 +113,28 @@ def _k_figure(k_scaling: dict[str, Any], out: Path) -> Path:
 def write_recovery_report(result: RecoveryResult, out: Path) -> None:
     """recovery.json, report.md, report.html and the figures in ``out``."""
     spec = result.spec
-    blocks: list[Block] = [("p", (
-        f"Problem {spec['problem']}; δ = {spec['delta']:g}, T = {spec['steps']}, C = {spec['clip']:g}, "
-        f"q = {spec['sample_rate']:g}, η = {spec['learning_rate']:g}; {spec['seeds']} DP runs per cell. λ★ is "
-        "MixMin on the full mixing data; DP-MixMin sees a fraction ρ of it. Cells pool tasks × seeds "
-        f"(mean ± std); {BEATS} marks a mean better than the uniform reference."))]
+    blocks: list[Block] = [
+        (
+            "p",
+            (
+                f"Problem {spec['problem']}; δ = {spec['delta']:g}, T = {spec['steps']}, C = {spec['clip']:g}, "
+                f"q = {spec['sample_rate']:g}, η = {spec['learning_rate']:g}; {spec['seeds']} DP runs per cell. λ★ is "
+                "MixMin on the full mixing data; DP-MixMin sees a fraction ρ of it. Cells pool tasks × seeds "
+                f"(mean ± std); {BEATS} marks a mean better than the uniform reference."
+            ),
+        )
+    ]
     if result.tuning:
         t = result.tuning
-        blocks.append(("p", f"C = {t['clip']:g} and η = {t['learning_rate']:g} were chosen on public data (no "
-                            f"privacy spent): DP-MixMin rehearsed at ε = {t['epsilon']:g} on the world's public "
-                            f"validation problem ({t['task']}, n = {t['public_n']}), lowest mean α over "
-                            f"{len(t['candidates'])} (C, η) candidates."))
+        blocks.append(
+            (
+                "p",
+                f"C = {t['clip']:g} and η = {t['learning_rate']:g} were chosen on public data (no "
+                f"privacy spent): DP-MixMin rehearsed at ε = {t['epsilon']:g} on the world's public "
+                f"validation problem ({t['task']}, n = {t['public_n']}), lowest mean α over "
+                f"{len(t['candidates'])} (C, η) candidates.",
+            )
+        )
     if result.cells:
         frame = pooled(result.cells)
         floor = pooled(result.noiseless)
@@ -125,28 +142,51 @@ def write_recovery_report(result: RecoveryResult, out: Path) -> None:
             part = frame[frame["user_level"] == user_level]
             part_floor = floor[floor["user_level"] == user_level] if not floor.empty else floor
             tasks = sorted({c["task"] for c in result.cells if c["user_level"] == user_level})
-            counts = {c["rho"]: c["users"] if user_level else c["n"] for c in result.cells
-                      if c["user_level"] == user_level}
+            counts = {
+                c["rho"]: c["users"] if user_level else c["n"] for c in result.cells if c["user_level"] == user_level
+            }
             unit = "users" if user_level else "examples"
-            blocks += [("h2", f"{'User' if user_level else 'Example'}-level DP: cos★, L1 and α over ε × ρ "
-                              f"({', '.join(f'ρ = {r:g}: {n} {unit}' for r, n in sorted(counts.items()))})"),
-                       ("p", f"Tasks: {', '.join(tasks)}. Uniform references: cos_u = {part['cos_uniform'].mean():.3f}, "
-                             f"L1_u = {part['l1_uniform'].mean():.3f}, α_u = {part['alpha_uniform_1e3'].mean():.1f}e-3."),
-                       ("table", _grid_table(part, spec["rhos"], part_floor))]
+            blocks += [
+                (
+                    "h2",
+                    f"{'User' if user_level else 'Example'}-level DP: cos★, L1 and α over ε × ρ "
+                    f"({', '.join(f'ρ = {r:g}: {n} {unit}' for r, n in sorted(counts.items()))})",
+                ),
+                (
+                    "p",
+                    f"Tasks: {', '.join(tasks)}. Uniform references: cos_u = {part['cos_uniform'].mean():.3f}, "
+                    f"L1_u = {part['l1_uniform'].mean():.3f}, α_u = {part['alpha_uniform_1e3'].mean():.1f}e-3.",
+                ),
+                ("table", _grid_table(part, spec["rhos"], part_floor)),
+            ]
         blocks.append(("figure", _heatmaps(frame, out)))
-        blocks.append(("p", "The σ = 0 row is the same learner (same C, T, η) without noise: the excess loss it "
-                            "keeps is clipping and optimisation bias, a floor no privacy budget removes."))
+        blocks.append(
+            (
+                "p",
+                "The σ = 0 row is the same learner (same C, T, η) without noise: the excess loss it "
+                "keeps is clipping and optimisation bias, a floor no privacy budget removes.",
+            )
+        )
     ks = result.k_scaling
     if ks["cells"]:
         fits = []
         for label, f in (("k ≥ k_fit_min", ks["fits"]["fit_range"]), ("all k", ks["fits"]["all_k"])):
-            fits.append(f"{label}: not fitted (too few points with α > 0)" if f is None else
-                        f"{label} (k ≥ {f['k_min']}): {f['slope']:.2f}, 95% interval [{f['ci95'][0]:.2f}, "
-                        f"{f['ci95'][1]:.2f}] over {f['points']} task × k cells")
-        blocks += [("h2", "Excess loss against the number of sources k"),
-                   ("p", f"α = L(λ_DP) − L(λ★) in units of 1e-3 at ε = {ks['epsilon']:g}, ρ = {ks['rho']:g}; "
-                         "mean ± std over seeds per task. Log-log OLS slope (statsmodels; every task's cell is a "
-                         f"point): {'; '.join(fits)}. Paper: 0.49 for k ≥ 32; theory √k, slope 0.5."),
-                   ("table", _k_table(ks)), ("figure", _k_figure(ks, out))]
+            fits.append(
+                f"{label}: not fitted (too few points with α > 0)"
+                if f is None
+                else f"{label} (k ≥ {f['k_min']}): {f['slope']:.2f}, 95% interval [{f['ci95'][0]:.2f}, "
+                f"{f['ci95'][1]:.2f}] over {f['points']} task × k cells"
+            )
+        blocks += [
+            ("h2", "Excess loss against the number of sources k"),
+            (
+                "p",
+                f"α = L(λ_DP) − L(λ★) in units of 1e-3 at ε = {ks['epsilon']:g}, ρ = {ks['rho']:g}; "
+                "mean ± std over seeds per task. Log-log OLS slope (statsmodels; every task's cell is a "
+                f"point): {'; '.join(fits)}. Paper: 0.49 for k ≥ 32; theory √k, slope 0.5.",
+            ),
+            ("table", _k_table(ks)),
+            ("figure", _k_figure(ks, out)),
+        ]
     write_pages(out, "dpaudit-mix weight recovery", blocks)
     write_json(out / "recovery.json", result.to_dict())

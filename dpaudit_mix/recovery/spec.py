@@ -50,16 +50,17 @@ class RecoverySpec:
         require(self.seeds >= 1, f"seeds must be >= 1, got {self.seeds}")
         require(all(k >= 2 for k in self.k_values or ()), f"every k must be >= 2, got {list(self.k_values or ())}")
         accounting.check_delta(self.delta)
-        LearnerConfig(steps=self.steps, clip=self.clip, sample_rate=self.sample_rate,
-                      learning_rate=self.learning_rate)
-        require(not self.tune_on_public or self.embedded,
-                "tune_on_public needs an embedded world (a problem file has no public validation slice)")
+        LearnerConfig(steps=self.steps, clip=self.clip, sample_rate=self.sample_rate, learning_rate=self.learning_rate)
+        require(
+            not self.tune_on_public or self.embedded,
+            "tune_on_public needs an embedded world (a problem file has no public validation slice)",
+        )
 
     @property
     def embedded(self) -> bool:
         return self.problem in registry.PROBLEMS
 
-    def fitted_to(self, tasks: tuple[str, ...], sources: int, has_users: bool) -> "RecoverySpec":
+    def fitted_to(self, tasks: tuple[str, ...], sources: int, has_users: bool) -> RecoverySpec:
         """The spec with every None default resolved for a problem offering ``tasks`` and ``sources``.
 
         An image world: user-level on digit-0, k up to 64 shards on every digit task. A problem
@@ -71,17 +72,27 @@ class RecoverySpec:
             defaults = {"user_level_tasks": ("digit-0",), "k_values": (2, 4, 8, 16, 32, 64), "k_tasks": digits}
         else:
             powers = tuple(2**e for e in range(1, sources.bit_length()) if 2**e < sources)
-            defaults = {"user_level_tasks": tasks if has_users else (), "k_values": (*powers, sources),
-                        "k_tasks": tasks}
-        return replace(self, **{key: value for key, value in defaults.items() if getattr(self, key) is None})
+            defaults = {
+                "user_level_tasks": tasks if has_users else (),
+                "k_values": (*powers, sources),
+                "k_tasks": tasks,
+            }
+        missing: dict[str, Any] = {key: value for key, value in defaults.items() if getattr(self, key) is None}
+        return replace(self, **missing)
 
     def noise_multiplier(self, epsilon: float) -> float:
         """σ for (ε, δ) over T steps at rate q (one unit is an example, or a user)."""
         return accounting.calibrate(epsilon, self.delta, self.sample_rate, self.steps)
 
     def config(self, sigma: float, user_level: bool) -> LearnerConfig:
-        return LearnerConfig(steps=self.steps, clip=self.clip, noise_multiplier=sigma, sample_rate=self.sample_rate,
-                             learning_rate=self.learning_rate, user_level=user_level)
+        return LearnerConfig(
+            steps=self.steps,
+            clip=self.clip,
+            noise_multiplier=sigma,
+            sample_rate=self.sample_rate,
+            learning_rate=self.learning_rate,
+            user_level=user_level,
+        )
 
 
 def load_recovery_spec(path: str | Path, **overrides: Any) -> RecoverySpec:

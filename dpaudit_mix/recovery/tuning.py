@@ -29,11 +29,18 @@ def tune(public: Problem, epsilon: float, delta: float, steps: int, sample_rate:
     candidates = []
     for clip in CLIPS:
         for learning_rate in LEARNING_RATES:
-            config = LearnerConfig(steps=steps, clip=clip, noise_multiplier=sigma, sample_rate=sample_rate,
-                                   learning_rate=learning_rate)
+            config = LearnerConfig(
+                steps=steps, clip=clip, noise_multiplier=sigma, sample_rate=sample_rate, learning_rate=learning_rate
+            )
             noise = stream(seed, "recovery-tuning", clip=clip, learning_rate=learning_rate)
             alpha = float(fit_losses(public, fit(public, config, RUNS, noise).weights).mean() - best)
             candidates.append({"clip": clip, "learning_rate": learning_rate, "alpha_1e3": 1e3 * alpha})
     choice = min(candidates, key=lambda c: c["alpha_1e3"])
-    return {"clip": choice["clip"], "learning_rate": choice["learning_rate"], "epsilon": epsilon,
-            "public_n": public.n, "task": public.task, "candidates": candidates}
+    return {
+        "clip": choice["clip"],
+        "learning_rate": choice["learning_rate"],
+        "epsilon": epsilon,
+        "public_n": public.n,
+        "task": public.task,
+        "candidates": candidates,
+    }

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +23,9 @@ import numpy as np
 from .. import __version__, accounting
 from .. import problem as problem_io
 from ..atomic import check_output, write_bytes, write_json
-from ..cache import json_sha256, sha256, sha256_bytes
 from ..audit.engine import AuditSpec, run_audit
 from ..audit.report import write_report
+from ..cache import json_sha256, sha256, sha256_bytes
 from ..data import registry
 from ..errors import EXIT_BAD_INPUT, EXIT_VIOLATION, InputError, require
 from ..learner import LearnerConfig, fit
@@ -61,9 +61,15 @@ class Published:
     def to_dict(self) -> dict[str, Any]:
         """What the command line says of it."""
         claim = self.manifest["claim"]
-        return {"out": str(self.out), "manifest": str(self.out / "release.json"), "sources": self.manifest["sources"],
-                "weights": self.manifest["weights"], "epsilon": claim["epsilon"], "delta": claim["delta"],
-                "manifest_sha256": self.manifest["manifest_sha256"]}
+        return {
+            "out": str(self.out),
+            "manifest": str(self.out / "release.json"),
+            "sources": self.manifest["sources"],
+            "weights": self.manifest["weights"],
+            "epsilon": claim["epsilon"],
+            "delta": claim["delta"],
+            "manifest_sha256": self.manifest["manifest_sha256"],
+        }
 
 
 def manifest_digest(manifest: dict[str, Any]) -> str:
@@ -97,18 +103,36 @@ def _card(manifest: dict[str, Any], out: Path) -> None:
     claim, audit = manifest["claim"], manifest["audit"]
     eps = ", ".join(f"{k} {v:.4g}" for k, v in claim["epsilon_by_accountant"].items())
     rows = [["canary", "runs", "strict ε_LB", "GDP ε_LB", "μ_LB", "profile"]]
-    rows += [[r["canary"], str(r["runs"]), f"{r['epsilon_lower_bound']:.3f}", f"{r['epsilon_lower_bound_gdp']:.3f}",
-              f"{r['mu_lower_bound']:.3f}", "VIOLATED" if r["profile_violation"] else "ok"] for r in audit["results"]]
+    rows += [
+        [
+            r["canary"],
+            str(r["runs"]),
+            f"{r['epsilon_lower_bound']:.3f}",
+            f"{r['epsilon_lower_bound_gdp']:.3f}",
+            f"{r['mu_lower_bound']:.3f}",
+            "VIOLATED" if r["profile_violation"] else "ok",
+        ]
+        for r in audit["results"]
+    ]
     blocks = [
-        ("strong", f"Released: ({claim['epsilon']:g}, {claim['delta']:g})-DP mixture weights over "
-                   f"{len(sources)} sources ({'user' if claim['user_level'] else 'example'}-level, add/remove)."),
-        ("p", f"σ = {claim['noise_multiplier']:.5g} calibrated by {claim['accountant']}; q = {claim['sample_rate']:g}, "
-              f"T = {claim['steps']}, C = {claim['clip']:g}. ε at δ under every accountant: {eps}. Noise from the OS "
-              f"CSPRNG. Problem sha256 {manifest['inputs']['problem_sha256'][:16]}…; released {manifest['timestamp']}."),
-        ("p", f"verify-accountant ({manifest['verification']['level']}): "
-              f"{'PASS' if manifest['verification']['passed'] else 'FAIL'}. White-box audit of this exact "
-              f"configuration, {audit['confidence']:.0%} CP, thresholds '{audit['threshold_strategy']}': "
-              f"{'VIOLATION' if audit['violation'] else 'no violation'}."),
+        (
+            "strong",
+            f"Released: ({claim['epsilon']:g}, {claim['delta']:g})-DP mixture weights over "
+            f"{len(sources)} sources ({'user' if claim['user_level'] else 'example'}-level, add/remove).",
+        ),
+        (
+            "p",
+            f"σ = {claim['noise_multiplier']:.5g} calibrated by {claim['accountant']}; q = {claim['sample_rate']:g}, "
+            f"T = {claim['steps']}, C = {claim['clip']:g}. ε at δ under every accountant: {eps}. Noise from the OS "
+            f"CSPRNG. Problem sha256 {manifest['inputs']['problem_sha256'][:16]}…; released {manifest['timestamp']}.",
+        ),
+        (
+            "p",
+            f"verify-accountant ({manifest['verification']['level']}): "
+            f"{'PASS' if manifest['verification']['passed'] else 'FAIL'}. White-box audit of this exact "
+            f"configuration, {audit['confidence']:.0%} CP, thresholds '{audit['threshold_strategy']}': "
+            f"{'VIOLATION' if audit['violation'] else 'no violation'}.",
+        ),
         ("table", rows),
         ("figure", out / "audit" / "tradeoff.png"),
         ("figure", save_figure(fig, out / "lambda.png")),
@@ -116,27 +140,49 @@ def _card(manifest: dict[str, Any], out: Path) -> None:
     write_pages(out, "dpaudit-mix release", blocks, name="release")
 
 
-def _release(spec_path: Path, spec_bytes: bytes, spec: ReleaseSpec, out: Path, ledger_path: Path,
-             noise_multiplier: float | None, progress: bool) -> dict[str, Any]:
+def _release(
+    spec_path: Path,
+    spec_bytes: bytes,
+    spec: ReleaseSpec,
+    out: Path,
+    ledger_path: Path,
+    noise_multiplier: float | None,
+    progress: bool,
+) -> dict[str, Any]:
     path, content = _problem_bytes(spec, out)
     prob = problem_io.loads(content, path)  # these bytes are hashed, audited, fitted and released
     require(not spec.user_level or prob.users is not None, "user_level = true needs a problem file with 'users'")
     calibrated = accounting.calibrate(spec.epsilon, spec.delta, spec.sample_rate, spec.steps, spec.accountant)
     sigma = calibrated if noise_multiplier is None else noise_multiplier
     require(np.isfinite(sigma) and sigma > 0, f"noise multiplier must be finite and > 0, got {sigma}")
-    inputs = {"problem_path": str(path.resolve()), "problem_sha256": sha256_bytes(content),
-              "data_sha256": problem_io.data_sha256(prob), "spec_path": str(spec_path.resolve()),
-              "spec_sha256": sha256_bytes(spec_bytes), "package_version": __version__}
+    inputs = {
+        "problem_path": str(path.resolve()),
+        "problem_sha256": sha256_bytes(content),
+        "data_sha256": problem_io.data_sha256(prob),
+        "spec_path": str(spec_path.resolve()),
+        "spec_sha256": sha256_bytes(spec_bytes),
+        "package_version": __version__,
+    }
     phase = accounting.GaussianPhase(sigma, spec.sample_rate, spec.steps)
     try:
-        reservation = ledger.reserve(ledger_path, data_sha256=inputs["data_sha256"],
-                                     problem_sha256=inputs["problem_sha256"], epsilon=spec.epsilon, delta=spec.delta,
-                                     phase=phase, user_level=spec.user_level, timestamp=_now(),
-                                     budget=spec.budget_epsilon)
+        reservation = ledger.reserve(
+            ledger_path,
+            data_sha256=inputs["data_sha256"],
+            problem_sha256=inputs["problem_sha256"],
+            epsilon=spec.epsilon,
+            delta=spec.delta,
+            phase=phase,
+            user_level=spec.user_level,
+            timestamp=_now(),
+            budget=spec.budget_epsilon,
+        )
     except ledger.OverBudget as over:
-        raise Refused("budget", f"this release would bring the epsilon spent on this data from {over.before:.4g} "
-                      f"to {over.after:.4g} (PLD, delta {spec.delta:g}), over budget_epsilon {spec.budget_epsilon:g} "
-                      f"(ledger {ledger_path})") from None
+        raise Refused(
+            "budget",
+            f"this release would bring the epsilon spent on this data from {over.before:.4g} "
+            f"to {over.after:.4g} (PLD, delta {spec.delta:g}), over budget_epsilon {spec.budget_epsilon:g} "
+            f"(ledger {ledger_path})",
+        ) from None
     try:
         manifest = _checked_release(spec, prob, path, inputs, phase, calibrated, out, progress)
     except (Refused, InputError):
@@ -148,46 +194,108 @@ def _release(spec_path: Path, spec_bytes: bytes, spec: ReleaseSpec, out: Path, l
     return manifest
 
 
-def _checked_release(spec: ReleaseSpec, prob: Problem, path: Path, inputs: dict[str, str],
-                     phase: accounting.GaussianPhase, calibrated: float, out: Path, progress: bool) -> dict[str, Any]:
+def _checked_release(
+    spec: ReleaseSpec,
+    prob: Problem,
+    path: Path,
+    inputs: dict[str, str],
+    phase: accounting.GaussianPhase,
+    calibrated: float,
+    out: Path,
+    progress: bool,
+) -> dict[str, Any]:
     """verify-accountant, the audit of this exact configuration, then the one CSPRNG fit: the
     manifest, with its card written (release.json is the caller's, last)."""
     sigma = phase.noise_multiplier
     verification = verify(VERIFY_LEVEL, progress=progress)
     if failures(verification):
         raise Refused("verify", "verify-accountant failed: " + "; ".join(failures(verification)))
-    audit_spec = AuditSpec(problem=str(path), task=prob.task or spec.task, epsilon=spec.epsilon, delta=spec.delta,
-                           rho=1.0, steps=spec.steps, clip=spec.clip, sample_rate=spec.sample_rate,
-                           learning_rate=spec.learning_rate, user_level=spec.user_level,
-                           canaries=spec.audit_canaries, natural_policy=spec.natural_policy,
-                           threats=("white_box",), controls=False, runs=spec.audit_runs, seed=spec.seed,
-                           confidence=spec.confidence, threshold=spec.threshold, chunk_size=spec.chunk_size)
+    audit_spec = AuditSpec(
+        problem=str(path),
+        task=prob.task or spec.task,
+        epsilon=spec.epsilon,
+        delta=spec.delta,
+        rho=1.0,
+        steps=spec.steps,
+        clip=spec.clip,
+        sample_rate=spec.sample_rate,
+        learning_rate=spec.learning_rate,
+        user_level=spec.user_level,
+        canaries=spec.audit_canaries,
+        natural_policy=spec.natural_policy,
+        threats=("white_box",),
+        controls=False,
+        runs=spec.audit_runs,
+        seed=spec.seed,
+        confidence=spec.confidence,
+        threshold=spec.threshold,
+        chunk_size=spec.chunk_size,
+    )
     outcome = run_audit(audit_spec, out / "audit", noise_multiplier=sigma, progress=progress, problem=prob)
     write_report(outcome, out / "audit")
     audit = outcome.summary
     if audit.violation:
         worst = max(audit.results, key=lambda r: r.mu_lower_bound)
-        raise Refused("audit", f"the audit of this exact configuration found a VIOLATION of the claimed epsilon "
-                      f"{spec.epsilon:g} ({worst.canary} canary: mu_LB {worst.mu_lower_bound:.3f}, GDP eps_LB "
-                      f"{worst.epsilon_lower_bound_gdp:.3f}); see {out / 'audit' / 'report.md'}")
-    config = LearnerConfig(steps=spec.steps, clip=spec.clip, noise_multiplier=sigma, sample_rate=spec.sample_rate,
-                           learning_rate=spec.learning_rate, user_level=spec.user_level, secure=True)
+        raise Refused(
+            "audit",
+            f"the audit of this exact configuration found a VIOLATION of the claimed epsilon "
+            f"{spec.epsilon:g} ({worst.canary} canary: mu_LB {worst.mu_lower_bound:.3f}, GDP eps_LB "
+            f"{worst.epsilon_lower_bound_gdp:.3f}); see {out / 'audit' / 'report.md'}",
+        )
+    config = LearnerConfig(
+        steps=spec.steps,
+        clip=spec.clip,
+        noise_multiplier=sigma,
+        sample_rate=spec.sample_rate,
+        learning_rate=spec.learning_rate,
+        user_level=spec.user_level,
+        secure=True,
+    )
     weights = fit(prob, config, 1).weights[0]
-    claim = {"epsilon": spec.epsilon, "delta": spec.delta, "accountant": spec.accountant,
-             "epsilon_by_accountant": accounting.epsilons([phase], spec.delta), "noise_multiplier": sigma,
-             "calibrated_noise_multiplier": calibrated, "sample_rate": spec.sample_rate, "steps": spec.steps,
-             "clip": spec.clip, "learning_rate": spec.learning_rate, "user_level": spec.user_level}
+    claim = {
+        "epsilon": spec.epsilon,
+        "delta": spec.delta,
+        "accountant": spec.accountant,
+        "epsilon_by_accountant": accounting.epsilons([phase], spec.delta),
+        "noise_multiplier": sigma,
+        "calibrated_noise_multiplier": calibrated,
+        "sample_rate": spec.sample_rate,
+        "steps": spec.steps,
+        "clip": spec.clip,
+        "learning_rate": spec.learning_rate,
+        "user_level": spec.user_level,
+    }
     manifest: dict[str, Any] = {
-        "weights": weights.tolist(), "sources": list(prob.sources), "task": prob.task, "claim": claim,
-        "inputs": inputs, "spec": asdict(spec),
+        "weights": weights.tolist(),
+        "sources": list(prob.sources),
+        "task": prob.task,
+        "claim": claim,
+        "inputs": inputs,
+        "spec": asdict(spec),
         "verification": {"level": verification["level"], "passed": True, "seconds": verification["seconds"]},
-        "audit": {"violation": audit.violation,
-                  "results": [{k: r.to_dict()[k] for k in ("canary", "threat", "runs", "epsilon_lower_bound",
-                                                           "mu_lower_bound", "epsilon_lower_bound_gdp",
-                                                           "profile_violation")} for r in audit.results],
-                  "confidence": audit.confidence, "threshold_strategy": audit.threshold_strategy,
-                  "claimed_tradeoff": audit.claimed_tradeoff, "noise_multiplier": audit.noise_multiplier,
-                  "problem": audit.problem},
+        "audit": {
+            "violation": audit.violation,
+            "results": [
+                {
+                    k: r.to_dict()[k]
+                    for k in (
+                        "canary",
+                        "threat",
+                        "runs",
+                        "epsilon_lower_bound",
+                        "mu_lower_bound",
+                        "epsilon_lower_bound_gdp",
+                        "profile_violation",
+                    )
+                }
+                for r in audit.results
+            ],
+            "confidence": audit.confidence,
+            "threshold_strategy": audit.threshold_strategy,
+            "claimed_tradeoff": audit.claimed_tradeoff,
+            "noise_multiplier": audit.noise_multiplier,
+            "problem": audit.problem,
+        },
         "timestamp": _now(),
     }
     manifest["manifest_sha256"] = manifest_digest(manifest)
@@ -196,11 +304,16 @@ def _checked_release(spec: ReleaseSpec, prob: Problem, path: Path, inputs: dict[
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def release(spec_path: str | Path, out: Path, noise_multiplier: float | None = None,
-            progress: bool = True, ledger_path: Path | None = None) -> Published:
+def release(
+    spec_path: str | Path,
+    out: Path,
+    noise_multiplier: float | None = None,
+    progress: bool = True,
+    ledger_path: Path | None = None,
+) -> Published:
     """Run the gate and publish; on refusal write ``out/refused.json`` and raise :class:`Refused`.
 
     A folder that already holds a published release is refused up front (a release is never
@@ -210,8 +323,10 @@ def release(spec_path: str | Path, out: Path, noise_multiplier: float | None = N
     """
     spec_path = Path(spec_path)
     check_output(out, folder=True)
-    require(not (out / "release.json").exists(), f"{out} already holds a published release (release.json); "
-            "a release is never overwritten: choose another --out")
+    require(
+        not (out / "release.json").exists(),
+        f"{out} already holds a published release (release.json); a release is never overwritten: choose another --out",
+    )
     try:
         spec_bytes = read_spec_bytes(spec_path)
         spec = parse_spec(ReleaseSpec, spec_path, spec_bytes)
@@ -222,9 +337,16 @@ def release(spec_path: str | Path, out: Path, noise_multiplier: float | None = N
         for name in CARD:  # a card of an unpublished release must not outlive this refusal
             (out / name).unlink(missing_ok=True)
         try:
-            write_json(out / "refused.json", {"stage": refusal.stage, "reason": refusal.reason,
-                                              "exit_code": refusal.exit_code, "spec": str(spec_path),
-                                              "timestamp": _now()})
+            write_json(
+                out / "refused.json",
+                {
+                    "stage": refusal.stage,
+                    "reason": refusal.reason,
+                    "exit_code": refusal.exit_code,
+                    "spec": str(spec_path),
+                    "timestamp": _now(),
+                },
+            )
         except OSError as err:  # an unwritable --out: the one line on stderr must do
             print(f"dpaudit-mix: cannot write {out / 'refused.json'}: {err}", file=sys.stderr)
         raise refusal from None
@@ -237,9 +359,12 @@ def _field(mapping: Any, key: str, kinds: tuple[type, ...], where: str) -> Any:
     require(isinstance(mapping, dict), f"{where} is not an object")
     value = mapping.get(key)
     is_bool = isinstance(value, bool)
-    require(isinstance(value, kinds) and (bool in kinds or not is_bool)
-            and not (isinstance(value, float) and not np.isfinite(value)),
-            f"{where}: '{key}' must be {' or '.join(k.__name__ for k in kinds)}, got {value!r}")
+    require(
+        isinstance(value, kinds)
+        and (bool in kinds or not is_bool)
+        and not (isinstance(value, float) and not np.isfinite(value)),
+        f"{where}: '{key}' must be {' or '.join(k.__name__ for k in kinds)}, got {value!r}",
+    )
     return value
 
 
@@ -286,17 +411,24 @@ def check_release(manifest_path: str | Path, problem: str | Path | None = None) 
     recorded, delta, epsilon = claim["epsilon_by_accountant"], claim["delta"], claim["epsilon"]
     for name in accounting.ACCOUNTANTS:
         eps = accounting.epsilon([phase], delta, name)
-        if not isinstance(recorded.get(name), (int, float)) or not np.isclose(eps, recorded[name], rtol=1e-6, atol=1e-9):
-            problems.append(f"epsilon under {name}: recomputed {eps:.6g} from (sigma, q, T), manifest says "
-                            f"{recorded.get(name)}")
+        if not isinstance(recorded.get(name), (int, float)) or not np.isclose(
+            eps, recorded[name], rtol=1e-6, atol=1e-9
+        ):
+            problems.append(
+                f"epsilon under {name}: recomputed {eps:.6g} from (sigma, q, T), manifest says {recorded.get(name)}"
+            )
         if name == accountant and eps > epsilon * (1 + 1e-9):
             problems.append(f"the claimed epsilon {epsilon:g} is below what {name} gives for (sigma, q, T): {eps:.6g}")
     if manifest["verification"].get("passed") is not True:
         problems.append("the manifest's own verification did not pass (verification.passed is not true)")
     audit = manifest["audit"]
     results = audit.get("results")
-    if audit.get("violation") is not False or not isinstance(results, list) or not results or any(
-            not isinstance(r, dict) or r.get("profile_violation") is not False for r in results):
+    if (
+        audit.get("violation") is not False
+        or not isinstance(results, list)
+        or not results
+        or any(not isinstance(r, dict) or r.get("profile_violation") is not False for r in results)
+    ):
         problems.append("the manifest's own audit does not show a clean pass (a violation, or no results)")
     weights, sources = manifest["weights"], manifest["sources"]
     numeric = all(isinstance(w, (int, float)) and not isinstance(w, bool) and np.isfinite(w) for w in weights)

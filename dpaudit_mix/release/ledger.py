@@ -73,41 +73,54 @@ class Entry:
     def on(self, data_sha256: str, problem_sha256: str) -> bool:
         """Whether this entry spent budget on that data (a v1 entry knows the file's bytes only)."""
         return (bool(self.data_sha256) and self.data_sha256 == data_sha256) or (
-            not self.data_sha256 and self.problem_sha256 == problem_sha256)
+            not self.data_sha256 and self.problem_sha256 == problem_sha256
+        )
 
 
 def _number(raw: dict[str, Any], key: str, where: str) -> float:
     value = raw.get(key)
-    require(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value),
-            f"{where}: '{key}' must be a finite number, got {value!r}")
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise InputError(f"{where}: '{key}' must be a finite number, got {value!r}")
     return float(value)
 
 
 def _text(raw: dict[str, Any], key: str, where: str, default: str | None = None) -> str:
     value = raw.get(key, default)
-    require(isinstance(value, str), f"{where}: '{key}' must be a string, got {value!r}")
+    if not isinstance(value, str):
+        raise InputError(f"{where}: '{key}' must be a string, got {value!r}")
     return value
 
 
 def _entry(raw: object, where: str) -> Entry:
     """An entry from its JSON, every field checked (a v1 entry: released, keyed by file bytes)."""
-    require(isinstance(raw, dict), f"{where} is not an object: {raw!r}")
+    if not isinstance(raw, dict):
+        raise InputError(f"{where} is not an object: {raw!r}")
     steps = raw.get("steps")
-    require(isinstance(steps, int) and not isinstance(steps, bool), f"{where}: 'steps' must be an integer, got {steps!r}")
+    if not isinstance(steps, int) or isinstance(steps, bool):
+        raise InputError(f"{where}: 'steps' must be an integer, got {steps!r}")
     require(isinstance(raw.get("user_level"), bool), f"{where}: 'user_level' must be true or false")
     entry = Entry(
-        id=_text(raw, "id", where, ""), status=_text(raw, "status", where, "released"),
-        data_sha256=_text(raw, "data_sha256", where, ""), epsilon=_number(raw, "epsilon", where),
-        delta=_number(raw, "delta", where), noise_multiplier=_number(raw, "noise_multiplier", where),
-        sample_rate=_number(raw, "sample_rate", where), steps=steps, user_level=raw["user_level"],
-        timestamp=_text(raw, "timestamp", where), problem_sha256=_text(raw, "problem_sha256", where, ""),
-        manifest=_text(raw, "manifest", where, ""), manifest_sha256=_text(raw, "manifest_sha256", where, ""))
+        id=_text(raw, "id", where, ""),
+        status=_text(raw, "status", where, "released"),
+        data_sha256=_text(raw, "data_sha256", where, ""),
+        epsilon=_number(raw, "epsilon", where),
+        delta=_number(raw, "delta", where),
+        noise_multiplier=_number(raw, "noise_multiplier", where),
+        sample_rate=_number(raw, "sample_rate", where),
+        steps=steps,
+        user_level=raw["user_level"],
+        timestamp=_text(raw, "timestamp", where),
+        problem_sha256=_text(raw, "problem_sha256", where, ""),
+        manifest=_text(raw, "manifest", where, ""),
+        manifest_sha256=_text(raw, "manifest_sha256", where, ""),
+    )
     require(entry.status in STATUSES, f"{where}: 'status' must be one of {STATUSES}, got {entry.status!r}")
     require(bool(entry.data_sha256 or entry.problem_sha256), f"{where}: names no data (data_sha256)")
-    require(entry.epsilon > 0 and 0 < entry.delta < 1, f"{where}: epsilon {entry.epsilon}, delta {entry.delta} "
-            "out of range")
+    require(
+        entry.epsilon > 0 and 0 < entry.delta < 1, f"{where}: epsilon {entry.epsilon}, delta {entry.delta} out of range"
+    )
     try:
-        entry.phase  # σ, q and T within the accountant's ranges
+        _ = entry.phase  # σ, q and T within the accountant's ranges
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from None
     return entry
@@ -118,8 +131,10 @@ def _parse(path: Path, text: str) -> list[Entry]:
         body = json.loads(text)
     except ValueError as exc:
         raise InputError(f"the privacy ledger {path} is not JSON ({exc}); refusing to guess what was spent") from None
-    require(isinstance(body, dict) and isinstance(body.get("releases"), list),
-            f"the privacy ledger {path} has no 'releases' list; refusing to guess what was spent")
+    require(
+        isinstance(body, dict) and isinstance(body.get("releases"), list),
+        f"the privacy ledger {path} has no 'releases' list; refusing to guess what was spent",
+    )
     return [_entry(raw, f"the privacy ledger {path}, entry {i}") for i, raw in enumerate(body["releases"])]
 
 
@@ -142,16 +157,21 @@ def read(path: Path) -> list[Entry]:
     lock = _lock_path(real)
     recorded = _recorded(lock)
     if not real.exists():
-        require(not recorded, f"the privacy ledger {path} is missing but its lock file {lock} shows it was written; "
-                "restore it (a deleted ledger is not 'nothing spent')")
+        require(
+            not recorded,
+            f"the privacy ledger {path} is missing but its lock file {lock} shows it was written; "
+            "restore it (a deleted ledger is not 'nothing spent')",
+        )
         return []
     try:
         content = real.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read the privacy ledger {path}: {exc.strerror or exc}") from None
-    require(not recorded or recorded == sha256_bytes(content),
-            f"the privacy ledger {path} was changed outside dpaudit-mix (its sha256 is not the one recorded in "
-            f"{lock}); restore it, or delete the lock file to accept it as it is")
+    require(
+        not recorded or recorded == sha256_bytes(content),
+        f"the privacy ledger {path} was changed outside dpaudit-mix (its sha256 is not the one recorded in "
+        f"{lock}); restore it, or delete the lock file to accept it as it is",
+    )
     try:
         text = content.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -186,8 +206,13 @@ def _write(real: Path, entries: list[Entry]) -> None:
     _lock_path(real).write_text(sha256_bytes(content) + "\n", encoding="utf-8")
 
 
-def spent(entries: list[Entry], data_sha256: str, problem_sha256: str, delta: float,
-          extra: tuple[accounting.GaussianPhase, ...] = ()) -> float:
+def spent(
+    entries: list[Entry],
+    data_sha256: str,
+    problem_sha256: str,
+    delta: float,
+    extra: tuple[accounting.GaussianPhase, ...] = (),
+) -> float:
     """ε at ``delta`` of every entry (reservations too) on this data, plus ``extra``, composed in PLD."""
     phases = [e.phase for e in entries if e.on(data_sha256, problem_sha256)] + list(extra)
     return accounting.epsilon(phases, delta, "pld") if phases else 0.0
@@ -201,8 +226,18 @@ class OverBudget(Exception):
         self.before, self.after = before, after
 
 
-def reserve(path: Path, *, data_sha256: str, problem_sha256: str, epsilon: float, delta: float,
-            phase: accounting.GaussianPhase, user_level: bool, timestamp: str, budget: float | None) -> str:
+def reserve(
+    path: Path,
+    *,
+    data_sha256: str,
+    problem_sha256: str,
+    epsilon: float,
+    delta: float,
+    phase: accounting.GaussianPhase,
+    user_level: bool,
+    timestamp: str,
+    budget: float | None,
+) -> str:
     """Check the budget and append a reservation, atomically; its id, or :class:`OverBudget`."""
     with _locked(path) as real:
         entries = read(real)
@@ -210,9 +245,19 @@ def reserve(path: Path, *, data_sha256: str, problem_sha256: str, epsilon: float
             total = spent(entries, data_sha256, problem_sha256, delta, (phase,))
             if total > budget:
                 raise OverBudget(spent(entries, data_sha256, problem_sha256, delta), total)
-        entry = Entry(id=uuid.uuid4().hex, status="reserved", data_sha256=data_sha256, epsilon=epsilon, delta=delta,
-                      noise_multiplier=phase.noise_multiplier, sample_rate=phase.sample_rate, steps=phase.steps,
-                      user_level=user_level, timestamp=timestamp, problem_sha256=problem_sha256)
+        entry = Entry(
+            id=uuid.uuid4().hex,
+            status="reserved",
+            data_sha256=data_sha256,
+            epsilon=epsilon,
+            delta=delta,
+            noise_multiplier=phase.noise_multiplier,
+            sample_rate=phase.sample_rate,
+            steps=phase.steps,
+            user_level=user_level,
+            timestamp=timestamp,
+            problem_sha256=problem_sha256,
+        )
         _write(real, [*entries, entry])
         return entry.id
 
@@ -228,8 +273,14 @@ def commit(path: Path, reservation: str, manifest: Path, manifest_sha256: str) -
     with _locked(path) as real:
         entries = read(real)
         i = _find(entries, reservation, path)
-        entries[i] = Entry(**{**asdict(entries[i]), "status": "released", "manifest": str(manifest),
-                              "manifest_sha256": manifest_sha256})
+        entries[i] = Entry(
+            **{
+                **asdict(entries[i]),
+                "status": "released",
+                "manifest": str(manifest),
+                "manifest_sha256": manifest_sha256,
+            }
+        )
         _write(real, entries)
 
 

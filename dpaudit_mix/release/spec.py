@@ -41,19 +41,30 @@ class ReleaseSpec:
         check_fields(self)
         accounting.check_epsilon(self.epsilon)
         accounting.check_delta(self.delta)
-        LearnerConfig(steps=self.steps, clip=self.clip, sample_rate=self.sample_rate,
-                      learning_rate=self.learning_rate, user_level=self.user_level)
-        require(self.accountant in accounting.ACCOUNTANTS,
-                f"accountant must be one of {accounting.ACCOUNTANTS}, got {self.accountant!r}")
+        LearnerConfig(
+            steps=self.steps,
+            clip=self.clip,
+            sample_rate=self.sample_rate,
+            learning_rate=self.learning_rate,
+            user_level=self.user_level,
+        )
+        require(
+            self.accountant in accounting.ACCOUNTANTS,
+            f"accountant must be one of {accounting.ACCOUNTANTS}, got {self.accountant!r}",
+        )
         require(self.audit_runs >= 1000, f"audit_runs must be >= 1000, got {self.audit_runs}")
-        require(len(self.audit_canaries) >= 1
-                and set(self.audit_canaries) <= set(CANARY_KINDS),
-                f"audit_canaries must be a non-empty subset of {CANARY_KINDS}, got {self.audit_canaries!r}")
-        require(self.natural_policy in NATURAL_POLICIES,
-                f"natural_policy must be one of {NATURAL_POLICIES}, got {self.natural_policy!r}")
+        require(
+            len(self.audit_canaries) >= 1 and set(self.audit_canaries) <= set(CANARY_KINDS),
+            f"audit_canaries must be a non-empty subset of {CANARY_KINDS}, got {self.audit_canaries!r}",
+        )
+        require(
+            self.natural_policy in NATURAL_POLICIES,
+            f"natural_policy must be one of {NATURAL_POLICIES}, got {self.natural_policy!r}",
+        )
         require(self.threshold in STRATEGIES, f"threshold must be one of {STRATEGIES}, got {self.threshold!r}")
         require(0 < self.confidence < 1, f"confidence must be in (0, 1), got {self.confidence}")
         if self.budget_epsilon is not None:
-            require(self.budget_epsilon >= self.epsilon,
-                    f"budget_epsilon must be at least this release's epsilon {self.epsilon:g}, "
-                    f"got {self.budget_epsilon}")
+            require(
+                self.budget_epsilon >= self.epsilon,
+                f"budget_epsilon must be at least this release's epsilon {self.epsilon:g}, got {self.budget_epsilon}",
+            )

@@ -28,8 +28,12 @@ from . import quality
 from .spec import ROWS, WarmSynSpec
 
 #: what each warm-up row trains on, and how.
-WARMUPS = {"warm": ("real", WarmUp()), "warmsyn": ("synthetic", WarmUp()),
-           "augment": ("synthetic", WarmUp(augment=True)), "sam": ("synthetic", WarmUp(augment=True, sam=True))}
+WARMUPS = {
+    "warm": ("real", WarmUp()),
+    "warmsyn": ("synthetic", WarmUp()),
+    "augment": ("synthetic", WarmUp(augment=True)),
+    "sam": ("synthetic", WarmUp(augment=True, sam=True)),
+}
 
 
 class WarmSynTrack:
@@ -41,8 +45,8 @@ class WarmSynTrack:
     def __init__(self, spec: WarmSynSpec, cache: StageCache) -> None:
         self.spec, self.cache, self.delta = spec, cache, spec.delta
         public = registry.world_validation(spec.world, spec.seed)
-        self.real = public.images[:spec.public_size], public.labels[:spec.public_size]
-        self.holdout = public.images[len(public.labels) // 2:]  # never trains anything: the memorisation reference
+        self.real = public.images[: spec.public_size], public.labels[: spec.public_size]
+        self.holdout = public.images[len(public.labels) // 2 :]  # never trains anything: the memorisation reference
         _, self.sensitive = registry.world_sources(spec.world, spec.seed)
         self.n = max(1, round(spec.sensitive_fraction * len(self.sensitive.train_labels)))
         self.base = content_key(world=spec.world, seed=spec.seed, public=spec.public_size)
@@ -55,8 +59,13 @@ class WarmSynTrack:
         return []
 
     def calibrate(self, epsilon: float, prior: tuple[accounting.GaussianPhase, ...]) -> None:
-        cnn.finetune_sigma(epsilon, self.delta, cnn.batches_per_epoch(self.n, self.spec.finetune_batch),
-                           self.spec.finetune_epochs, prior)
+        cnn.finetune_sigma(
+            epsilon,
+            self.delta,
+            cnn.batches_per_epoch(self.n, self.spec.finetune_batch),
+            self.spec.finetune_epochs,
+            prior,
+        )
 
     def mixture(self, job: Job) -> None:
         return None
@@ -67,7 +76,9 @@ class WarmSynTrack:
     def synthetic(self, run: int) -> Arrays:
         """Seed ``run``'s synthetic set: EDM samples of the real slice, computed or loaded once."""
         if run not in self.synthetic_sets:
-            def synthesise(stage: Key = Key(self.spec.seed).child(warmsyn_seed=run)) -> Arrays:
+
+            def synthesise() -> Arrays:
+                stage = Key(self.spec.seed).child(warmsyn_seed=run)
                 net = edm.train(*self.real, edm.TrainConfig(steps=self.spec.edm_steps), stage)
                 labels = np.arange(self.spec.synthetic_size) % edm.CLASSES
                 return {"images": edm.sample(net, labels, stage), "labels": labels}
@@ -80,8 +91,15 @@ class WarmSynTrack:
             return None  # the cold start
         spec, run = self.spec, job.seed
         source, config = WARMUPS[job.method]
-        key = content_key(edm=self.edm_key(run) if source == "synthetic" else self.base, run=run, source=source,
-                          steps=spec.warmup_steps, lr=spec.warmup_learning_rate, augment=config.augment, sam=config.sam)
+        key = content_key(
+            edm=self.edm_key(run) if source == "synthetic" else self.base,
+            run=run,
+            source=source,
+            steps=spec.warmup_steps,
+            lr=spec.warmup_learning_rate,
+            augment=config.augment,
+            sam=config.sam,
+        )
         settings = WarmUp(spec.warmup_steps, spec.warmup_learning_rate, config.augment, config.sam)
 
         def compute() -> Arrays:
@@ -90,21 +108,43 @@ class WarmSynTrack:
 
         return Stage(key, compute)
 
-    def finetune(self, job: Job, start: Arrays | None, start_key: str | None,
-                 prior: tuple[accounting.GaussianPhase, ...]) -> Stage[dict[str, Any]]:
+    def finetune(
+        self, job: Job, start: Arrays | None, start_key: str | None, prior: tuple[accounting.GaussianPhase, ...]
+    ) -> Stage[dict[str, Any]]:
         spec, sensitive, n = self.spec, self.sensitive, self.n
-        key = content_key(start=start_key, base=self.base, run=job.seed, n=n, epsilon=job.epsilon, delta=spec.delta,
-                          epochs=spec.finetune_epochs, batch=spec.finetune_batch, lr=spec.finetune_learning_rate,
-                          clip=spec.finetune_clip)
+        key = content_key(
+            start=start_key,
+            base=self.base,
+            run=job.seed,
+            n=n,
+            epsilon=job.epsilon,
+            delta=spec.delta,
+            epochs=spec.finetune_epochs,
+            batch=spec.finetune_batch,
+            lr=spec.finetune_learning_rate,
+            clip=spec.finetune_clip,
+        )
 
         def compute() -> dict[str, Any]:
             stage = Key(spec.seed).child(warmsyn_seed=job.seed, row=job.method, epsilon=job.epsilon)
-            tuned = cnn.dp_finetune(cnn.from_arrays(start, stage), sensitive.train_images[:n],
-                                    sensitive.train_labels[:n], job.epsilon, spec.delta, spec.finetune_epochs,
-                                    spec.finetune_batch, spec.finetune_learning_rate, spec.finetune_clip, stage)
+            tuned = cnn.dp_finetune(
+                cnn.from_arrays(start, stage),
+                sensitive.train_images[:n],
+                sensitive.train_labels[:n],
+                job.epsilon,
+                spec.delta,
+                spec.finetune_epochs,
+                spec.finetune_batch,
+                spec.finetune_learning_rate,
+                spec.finetune_clip,
+                stage,
+            )
             phase = accounting.GaussianPhase(tuned.noise_multiplier, tuned.sample_rate, tuned.steps)
-            return {"metrics": cnn.evaluate(tuned.model, sensitive.test_images, sensitive.test_labels),
-                    "finetune_phase": asdict(phase), "finetune_epsilon": tuned.opacus_epsilon}
+            return {
+                "metrics": cnn.evaluate(tuned.model, sensitive.test_images, sensitive.test_labels),
+                "finetune_phase": asdict(phase),
+                "finetune_epsilon": tuned.opacus_epsilon,
+            }
 
         return Stage(key, compute)
 
@@ -115,9 +155,17 @@ def run_warmsyn(spec: WarmSynSpec, out: Path, progress: bool = True) -> dict[str
     preflight(track, spec.epsilons)  # before the EDM and the warm-ups: an unreachable ε writes nothing
     runs = run_stages(track, track.cache, progress)
     test_x, test_y = track.sensitive.test_images, track.sensitive.test_labels
-    quality_rows = [{"seed": run, "cas": quality.cas(s["images"], s["labels"], test_x, test_y),
-                     **quality.memorisation(s["images"], track.real[0], track.holdout)}
-                    for run, s in ((run, track.synthetic(run)) for run in range(spec.seeds))]
-    return {"spec": {k: list(v) if isinstance(v, tuple) else v for k, v in vars(spec).items()}, "sensitive_train": track.n,
-            "records": [{"row": r.job.method, "epsilon": r.job.epsilon, "seed": r.job.seed, **r.result} for r in runs],
-            "quality": {"real_slice_cas": quality.cas(*track.real, test_x, test_y), "synthetic": quality_rows}}
+    quality_rows = [
+        {
+            "seed": run,
+            "cas": quality.cas(s["images"], s["labels"], test_x, test_y),
+            **quality.memorisation(s["images"], track.real[0], track.holdout),
+        }
+        for run, s in ((run, track.synthetic(run)) for run in range(spec.seeds))
+    ]
+    return {
+        "spec": {k: list(v) if isinstance(v, tuple) else v for k, v in vars(spec).items()},
+        "sensitive_train": track.n,
+        "records": [{"row": r.job.method, "epsilon": r.job.epsilon, "seed": r.job.seed, **r.result} for r in runs],
+        "quality": {"real_slice_cas": quality.cas(*track.real, test_x, test_y), "synthetic": quality_rows},
+    }

@@ -39,15 +39,20 @@ class WarmSynSpec:
     def __post_init__(self) -> None:
         check_fields(self)
         registry.image_world(self.world)
-        require(1 <= self.public_size <= 250, f"public_size must be in [1, 250] (half the public validation "
-                f"slice; the rest is the memorisation hold-out), got {self.public_size}")
+        require(
+            1 <= self.public_size <= 250,
+            f"public_size must be in [1, 250] (half the public validation "
+            f"slice; the rest is the memorisation hold-out), got {self.public_size}",
+        )
         require(len(self.epsilons) >= 1, "the ε grid is empty: give at least one epsilon")
         for eps in self.epsilons:
             accounting.check_epsilon(eps)
         accounting.check_delta(self.delta)
         for name in ("synthetic_size", "edm_steps", "seeds", "warmup_steps", "finetune_epochs", "finetune_batch"):
             require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
-        require(0 < self.sensitive_fraction <= 1, f"sensitive_fraction must be in (0, 1], got {self.sensitive_fraction}")
+        require(
+            0 < self.sensitive_fraction <= 1, f"sensitive_fraction must be in (0, 1], got {self.sensitive_fraction}"
+        )
         require_memory(self.synthetic_size * BYTES_PER_SYNTHETIC, f"synthetic_size = {self.synthetic_size}")
         for name in ("warmup_learning_rate", "finetune_learning_rate", "finetune_clip"):
             require(getattr(self, name) > 0, f"{name} must be > 0, got {getattr(self, name)}")

@@ -78,12 +78,20 @@ class Level:
 
 
 _GRID_QUICK = (
-    (1.0, 1.0, 10, 1e-5), (2.0, 1.0, 100, 1e-10), (5.0, 1.0, 100, 1e-5),  # q = 1, large ε, small δ
-    (1.0, 0.01, 1000, 1e-5), (0.6, 0.01, 1000, 1e-5), (1.5, 0.25, 20, 1e-5),
-    (1.0, 1e-4, 10_000, 1e-10), (2.0, 1e-3, 1000, 1e-5),  # tiny q
+    (1.0, 1.0, 10, 1e-5),
+    (2.0, 1.0, 100, 1e-10),
+    (5.0, 1.0, 100, 1e-5),  # q = 1, large ε, small δ
+    (1.0, 0.01, 1000, 1e-5),
+    (0.6, 0.01, 1000, 1e-5),
+    (1.5, 0.25, 20, 1e-5),
+    (1.0, 1e-4, 10_000, 1e-10),
+    (2.0, 1e-3, 1000, 1e-5),  # tiny q
 )
-_MONOTONE_QUICK = {"noise_multiplier": (0.8, 1.0, 1.25, 1.6, 2.5), "steps": (25, 50, 100, 200),
-                   "sample_rate": (0.02, 0.05, 0.1, 0.2, 0.4)}
+_MONOTONE_QUICK = {
+    "noise_multiplier": (0.8, 1.0, 1.25, 1.6, 2.5),
+    "steps": (25, 50, 100, 200),
+    "sample_rate": (0.02, 0.05, 0.1, 0.2, 0.4),
+}
 QUICK = Level(
     name="quick",
     grid=_GRID_QUICK,
@@ -97,16 +105,30 @@ QUICK = Level(
 )
 FULL = Level(
     name="full",
-    grid=_GRID_QUICK + ((0.7, 1.0, 10, 1e-5), (10.0, 1.0, 1000, 1e-5), (0.8, 0.1, 100, 1e-10),
-                        (0.5, 0.002, 5000, 1e-6), (3.0, 0.5, 50, 1e-8), (1.2, 0.05, 2000, 1e-7)),
+    grid=_GRID_QUICK
+    + (
+        (0.7, 1.0, 10, 1e-5),
+        (10.0, 1.0, 1000, 1e-5),
+        (0.8, 0.1, 100, 1e-10),
+        (0.5, 0.002, 5000, 1e-6),
+        (3.0, 0.5, 50, 1e-8),
+        (1.2, 0.05, 2000, 1e-7),
+    ),
     calibration_targets=(0.2, 0.5, 1.0, 2.0, 4.0, 8.0),
     calibration_settings=((1.0, 100), (0.01, 1000), (0.25, 20)),
-    monotone={"noise_multiplier": (0.6, 0.8, 1.0, 1.25, 1.6, 2.5, 5.0), "steps": (1, 10, 25, 50, 100, 200, 1000),
-              "sample_rate": (0.001, 0.02, 0.05, 0.1, 0.2, 0.4, 1.0)},
+    monotone={
+        "noise_multiplier": (0.6, 0.8, 1.0, 1.25, 1.6, 2.5, 5.0),
+        "steps": (1, 10, 25, 50, 100, 200, 1000),
+        "sample_rate": (0.001, 0.02, 0.05, 0.1, 0.2, 0.4, 1.0),
+    },
     conformance=((2.0, 1.0, 10), (2.0, 0.25, 20), (1.0, 0.1, 50)),
     conformance_runs=16_384,
-    audits=(AuditPoint(1.0, 1.0, 10, ("max_clip", "natural")), AuditPoint(2.0, 1.0, 10, ("max_clip", "natural")),
-            AuditPoint(4.0, 1.0, 10, ("max_clip", "natural")), AuditPoint(2.0, 0.25, 20)),
+    audits=(
+        AuditPoint(1.0, 1.0, 10, ("max_clip", "natural")),
+        AuditPoint(2.0, 1.0, 10, ("max_clip", "natural")),
+        AuditPoint(4.0, 1.0, 10, ("max_clip", "natural")),
+        AuditPoint(2.0, 0.25, 20),
+    ),
     audit_runs=100_000,
 )
 LEVELS = {level.name: level for level in (QUICK, FULL)}
@@ -153,11 +175,21 @@ def cross_accountant(mechanism: Mechanism, level: Level) -> CheckResult:
         if "gdp" in eps:
             worst["pld_vs_gdp"] = max(worst["pld_vs_gdp"], abs(eps["pld"] - eps["gdp"]))
         point = f"σ={sigma:g} q={q:g} T={steps} δ={delta:g}"
-        cases.append({"noise_multiplier": sigma, "sample_rate": q, "steps": steps, "delta": delta,
-                      "epsilon": eps, "passed": not why,
-                      "why": f"{point}: " + ("; ".join(why) or ", ".join(f"{k} {v:.4g}" for k, v in eps.items()))})
-    summary = (f"{len(cases)} points agree; largest |PRV−PLD| {worst['prv_vs_pld']:.4f}, "
-               f"RDP−PLD up to {worst['rdp_over_pld']:.3f}, |PLD−GDP| {worst['pld_vs_gdp']:.2e}")
+        cases.append(
+            {
+                "noise_multiplier": sigma,
+                "sample_rate": q,
+                "steps": steps,
+                "delta": delta,
+                "epsilon": eps,
+                "passed": not why,
+                "why": f"{point}: " + ("; ".join(why) or ", ".join(f"{k} {v:.4g}" for k, v in eps.items())),
+            }
+        )
+    summary = (
+        f"{len(cases)} points agree; largest |PRV−PLD| {worst['prv_vs_pld']:.4f}, "
+        f"RDP−PLD up to {worst['rdp_over_pld']:.3f}, |PLD−GDP| {worst['pld_vs_gdp']:.2e}"
+    )
     return _result("cross_accountant", cases, summary)
 
 
@@ -170,11 +202,21 @@ def calibration_round_trip(mechanism: Mechanism, level: Level) -> CheckResult:
                 sigma = accounting.calibrate(target, DELTA, q, steps, name)
                 spent = accounting.epsilon([accounting.GaussianPhase(sigma, q, steps)], DELTA, name)
                 ok = (1 - CALIBRATION_UNDERSHOOT) * target <= spent <= target
-                cases.append({"accountant": name, "target_epsilon": target, "sample_rate": q, "steps": steps,
-                              "noise_multiplier": sigma, "epsilon": spent, "passed": ok,
-                              "why": f"{name} q={q:g} T={steps}: calibrated for ε={target:g}, spends {spent:.5g}"})
-    return _result("calibration_round_trip", cases,
-                   f"{len(cases)} calibrations land in [{1 - CALIBRATION_UNDERSHOOT:g}·ε, ε]")
+                cases.append(
+                    {
+                        "accountant": name,
+                        "target_epsilon": target,
+                        "sample_rate": q,
+                        "steps": steps,
+                        "noise_multiplier": sigma,
+                        "epsilon": spent,
+                        "passed": ok,
+                        "why": f"{name} q={q:g} T={steps}: calibrated for ε={target:g}, spends {spent:.5g}",
+                    }
+                )
+    return _result(
+        "calibration_round_trip", cases, f"{len(cases)} calibrations land in [{1 - CALIBRATION_UNDERSHOOT:g}·ε, ε]"
+    )
 
 
 #: the base point (σ, q, T) of the monotonicity sweeps, and the direction ε must move along each axis.
@@ -195,8 +237,16 @@ def monotonicity(mechanism: Mechanism, level: Level) -> CheckResult:
                 phase = accounting.GaussianPhase(point["noise_multiplier"], point["sample_rate"], int(point["steps"]))
                 eps.append(accounting.epsilon([phase], DELTA, name))
             ok = bool(np.all(direction * np.diff(eps) > 0))
-            cases.append({"accountant": name, "axis": axis, "values": list(values), "epsilon": eps, "passed": ok,
-                          "why": f"{name}: ε over {axis} {list(values)} is {[round(e, 4) for e in eps]}"})
+            cases.append(
+                {
+                    "accountant": name,
+                    "axis": axis,
+                    "values": list(values),
+                    "epsilon": eps,
+                    "passed": ok,
+                    "why": f"{name}: ε over {axis} {list(values)} is {[round(e, 4) for e in eps]}",
+                }
+            )
     return _result("monotonicity", cases, f"{len(cases)} sweeps are strictly monotone")
 
 
@@ -205,8 +255,9 @@ def probe_problem() -> Problem:
     canary) moves λ; one held-out outlier example serves as the natural canary."""
     outlier = np.full((1, PROBE_K), OUTLIER_LOGP)
     outlier[0, 0] = 0.0
-    return Problem(np.zeros((PROBE_N, PROBE_K)), tuple(f"s{i}" for i in range(PROBE_K)), heldout_logp=outlier,
-                   task="probe")
+    return Problem(
+        np.zeros((PROBE_N, PROBE_K)), tuple(f"s{i}" for i in range(PROBE_K)), heldout_logp=outlier, task="probe"
+    )
 
 
 def _probe_learning_rate(required_sigma: float, sample_rate: float, steps: int) -> float:
@@ -242,13 +293,25 @@ def noise_conformance(mechanism: Mechanism, level: Level, seed: int = 0) -> Chec
         stats = [(runs * r, runs) for r in ratios] + [(runs * (PROBE_K - 1) * pooled, runs * (PROBE_K - 1))]
         p_values = [2 * min(chi2.cdf(s, dof), chi2.sf(s, dof)) if np.isfinite(s) else 0.0 for s, dof in stats]
         ok = min(p_values) >= FALSE_ALARM / tests
-        cases.append({"epsilon": target, "sample_rate": q, "steps": steps, "runs": runs,
-                      "required_noise_multiplier": required, "noise_multiplier": sigma,
-                      "variance_ratio_pooled": pooled, "variance_ratio_min": float(np.min(ratios)),
-                      "variance_ratio_max": float(np.max(ratios)), "min_p_value": float(min(p_values)),
-                      "passed": bool(ok),
-                      "why": (f"ε={target:g} q={q:g} T={steps}: observed/required noise variance {pooled:.3f} "
-                              f"(per direction {np.min(ratios):.3f}–{np.max(ratios):.3f}), p={min(p_values):.2g}")})
+        cases.append(
+            {
+                "epsilon": target,
+                "sample_rate": q,
+                "steps": steps,
+                "runs": runs,
+                "required_noise_multiplier": required,
+                "noise_multiplier": sigma,
+                "variance_ratio_pooled": pooled,
+                "variance_ratio_min": float(np.min(ratios)),
+                "variance_ratio_max": float(np.max(ratios)),
+                "min_p_value": float(min(p_values)),
+                "passed": bool(ok),
+                "why": (
+                    f"ε={target:g} q={q:g} T={steps}: observed/required noise variance {pooled:.3f} "
+                    f"(per direction {np.min(ratios):.3f}–{np.max(ratios):.3f}), p={min(p_values):.2g}"
+                ),
+            }
+        )
     return _result("noise_conformance", cases, f"{len(cases)} settings add the required noise")
 
 
@@ -262,34 +325,65 @@ def empirical_soundness(mechanism: Mechanism, level: Level, seed: int = 0) -> Ch
     make the audit as tight as the mechanism allows; the natural outlier canary's unclipped
     gradient is ≈ 5C, so it exposes missing or loose clipping.
     """
-    cases = []
+    cases: list[dict[str, Any]] = []
     problem = probe_problem()
     for point in level.audits:
         sigma = mechanism.noise_multiplier(point.epsilon, DELTA, point.sample_rate, point.steps)
         required = accounting.calibrate(point.epsilon, DELTA, point.sample_rate, point.steps)
-        spec = AuditSpec(problem="probe", task="probe", epsilon=point.epsilon, delta=DELTA, rho=1.0,
-                         steps=point.steps, clip=CLIP, sample_rate=point.sample_rate,
-                         learning_rate=_probe_learning_rate(required, point.sample_rate, point.steps),
-                         canaries=point.canaries, natural_policy="index", threats=("white_box",),
-                         controls=False, runs=level.audit_runs, seed=seed, chunk_size=4096)
+        spec = AuditSpec(
+            problem="probe",
+            task="probe",
+            epsilon=point.epsilon,
+            delta=DELTA,
+            rho=1.0,
+            steps=point.steps,
+            clip=CLIP,
+            sample_rate=point.sample_rate,
+            learning_rate=_probe_learning_rate(required, point.sample_rate, point.steps),
+            canaries=point.canaries,
+            natural_policy="index",
+            threats=("white_box",),
+            controls=False,
+            runs=level.audit_runs,
+            seed=seed,
+            chunk_size=4096,
+        )
         with tempfile.TemporaryDirectory() as tmp:
             outcome = run_audit(spec, Path(tmp), noise_multiplier=sigma, progress=False, problem=problem)
         for r in outcome.summary.results:
             ok = r.epsilon_lower_bound <= point.epsilon and not r.profile_violation
             claim = f"claimed μ {r.claimed_mu:.3f}" if r.claimed_mu is not None else "claimed PLD profile"
-            cases.append({"epsilon": point.epsilon, "sample_rate": point.sample_rate, "steps": point.steps,
-                          "canary": r.canary, "runs": r.runs, "noise_multiplier": sigma,
-                          "epsilon_lower_bound": r.epsilon_lower_bound,
-                          "epsilon_lower_bound_gdp": r.epsilon_lower_bound_gdp,
-                          "mu_lower_bound": r.mu_lower_bound, "profile_violation": r.profile_violation,
-                          "passed": ok,
-                          "why": (f"{r.canary} canary, q={point.sample_rate:g} T={point.steps}: "
-                                  f"ε_LB {r.epsilon_lower_bound:.3f}, GDP ε_LB {r.epsilon_lower_bound_gdp:.3f} "
-                                  f"vs claimed {point.epsilon:g}; μ_LB {r.mu_lower_bound:.3f} ({claim}); "
-                                  f"{'CP point BELOW the claimed curve' if r.profile_violation else 'on or above the claimed curve'}")})
+            cases.append(
+                {
+                    "epsilon": point.epsilon,
+                    "sample_rate": point.sample_rate,
+                    "steps": point.steps,
+                    "canary": r.canary,
+                    "runs": r.runs,
+                    "noise_multiplier": sigma,
+                    "epsilon_lower_bound": r.epsilon_lower_bound,
+                    "epsilon_lower_bound_gdp": r.epsilon_lower_bound_gdp,
+                    "mu_lower_bound": r.mu_lower_bound,
+                    "profile_violation": r.profile_violation,
+                    "passed": ok,
+                    "why": (
+                        f"{r.canary} canary, q={point.sample_rate:g} T={point.steps}: "
+                        f"ε_LB {r.epsilon_lower_bound:.3f}, GDP ε_LB {r.epsilon_lower_bound_gdp:.3f} "
+                        f"vs claimed {point.epsilon:g}; μ_LB {r.mu_lower_bound:.3f} ({claim}); "
+                        + (
+                            "CP point BELOW the claimed curve"
+                            if r.profile_violation
+                            else "on or above the claimed curve"
+                        )
+                    ),
+                }
+            )
     top = max(c["epsilon_lower_bound_gdp"] / c["epsilon"] for c in cases)
-    return _result("empirical_soundness", cases,
-                   f"{len(cases)} audits on or above the claimed trade-off curve (largest GDP ε_LB/ε {top:.2f})")
+    return _result(
+        "empirical_soundness",
+        cases,
+        f"{len(cases)} audits on or above the claimed trade-off curve (largest GDP ε_LB/ε {top:.2f})",
+    )
 
 
 @dataclass(frozen=True)
@@ -307,6 +401,10 @@ CHECKS: tuple[Check, ...] = (
     Check("calibration_round_trip", "Calibration round trip", frozenset({ACCOUNTANT}), calibration_round_trip),
     Check("monotonicity", "Monotonicity in σ, T and q", frozenset({ACCOUNTANT}), monotonicity),
     Check("noise_conformance", "Noise the learner adds", frozenset({ACCOUNTANT, WIRING, LEARNER}), noise_conformance),
-    Check("empirical_soundness", "Empirical white-box audit", frozenset({ACCOUNTANT, WIRING, LEARNER}),
-          empirical_soundness),
+    Check(
+        "empirical_soundness",
+        "Empirical white-box audit",
+        frozenset({ACCOUNTANT, WIRING, LEARNER}),
+        empirical_soundness,
+    ),
 )

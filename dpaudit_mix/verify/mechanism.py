@@ -70,12 +70,11 @@ def _loose_clipping(f: np.ndarray, floor: np.ndarray | float) -> np.ndarray:
 
 def _half_noise(sigma_clip: float, k: int) -> np.ndarray:
     scale = _shipped_noise_scale(sigma_clip, k)
-    scale[(k + 1) // 2:] = 0.0
+    scale[(k + 1) // 2 :] = 0.0
     return scale
 
 
-def _realised_normaliser(sample_rate: float, units: int, mask: np.ndarray | None,
-                         canary_in: np.ndarray) -> np.ndarray:
+def _realised_normaliser(sample_rate: float, units: int, mask: np.ndarray | None, canary_in: np.ndarray) -> np.ndarray:
     batch = (units if mask is None else mask.sum(axis=0)) + canary_in
     return np.maximum(batch, 1.0)
 
@@ -85,20 +84,52 @@ def _pld_half_steps(phase: accounting.GaussianPhase) -> dp_accounting.DpEvent:
 
 
 MUTANTS: tuple[Mechanism, ...] = (
-    Mechanism("sigma_halved", "the learner adds half the calibrated noise",
-              lambda e, d, q, t: _calibrated(e, d, q, t) / 2, breaks=frozenset({WIRING})),
-    Mechanism("q_under_reported", "the accountant is told q/2 while the learner samples at q",
-              lambda e, d, q, t: _calibrated(e, d, q / 2, t), breaks=frozenset({WIRING})),
-    Mechanism("steps_under_counted", "the accountant is told T/2 steps while the learner runs T",
-              lambda e, d, q, t: _calibrated(e, d, q, max(1, t // 2)), breaks=frozenset({WIRING})),
-    Mechanism("clipping_disabled", "per-example gradients are not clipped",
-              patches=((learner, "_clip_weights", _no_clipping),), breaks=frozenset({LEARNER})),
-    Mechanism("loose_clipping", f"gradients are clipped at {LOOSE_CLIP_FACTOR:g}C while noise and accountant assume C",
-              patches=((learner, "_clip_weights", _loose_clipping),), breaks=frozenset({LEARNER})),
-    Mechanism("realised_normaliser", "the noisy sum is divided by the realised batch size, not qn",
-              patches=((learner, "_normaliser", _realised_normaliser),), breaks=frozenset({LEARNER})),
-    Mechanism("partial_noise", "noise is added to only the first half of the k coordinates",
-              patches=((learner, "_noise_scale", _half_noise),), breaks=frozenset({LEARNER})),
-    Mechanism("pld_half_steps", "the PLD accountant composes T/2 steps instead of T",
-              patches=((accounting, "_pld_event", _pld_half_steps),), breaks=frozenset({ACCOUNTANT})),
+    Mechanism(
+        "sigma_halved",
+        "the learner adds half the calibrated noise",
+        lambda e, d, q, t: _calibrated(e, d, q, t) / 2,
+        breaks=frozenset({WIRING}),
+    ),
+    Mechanism(
+        "q_under_reported",
+        "the accountant is told q/2 while the learner samples at q",
+        lambda e, d, q, t: _calibrated(e, d, q / 2, t),
+        breaks=frozenset({WIRING}),
+    ),
+    Mechanism(
+        "steps_under_counted",
+        "the accountant is told T/2 steps while the learner runs T",
+        lambda e, d, q, t: _calibrated(e, d, q, max(1, t // 2)),
+        breaks=frozenset({WIRING}),
+    ),
+    Mechanism(
+        "clipping_disabled",
+        "per-example gradients are not clipped",
+        patches=((learner, "_clip_weights", _no_clipping),),
+        breaks=frozenset({LEARNER}),
+    ),
+    Mechanism(
+        "loose_clipping",
+        f"gradients are clipped at {LOOSE_CLIP_FACTOR:g}C while noise and accountant assume C",
+        patches=((learner, "_clip_weights", _loose_clipping),),
+        breaks=frozenset({LEARNER}),
+    ),
+    Mechanism(
+        "realised_normaliser",
+        "the noisy sum is divided by the realised batch size, not qn",
+        patches=((learner, "_normaliser", _realised_normaliser),),
+        breaks=frozenset({LEARNER}),
+    ),
+    Mechanism(
+        "partial_noise",
+        "noise is added to only the first half of the k coordinates",
+        patches=((learner, "_noise_scale", _half_noise),),
+        breaks=frozenset({LEARNER}),
+    ),
+    Mechanism(
+        "pld_half_steps",
+        "the PLD accountant composes T/2 steps instead of T",
+        patches=((accounting, "_pld_event", _pld_half_steps),),
+        breaks=frozenset({ACCOUNTANT}),
+    ),
 )

@@ -38,8 +38,13 @@ def _memoised_calibration(cache: dict[tuple, float]) -> Iterator[None]:
         yield
 
 
-def run_checks(mechanism: Mechanism, level: Level, honest: dict[str, CheckResult] | None = None,
-               calibrations: dict[tuple, float] | None = None, progress: bool = False) -> dict[str, CheckResult]:
+def run_checks(
+    mechanism: Mechanism,
+    level: Level,
+    honest: dict[str, CheckResult] | None = None,
+    calibrations: dict[tuple, float] | None = None,
+    progress: bool = False,
+) -> dict[str, CheckResult]:
     """Every check on ``mechanism``; with ``honest`` results, checks it cannot affect are reused.
 
     ``calibrations`` memoises σ from the shipped accountant across calls (the same claims recur
@@ -68,13 +73,20 @@ def verify(level: Level, self_test: bool = False, progress: bool = True) -> dict
         "checks": [asdict(r) for r in honest.values()],
     }
     if self_test:
-        mutants = []
+        mutants: list[dict[str, Any]] = []
         for mutant in MUTANTS:
             results = run_checks(mutant, level, honest, calibrations, progress=progress)
             caught_by = [name for name, r in results.items() if not r.passed]
-            mutants.append({"name": mutant.name, "description": mutant.description, "breaks": sorted(mutant.breaks),
-                            "caught": bool(caught_by), "caught_by": caught_by,
-                            "evidence": {name: results[name].summary for name in caught_by}})
+            mutants.append(
+                {
+                    "name": mutant.name,
+                    "description": mutant.description,
+                    "breaks": sorted(mutant.breaks),
+                    "caught": bool(caught_by),
+                    "caught_by": caught_by,
+                    "evidence": {name: results[name].summary for name in caught_by},
+                }
+            )
         caught = sum(m["caught"] for m in mutants)
         summary["self_test"] = {"kill_rate": caught / len(mutants), "caught": caught, "mutants": mutants}
     summary["seconds"] = round(time.perf_counter() - start, 1)
@@ -85,26 +97,39 @@ def failures(summary: dict[str, Any]) -> list[str]:
     """One line per failed check, and per mutant that no check caught."""
     lines = [f"check {c['name']} FAILED: {c['summary']}" for c in summary["checks"] if not c["passed"]]
     if "self_test" in summary:
-        lines += [f"mutant {m['name']} ({m['description']}) was NOT caught by any check"
-                  for m in summary["self_test"]["mutants"] if not m["caught"]]
+        lines += [
+            f"mutant {m['name']} ({m['description']}) was NOT caught by any check"
+            for m in summary["self_test"]["mutants"]
+            if not m["caught"]
+        ]
     return lines
 
 
 def _markdown(summary: dict[str, Any]) -> str:
     verdict = "PASS" if not failures(summary) else "FAIL"
-    lines = [f"# Accountant verification: {verdict}", "",
-             f"Level `{summary['level']}`, {summary['seconds']} s.", "",
-             "| check | result | summary |", "|---|---|---|"]
+    lines = [
+        f"# Accountant verification: {verdict}",
+        "",
+        f"Level `{summary['level']}`, {summary['seconds']} s.",
+        "",
+        "| check | result | summary |",
+        "|---|---|---|",
+    ]
     lines += [f"| {c['name']} | {'pass' if c['passed'] else '**FAIL**'} | {c['summary']} |" for c in summary["checks"]]
     if "self_test" in summary:
         st = summary["self_test"]
-        lines += ["", f"## Mutation self-test: {st['caught']} of {len(st['mutants'])} caught "
-                  f"(kill rate {st['kill_rate']:.0%})", "",
-                  "| mutant | what it breaks | caught by | evidence |", "|---|---|---|---|"]
+        lines += [
+            "",
+            f"## Mutation self-test: {st['caught']} of {len(st['mutants'])} caught (kill rate {st['kill_rate']:.0%})",
+            "",
+            "| mutant | what it breaks | caught by | evidence |",
+            "|---|---|---|---|",
+        ]
         for m in st["mutants"]:
             evidence = "; ".join(m["evidence"].values()) or "—"
-            lines.append(f"| {m['name']} | {m['description']} | {', '.join(m['caught_by']) or '**not caught**'} "
-                         f"| {evidence} |")
+            lines.append(
+                f"| {m['name']} | {m['description']} | {', '.join(m['caught_by']) or '**not caught**'} | {evidence} |"
+            )
     for c in summary["checks"]:
         lines += ["", f"## {c['name']}", "", "| case | result |", "|---|---|"]
         lines += [f"| {case['why']} | {'pass' if case['passed'] else '**FAIL**'} |" for case in c["cases"]]
