@@ -26,8 +26,6 @@ from .audit import BACKENDS
 from .data import registry
 from .errors import EXIT_BAD_INPUT, EXIT_FAULT, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_VIOLATION, InputError, require
 from .learner import LearnerConfig
-from .randomness import stream
-from .resources import require_memory
 
 # Each command imports what it needs when it runs: torch, opacus, pandas and seaborn take seconds
 # to load, and `--help` or `bound` should not wait for them (bench/startup.py measures this).
@@ -51,10 +49,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise InputError(message)
-
-
-#: bytes a fitted run costs `mix` (λ as float64, then as JSON lists of Python floats and text).
-MIX_BYTES_PER_WEIGHT = 100
 
 
 def _emit(result: dict[str, Any], out: str | None) -> None:
@@ -100,8 +94,7 @@ def _finite(text: str) -> float:
 
 
 def cmd_mix(args: argparse.Namespace) -> None:
-    from .learner import fit, fit_losses
-    from .mixmin import mixmin
+    from . import mix
 
     require(
         not (args.secure and args.seed is not None),
@@ -111,64 +104,18 @@ def cmd_mix(args: argparse.Namespace) -> None:
         check_output(args.out, folder=False, inputs=[args.problem])
     prob = problem_io.load(args.problem)
     if args.nonprivate:
-        result = mixmin(prob.logp)
-        _emit(
-            {
-                "sources": list(prob.sources),
-                "weights": result.weights.tolist(),
-                "loss": result.loss,
-                "epsilon": None,
-                "delta": None,
-                "noise_multiplier": 0.0,
-                "duality_gap": result.gap,
-            },
-            args.out,
-        )
+        _emit(mix.nonprivate(prob).to_dict(), args.out)
         return
     require(args.epsilon is not None and args.delta is not None, "give --nonprivate, or both --epsilon and --delta")
-    accounting.check_epsilon(args.epsilon)
-    accounting.check_delta(args.delta)
-    LearnerConfig(steps=args.steps, clip=args.clip, sample_rate=args.sample_rate)  # validate before calibrating
-    require_memory(args.runs * prob.k * MIX_BYTES_PER_WEIGHT, f"mix --runs {args.runs} (it returns every λ)")
-    sigma = accounting.calibrate(args.epsilon, args.delta, args.sample_rate, args.steps, args.accountant)
-    seeded = args.seed is not None
-    if seeded:
+    settings = LearnerConfig(steps=args.steps, clip=args.clip, sample_rate=args.sample_rate, user_level=args.user_level)
+    mixed = mix.private(prob, args.epsilon, args.delta, settings, args.runs, args.accountant, args.seed)
+    if args.seed is not None:
         print(
             f"dpaudit-mix: warning: --seed {args.seed}: the noise is reproducible from the seed; for audits and "
             "experiments, not for release",
             file=sys.stderr,
         )
-    config = LearnerConfig(
-        steps=args.steps,
-        clip=args.clip,
-        noise_multiplier=sigma,
-        sample_rate=args.sample_rate,
-        user_level=args.user_level,
-        secure=not seeded,
-    )
-    noise = stream(args.seed, "learner-noise", command="mix") if seeded else None
-    weights = fit(prob, config, args.runs, noise).weights
-    losses = fit_losses(prob, weights)
-    spent = accounting.epsilons([accounting.GaussianPhase(sigma, args.sample_rate, args.steps)], args.delta)
-    single = args.runs == 1
-    _emit(
-        {
-            "sources": list(prob.sources),
-            "weights": weights[0].tolist() if single else weights.tolist(),
-            "loss": float(losses[0]) if single else losses.tolist(),
-            "epsilon": args.epsilon,
-            "delta": args.delta,
-            "noise_multiplier": sigma,
-            "accountant": args.accountant,
-            "claim": f"(epsilon, delta) = ({args.epsilon:g}, {args.delta:g}) rests on the {args.accountant} "
-            "accountant, which calibrated sigma; epsilon_by_accountant shows what the others certify for the "
-            "same sigma",
-            "epsilon_by_accountant": spent,
-            "noise": "seeded" if seeded else "csprng",
-            **({"seed": args.seed} if seeded else {}),
-        },
-        args.out,
-    )
+    _emit(mixed.to_dict(), args.out)
 
 
 def _phase(args: argparse.Namespace) -> accounting.GaussianPhase:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cache
 from typing import Any
 
@@ -89,6 +89,18 @@ class Finetuned:
     sample_rate: float
     steps: int
     opacus_epsilon: float  # ε of the finetune alone, from the Opacus accountant that calibrated it
+
+    @property
+    def phase(self) -> accounting.GaussianPhase:
+        return accounting.GaussianPhase(self.noise_multiplier, self.sample_rate, self.steps)
+
+    def scored(self, images: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
+        """The finetuned model's test metrics with its accounting: what a finetune stage records."""
+        return {
+            "metrics": evaluate(self.model, images, labels),
+            "finetune_phase": asdict(self.phase),
+            "finetune_epsilon": self.opacus_epsilon,
+        }
 
 
 @cache

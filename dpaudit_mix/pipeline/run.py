@@ -208,13 +208,7 @@ class ImageTrack(MixingTrack):
                 None if self.secure else stage,
                 prior,
             )
-            phase = accounting.GaussianPhase(tuned.noise_multiplier, tuned.sample_rate, tuned.steps)
-            return {
-                "metrics": cnn.evaluate(tuned.model, world.test_images, world.test_labels),
-                "finetune_phase": asdict(phase),
-                "finetune_epsilon": tuned.opacus_epsilon,
-                "finetune_choice": choice,
-            }
+            return {**tuned.scored(world.test_images, world.test_labels), "finetune_choice": choice}
 
         return Stage(key, compute)
 

@@ -10,7 +10,6 @@ cache costs time, not the result.
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -139,12 +138,7 @@ class WarmSynTrack:
                 spec.finetune_clip,
                 stage,
             )
-            phase = accounting.GaussianPhase(tuned.noise_multiplier, tuned.sample_rate, tuned.steps)
-            return {
-                "metrics": cnn.evaluate(tuned.model, sensitive.test_images, sensitive.test_labels),
-                "finetune_phase": asdict(phase),
-                "finetune_epsilon": tuned.opacus_epsilon,
-            }
+            return tuned.scored(sensitive.test_images, sensitive.test_labels)
 
         return Stage(key, compute)
 

@@ -1,0 +1,96 @@
+"""`dpaudit-mix mix`: λ★ by MixMin, or DP-MixMin's λ with the claim that backs it, as a typed result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import accounting, learner
+from .learner import LearnerConfig
+from .mixmin import mixmin
+from .problem import Problem
+from .randomness import stream
+from .resources import require_memory
+
+#: bytes a fitted run costs (λ as float64, then as JSON lists of Python floats and text).
+BYTES_PER_WEIGHT = 100
+
+
+@dataclass(frozen=True)
+class Mixed:
+    """Mixture weights and what backs them: a duality gap (non-private), or (ε, δ) and σ by the
+    accountant that calibrated it, with what the others certify for the same σ."""
+
+    sources: tuple[str, ...]
+    weights: np.ndarray  # (runs, k)
+    losses: np.ndarray  # (runs,)
+    noise_multiplier: float
+    epsilon: float | None = None  # None: non-private
+    delta: float | None = None
+    accountant: str | None = None
+    epsilon_by_accountant: dict[str, float] | None = None
+    duality_gap: float | None = None  # non-private only
+    seed: int | None = None  # seeded noise (audits, experiments); None: the OS CSPRNG
+
+    def to_dict(self) -> dict[str, Any]:
+        """The command's JSON: one λ as a list, several as a list of lists."""
+        single = len(self.weights) == 1
+        out: dict[str, Any] = {
+            "sources": list(self.sources),
+            "weights": self.weights[0].tolist() if single else self.weights.tolist(),
+            "loss": float(self.losses[0]) if single else self.losses.tolist(),
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "noise_multiplier": self.noise_multiplier,
+        }
+        if self.epsilon is None:
+            return {**out, "duality_gap": self.duality_gap}
+        return {
+            **out,
+            "accountant": self.accountant,
+            "claim": f"(epsilon, delta) = ({self.epsilon:g}, {self.delta:g}) rests on the {self.accountant} "
+            "accountant, which calibrated sigma; epsilon_by_accountant shows what the others certify for the "
+            "same sigma",
+            "epsilon_by_accountant": self.epsilon_by_accountant,
+            "noise": "csprng" if self.seed is None else "seeded",
+            **({} if self.seed is None else {"seed": self.seed}),
+        }
+
+
+def nonprivate(problem: Problem) -> Mixed:
+    """λ★: MixMin on all of ``problem``, certified by its duality gap."""
+    star = mixmin(problem.logp)
+    return Mixed(problem.sources, star.weights[None], np.array([star.loss]), 0.0, duality_gap=star.gap)
+
+
+def private(
+    problem: Problem,
+    epsilon: float,
+    delta: float,
+    settings: LearnerConfig,
+    runs: int = 1,
+    accountant: str = accounting.DEFAULT_ACCOUNTANT,
+    seed: int | None = None,
+) -> Mixed:
+    """``runs`` DP-MixMin fits at (ε, δ): σ calibrated by ``accountant`` for ``settings``' q and T.
+    Noise from the OS CSPRNG, or (``seed``) from a named stream for audits and experiments."""
+    accounting.check_epsilon(epsilon)
+    accounting.check_delta(delta)
+    require_memory(runs * problem.k * BYTES_PER_WEIGHT, f"mix --runs {runs} (it returns every λ)")
+    sigma = accounting.calibrate(epsilon, delta, settings.sample_rate, settings.steps, accountant)
+    config = LearnerConfig(
+        steps=settings.steps,
+        clip=settings.clip,
+        noise_multiplier=sigma,
+        sample_rate=settings.sample_rate,
+        learning_rate=settings.learning_rate,
+        user_level=settings.user_level,
+        secure=seed is None,
+    )
+    noise = None if seed is None else stream(seed, "learner-noise", command="mix")
+    weights = learner.fit(problem, config, runs, noise).weights
+    spent = accounting.epsilons([accounting.GaussianPhase(sigma, settings.sample_rate, settings.steps)], delta)
+    losses = learner.fit_losses(problem, weights)
+    return Mixed(problem.sources, weights, losses, sigma, epsilon, delta, accountant, spent, seed=seed)
