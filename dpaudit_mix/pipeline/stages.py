@@ -37,6 +37,8 @@ LAYOUT = 2
 
 @dataclass(frozen=True)
 class Job:
+    """One cell of a track's grid: a method (for WarmSyn, an ablation row) at ε in seed ``seed``."""
+
     method: str
     epsilon: float
     seed: int
