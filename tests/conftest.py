@@ -27,6 +27,18 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+#: the smallest pipeline run that still trains and evaluates (PipelineSpec keys).
+TINY_PIPELINE = dict(
+    epsilons=(2.0,),
+    seeds=1,
+    sensitive_fraction=0.25,
+    public_fraction=0.25,
+    pretrain_examples=300,
+    pretrain_epochs=1,
+    finetune_epochs=1,
+)
+
+
 def random_problem(n: int, k: int, seed: int, users: bool = False) -> Problem:
     """Log-likelihoods of binary predictions from k proxies of varied sharpness."""
     rng = np.random.default_rng(seed)

@@ -13,19 +13,10 @@ from dpaudit_mix.pipeline.run import build_world, run_pipeline
 from dpaudit_mix.pipeline.spec import DEFAULT_METHODS, PipelineSpec
 from dpaudit_mix.randomness import stream
 
+from .conftest import TINY_PIPELINE as TINY
 from .conftest import random_problem
 
 QUICK = Path(__file__).parent.parent / "pipeline" / "quick.toml"
-#: the smallest run that still trains and evaluates (for the cache and composition tests).
-TINY = dict(
-    epsilons=(2.0,),
-    seeds=1,
-    sensitive_fraction=0.25,
-    public_fraction=0.25,
-    pretrain_examples=300,
-    pretrain_epochs=1,
-    finetune_epochs=1,
-)
 
 
 def test_quick_spec_end_to_end(capsys, tmp_path: Path) -> None:

@@ -15,6 +15,8 @@ from dpaudit_mix.models.warmup import CUTOUT, SAM, augment
 from dpaudit_mix.randomness import Key, stream, torch_scope
 from dpaudit_mix.synth import quality
 
+from .conftest import TINY_PIPELINE
+
 
 def test_preconditioning_matches_its_definitions() -> None:
     sigma = torch.tensor([1e-6, 0.1, 0.5, 2.0, 80.0])
@@ -106,12 +108,26 @@ def test_memorisation_flags_copies() -> None:
     assert 0.8 < fresh["ratio"] < 1.2
 
 
+def warmsyn_spec(tmp_path: Path, **keys: object) -> Path:
+    """A tiny WarmSyn spec file: the end-to-end test's sizes, with ``keys`` replaced."""
+    values = {
+        "public_size": 40,
+        "synthetic_size": 200,
+        "edm_steps": 30,
+        "epsilons": [2.0],
+        "seeds": 2,
+        "warmup_steps": 10,
+        "finetune_epochs": 1,
+        "sensitive_fraction": 0.2,
+        **keys,
+    }
+    path = tmp_path / "tiny.toml"
+    path.write_text("".join(f"{key} = {value}\n" for key, value in values.items()))
+    return path
+
+
 def test_warmsyn_end_to_end_and_cached(capsys, tmp_path: Path) -> None:
-    spec = tmp_path / "tiny.toml"
-    spec.write_text(
-        "public_size = 40\nsynthetic_size = 200\nedm_steps = 30\nepsilons = [2.0]\nseeds = 2\n"
-        "warmup_steps = 10\nfinetune_epochs = 1\nsensitive_fraction = 0.2\n"
-    )
+    spec = warmsyn_spec(tmp_path)
     out = tmp_path / "out"
     assert main(["warmsyn", str(spec), "--out", str(out)]) == 0
     result = json.loads((out / "warmsyn.json").read_text())
@@ -136,17 +152,7 @@ def test_the_synthetic_set_is_one_more_source_for_dp_mixmin(monkeypatch, tmp_pat
 
     monkeypatch.setattr(synthetic, "EDM_STEPS", 30)
     monkeypatch.setattr(synthetic, "SIZE", 100)
-    spec = PipelineSpec(
-        methods=("dpmixmin",),
-        synthetic_source=True,
-        epsilons=(2.0,),
-        seeds=1,
-        sensitive_fraction=0.25,
-        public_fraction=1.0,
-        pretrain_examples=300,
-        pretrain_epochs=1,
-        finetune_epochs=1,
-    )
+    spec = PipelineSpec(methods=("dpmixmin",), synthetic_source=True, **{**TINY_PIPELINE, "public_fraction": 1.0})
     world = build_world(spec)
     names = [s.name for s in world.sources]
     assert names[:-1] == [s.name for s in registry.world_sources(spec.world, spec.seed)[0]] and names[-1] == "synthetic"
@@ -161,10 +167,15 @@ def test_the_synthetic_set_is_one_more_source_for_dp_mixmin(monkeypatch, tmp_pat
 
 def test_warmsyn_finishes_with_one_warning_when_its_cache_cannot_be_written(capsys, tmp_path: Path) -> None:
     """Every stage is held in memory, never read back from the cache (the cache folder is a file here)."""
-    spec = tmp_path / "tiny.toml"
-    spec.write_text(
-        "public_size = 20\nsynthetic_size = 20\nedm_steps = 3\nepsilons = [4.0]\nseeds = 1\n"
-        "warmup_steps = 2\nfinetune_epochs = 1\nsensitive_fraction = 0.05\n"
+    spec = warmsyn_spec(
+        tmp_path,
+        public_size=20,
+        synthetic_size=20,
+        edm_steps=3,
+        epsilons=[4.0],
+        seeds=1,
+        warmup_steps=2,
+        sensitive_fraction=0.05,
     )
     out = tmp_path / "out"
     out.mkdir()
