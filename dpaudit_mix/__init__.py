@@ -1,3 +1,87 @@
-"""dpaudit-mix: differentially private mixing of public data sources (DP-MixMin) and its audit."""
+"""dpaudit-mix: differentially private mixing of public data sources (DP-MixMin) and its audit.
+
+The library surface, importable from ``dpaudit_mix`` (each name loads its module on first use, so
+the command line and ``import dpaudit_mix`` stay fast):
+
+- ``Problem``: the mixing problem, logp[j, i] = log p_i(y_j | x_j) (``problem.load`` / ``save``);
+- ``mixmin``: λ★, the non-private optimum (duality-gap certified);
+- ``fit``, ``LearnerConfig``: the DP-MixMin learner (runs batched; noise from a named stream or,
+  with ``LearnerConfig(secure=True)``, the OS CSPRNG);
+- ``calibrate``, ``epsilon``, ``GaussianPhase``: the accountant (PLD by default);
+- ``audit_scores``, ``AuditResult``: audit a claim from canary-in and canary-out scores of any stack;
+- ``run_audit``, ``AuditSpec``: the audit engine on the DP-MixMin learner;
+- ``verify``: verify-accountant (checks, and a mutation self-test).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.2.0"  # the one place the version is written (pyproject.toml reads it)
+
+#: each exported name and the module that defines it.
+_HOMES = {
+    "Problem": "problem",
+    "mixmin": "mixmin",
+    "fit": "learner",
+    "LearnerConfig": "learner",
+    "calibrate": "accounting",
+    "epsilon": "accounting",
+    "GaussianPhase": "accounting",
+    "audit_scores": "audit.scores",
+    "AuditResult": "audit.scores",
+    "run_audit": "audit.engine",
+    "AuditSpec": "audit.engine",
+    "verify": "verify.suite",
+}
+__all__ = [
+    "AuditResult",
+    "AuditSpec",
+    "GaussianPhase",
+    "LearnerConfig",
+    "Problem",
+    "audit_scores",
+    "calibrate",
+    "epsilon",
+    "fit",
+    "mixmin",
+    "run_audit",
+    "verify",
+]
+
+if TYPE_CHECKING:
+    from .accounting import GaussianPhase, calibrate, epsilon
+    from .audit.engine import AuditSpec, run_audit
+    from .audit.scores import AuditResult, audit_scores
+    from .learner import LearnerConfig, fit
+    from .mixmin import mixmin
+    from .problem import Problem
+    from .verify.suite import verify
+
+
+class _Package(types.ModuleType):
+    """``mixmin`` and ``verify`` share their names with modules of this package; importing such a
+    module would make Python rebind the package attribute to it. This keeps the exported names."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _HOMES and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'dpaudit_mix' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

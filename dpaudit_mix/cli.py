@@ -198,6 +198,36 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_audit_scores(args: argparse.Namespace) -> int:
+    from .audit.score_file import audit_score_file
+
+    mechanism = (args.noise_multiplier, args.sample_rate, args.steps)
+    require(
+        all(v is None for v in mechanism) or all(v is not None for v in mechanism),
+        "give all of --noise-multiplier, --sample-rate and --steps (the mechanism's phase), or none",
+    )
+    phases = None if args.steps is None else [accounting.GaussianPhase(*mechanism)]
+    path = Path(args.file)
+    out = None
+    if args.out:
+        from .audit.score_file import read_scores
+
+        read_scores(path)  # a bad file is refused before the folder is made
+        out = check_output(args.out, folder=True, inputs=[args.file])
+    result = audit_score_file(
+        path, args.epsilon, args.delta, phases, args.confidence, args.threshold, args.seed, args.label, out
+    )
+    print(json.dumps(result.to_dict(), indent=2))
+    if result.violation:
+        print(
+            f"dpaudit-mix: VIOLATION: the scores exceed the claimed epsilon {args.epsilon:g}"
+            + (f"; see {out}/report.md" if out else ""),
+            file=sys.stderr,
+        )
+        return EXIT_VIOLATION
+    return 0
+
+
 def cmd_release(args: argparse.Namespace) -> int:
     from .release.gate import Refused, release
 
@@ -354,6 +384,34 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://host:8786")
     audit.set_defaults(func=cmd_audit)
 
+    scores = sub.add_parser(
+        "audit-scores",
+        help="audit a claimed (epsilon, delta) from membership scores of any stack (exit 3 on a violation)",
+    )
+    scores.add_argument(
+        "file", help=".npz with in_scores and out_scores, or .csv with columns score and label (1 = canary in)"
+    )
+    scores.add_argument("--epsilon", type=_finite, required=True)
+    scores.add_argument("--delta", type=_finite, required=True)
+    scores.add_argument(
+        "--noise-multiplier",
+        type=_finite,
+        help="with --sample-rate and --steps: the mechanism's "
+        "phase; its PLD profile is the claim when q < 1 (default: mu-GDP from epsilon)",
+    )
+    scores.add_argument("--sample-rate", type=_finite)
+    scores.add_argument("--steps", type=_positive_int)
+    scores.add_argument("--confidence", type=_finite, default=0.95)
+    scores.add_argument("--threshold", default="bonferroni", help="bonferroni (default) or split")
+    scores.add_argument("--seed", type=_seed, default=0, help="names the streams of the split and the bootstrap")
+    scores.add_argument(
+        "--label",
+        default="scores",
+        help="names those streams too (an audit's scores/<label>.npz with --seed of the audit reproduces its result)",
+    )
+    scores.add_argument("--out", help="output folder for audit.json, report.md/html and tradeoff.png")
+    scores.set_defaults(func=cmd_audit_scores)
+
     release_cmd = sub.add_parser(
         "release", help="verify, audit the exact configuration, then release λ (exit 3 if refused)"
     )
@@ -405,7 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify_cmd.add_argument("--out", help="output folder for verify.json and verify.md (default reports/verify)")
     verify_cmd.set_defaults(func=cmd_verify)
 
-    for p in (mix, account, calibrate, prob, bound, audit, release_cmd, check, recovery, pipeline, warmsyn):
+    for p in (mix, account, calibrate, prob, bound, audit, scores, release_cmd, check, recovery, pipeline, warmsyn):
         common(p)
     verify_cmd.add_argument(
         "--json", action="store_true", help="print the whole summary as JSON instead of one line per check"

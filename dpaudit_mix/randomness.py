@@ -61,6 +61,8 @@ PURPOSES = frozenset(
         "recovery-subset",
         "recovery-tuning",
         "verify-conformance",
+        # simulated membership scores (tests and benches of the score audit)
+        "simulated-scores",
     }
 )
 

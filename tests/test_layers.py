@@ -32,6 +32,8 @@ LAYERS: dict[str, int] = {
             "audit.diagnostics",
             "audit.canaries",
             "audit.chunks",
+            "audit.scores",
+            "audit.result",
         ],
         1,
     ),

@@ -72,14 +72,15 @@ def test_gaussian_curve_is_the_pld_profile_curve_for_full_batch() -> None:
 
 def test_claimed_tradeoff_for_poisson_is_a_profile_below_the_gdp_of_full_batch() -> None:
     sigma = accounting.calibrate(1.0, DELTA, 0.25, 20)
-    curve = claimed_tradeoff(1.0, DELTA, 0.25, 20, sigma)
+    curve = claimed_tradeoff(1.0, DELTA, [accounting.GaussianPhase(sigma, 0.25, 20)])
     assert isinstance(curve, ProfileTradeOff)
     alpha = np.linspace(0.01, 0.99, 50)
     floor = curve.fnr_floor(alpha)
     assert np.all(np.diff(floor) <= 1e-12) and np.all(floor <= 1 - alpha + 1e-12)  # a trade-off curve
     # (FPR, FNR) of a 1.5× leak in the middle of the plane lies below it; the diagonal does not
     assert not curve.violated(np.array([0.5]), np.array([0.5]))[0]
-    assert isinstance(claimed_tradeoff(1.0, DELTA, 1.0, 100, 1.0), GaussianTradeOff)
+    assert isinstance(claimed_tradeoff(1.0, DELTA, [accounting.GaussianPhase(1.0, 1.0, 100)]), GaussianTradeOff)
+    assert isinstance(claimed_tradeoff(1.0, DELTA), GaussianTradeOff)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

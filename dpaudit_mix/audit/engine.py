@@ -31,7 +31,7 @@ from ..randomness import Stream, stream
 from ..resources import require_memory
 from ..specfile import Seed, check_fields, load_spec_file
 from . import BACKENDS
-from .attack import STRATEGIES, AttackResult, attack
+from .attack import STRATEGIES, AttackResult
 from .canaries import (
     CANARY_KINDS,
     NATURAL_POLICIES,
@@ -41,9 +41,9 @@ from .canaries import (
     natural_canary_index,
 )
 from .chunks import ChunkStore
-from .diagnostics import diagnose
-from .profile import GaussianTradeOff, TradeOff, claimed_tradeoff
+from .profile import TradeOff, claimed_tradeoff
 from .result import AuditSummary, SettingResult
+from .scores import analyse
 
 THREATS = ("black_box", "white_box")
 
@@ -121,12 +121,9 @@ def mixing_data(problem: Problem, spec: AuditSpec) -> Problem:
     return problem.subset(rows)
 
 
-def assignments(spec: AuditSpec) -> tuple[np.ndarray, np.ndarray]:
-    """(include, select): which runs hold the canary, and which runs form SELECT (halves each)."""
-    rng = stream(spec.seed, "audit-assignment", runs=spec.runs).numpy()
-    include = rng.permutation(spec.runs) < spec.runs // 2
-    select = rng.permutation(spec.runs) < spec.runs // 2
-    return include, select
+def assignments(spec: AuditSpec) -> np.ndarray:
+    """Which runs hold the canary: half of them, drawn from the seed."""
+    return stream(spec.seed, "audit-assignment", runs=spec.runs).numpy().permutation(spec.runs) < spec.runs // 2
 
 
 @dataclass(frozen=True)
@@ -210,7 +207,7 @@ def _run_chunks(
 
 
 #: bytes per run the analysis holds besides the scores (16 per setting, kept for the report):
-#: include and select, the attack's sorted copy, the diagnostics' ranks and bootstrap resamples.
+#: include, the attack's sorted copy, the diagnostics' ranks and bootstrap resamples.
 ANALYSIS_BYTES_PER_RUN = 72
 
 
@@ -228,13 +225,27 @@ def _gather(store: ChunkStore, setting: Setting, bounds: list[tuple[int, int]], 
 
 
 @dataclass(frozen=True)
+class Attacked:
+    """One setting's scores and the attack on them (its thresholds and the runs it counted, in the
+    order in-scores then out-scores), for the report's figures and the per-setting score files."""
+
+    attack: AttackResult
+    scores_in: np.ndarray
+    scores_out: np.ndarray
+
+
+def score_label(canary: str, threat: str, noise: bool) -> str:
+    """The name of a setting's scores: its file under ``OUT/scores/`` and the label its analysis
+    draws with (``audit_scores(..., seed=spec.seed, label=...)`` on that file gives audit.json's result)."""
+    return f"{canary}-{threat}-{'private' if noise else 'control'}"
+
+
+@dataclass(frozen=True)
 class AuditOutcome:
     """``summary`` is audit.json; ``attacks`` keeps each result's attack and scores for the report."""
 
     summary: AuditSummary
-    attacks: dict[tuple[str, str, bool], tuple[AttackResult, np.ndarray]]
-    include: np.ndarray
-    select: np.ndarray
+    attacks: dict[tuple[str, str, bool], Attacked]
     claimed: TradeOff
 
 
@@ -261,7 +272,7 @@ def run_audit(
     calibrated = accounting.calibrate(spec.epsilon, spec.delta, spec.sample_rate, spec.steps)
     sigma = calibrated if noise_multiplier is None else noise_multiplier
     require(sigma >= 0, f"noise multiplier must be >= 0, got {sigma}")
-    include, select = assignments(spec)
+    include = assignments(spec)
     canaries: dict[str, Canary] = {}
     canary_info: dict[str, Any] = {}
     if "natural" in spec.canaries:
@@ -311,9 +322,10 @@ def run_audit(
             bar.update()
         bar.close()
         scores = {s: _gather(store, s, bounds, spec.runs) for s in settings}
-    claimed = claimed_tradeoff(spec.epsilon, spec.delta, spec.sample_rate, spec.steps, calibrated)
+    claimed_phases = [accounting.GaussianPhase(calibrated, spec.sample_rate, spec.steps)]
+    claimed = claimed_tradeoff(spec.epsilon, spec.delta, claimed_phases)
     results = []
-    attacks: dict[tuple[str, str, bool], tuple[AttackResult, np.ndarray]] = {}
+    attacks: dict[tuple[str, str, bool], Attacked] = {}
     for s in settings:
         for threat in spec.threats:
             values = scores[s][threat]
@@ -322,42 +334,21 @@ def run_audit(
                 f"{s.canary}/{threat}: {int(np.sum(~np.isfinite(values)))} of {spec.runs} scores are not finite "
                 "(an infinite clip, learning rate or noise multiplier?): the audit cannot see anything",
             )
-            result = attack(values, include, select, spec.delta, spec.confidence, spec.threshold)
-            attacks[(s.canary, threat, s.noise)] = (result, values)
-            diag = diagnose(
-                values[include], values[~include], stream(spec.seed, "audit-bootstrap", setting=s.name, threat=threat)
+            scores_in, scores_out = values[include], values[~include]
+            result, found = analyse(
+                scores_in,
+                scores_out,
+                spec.epsilon,
+                spec.delta,
+                claimed,
+                spec.sample_rate == 1.0,
+                spec.confidence,
+                spec.threshold,
+                spec.seed,
+                score_label(s.canary, threat, s.noise),
             )
-            profile_violation = result.profile_violation(claimed)
-            results.append(
-                SettingResult(
-                    s.canary,
-                    threat,
-                    s.noise,
-                    spec.runs,
-                    result.epsilon_lower_bound,
-                    result.strict.fpr_upper,
-                    result.strict.fnr_upper,
-                    result.mu_lower_bound,
-                    result.epsilon_lower_bound_gdp,
-                    claimed.mu if isinstance(claimed, GaussianTradeOff) else None,
-                    profile_violation,
-                    result.gdp.fpr_upper,
-                    result.gdp.fnr_upper,
-                    result.strict.threshold,
-                    result.gdp.threshold,
-                    result.candidates,
-                    {
-                        "fp": result.strict.fp,
-                        "fn": result.strict.fn,
-                        "negatives": result.strict.negatives,
-                        "positives": result.strict.positives,
-                    },
-                    diag.auroc,
-                    diag.auroc_ci,
-                    diag.tpr_at_fpr,
-                    exceeds_claim=result.epsilon_lower_bound > spec.epsilon or profile_violation,
-                )
-            )
+            attacks[(s.canary, threat, s.noise)] = Attacked(found, scores_in, scores_out)
+            results.append(SettingResult.of(result, s.canary, threat, s.noise))
     # A σ = 0 control releases its canary in the clear: if even it stays within the claim, this
     # audit (its runs, canary or attack) cannot see leakage, and its silence proves nothing.
     blind = tuple(r.name for r in results if not r.noise and not r.exceeds_claim)
@@ -377,4 +368,4 @@ def run_audit(
         claimed_tradeoff=claimed.describe(),
         seed=spec.seed,
     )
-    return AuditOutcome(summary, attacks, include, select, claimed)
+    return AuditOutcome(summary, attacks, claimed)

@@ -14,6 +14,7 @@ from σ: a σ or accountant bug must not move the yardstick it is measured with.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
@@ -75,12 +76,13 @@ class ProfileTradeOff:
 
 
 def claimed_tradeoff(
-    epsilon: float, delta: float, sample_rate: float, steps: int, calibrated_sigma: float
+    epsilon: float, delta: float, phases: Sequence[accounting.GaussianPhase] | None = None
 ) -> GaussianTradeOff | ProfileTradeOff:
-    """The trade-off curve a release calibrated to (ε, δ) claims (σ from the accountant)."""
-    if sample_rate == 1.0:
+    """The trade-off curve a release calibrated to (ε, δ) claims: μ-GDP from ε when every phase is
+    full batch (or none is given: the Gaussian curve is then exact), else the PLD privacy profile
+    of ``phases`` (subsampled Gaussian; no Gaussian curve bounds it)."""
+    if not phases or all(p.sample_rate == 1.0 for p in phases):
         return GaussianTradeOff(accounting.gdp_mu_of_epsilon(epsilon, delta))
-    phases = [accounting.GaussianPhase(calibrated_sigma, sample_rate, steps)]
     top = accounting.epsilon(phases, PROFILE_DELTA_FLOOR)
     grid = np.linspace(0.0, top, PROFILE_POINTS)
     return ProfileTradeOff(tuple(grid.tolist()), tuple(accounting.privacy_profile(phases, grid).tolist()))

@@ -9,9 +9,11 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from ..atomic import write_json
+from ..atomic import write_json, write_npz
 from ..reporting import Block, save_figure, write_pages
-from .engine import AuditOutcome
+from .attack import AttackResult
+from .engine import AuditOutcome, score_label
+from .profile import TradeOff
 from .result import AuditSummary
 
 
@@ -29,14 +31,17 @@ def _figures(outcome: AuditOutcome, out: Path) -> list[Path]:
     hist, hist_axes = plt.subplots(rows, cols, figsize=(11, 3 * rows), squeeze=False)
     roc, roc_axes = plt.subplots(rows, cols, figsize=(9, 3.6 * rows), squeeze=False)
     for i, key in enumerate(keys):
-        attack, scores = outcome.attacks[key]
+        attacked = outcome.attacks[key]
+        attack = attacked.attack
+        scores = np.concatenate([attacked.scores_in, attacked.scores_out])
+        include = np.arange(len(scores)) < len(attacked.scores_in)
         evaluate = attack.evaluated
-        frame = pd.DataFrame({"score": scores[evaluate], "canary": np.where(outcome.include[evaluate], "in", "out")})
+        frame = pd.DataFrame({"score": scores[evaluate], "canary": np.where(include[evaluate], "in", "out")})
         ax = hist_axes.flat[i]
         sns.histplot(frame, x="score", hue="canary", bins=40, element="step", stat="density", ax=ax)
         ax.axvline(attack.gdp.threshold, color="black", ls="--", lw=1)
         ax.set_title(_label(*key), fontsize=9)
-        s_in, s_out = np.sort(scores[evaluate & outcome.include]), np.sort(scores[evaluate & ~outcome.include])
+        s_in, s_out = np.sort(scores[evaluate & include]), np.sort(scores[evaluate & ~include])
         grid = np.unique(np.concatenate([s_in, s_out, [np.inf]]))
         tpr = 1 - np.searchsorted(s_in, grid, side="left") / len(s_in)
         fpr = 1 - np.searchsorted(s_out, grid, side="left") / len(s_out)
@@ -69,33 +74,27 @@ def _figures(outcome: AuditOutcome, out: Path) -> list[Path]:
     ax.axvline(summary.claimed_epsilon, color="red", ls="--", label=f"claimed ε = {summary.claimed_epsilon:g}")
     ax.legend()
     paths = [out / "tradeoff.png", out / "scores.png", out / "roc.png", out / "epsilon.png"]
-    for fig, path in zip((_tradeoff_figure(outcome), hist, roc, bar), paths, strict=True):
+    private = {_label(*key): a.attack for key, a in outcome.attacks.items() if key[2]}
+    tradeoff = tradeoff_figure(outcome.claimed, outcome.summary.claimed_epsilon, private)
+    for fig, path in zip((tradeoff, hist, roc, bar), paths, strict=True):
         save_figure(fig, path)
     return paths
 
 
-def _tradeoff_figure(outcome: AuditOutcome) -> plt.Figure:
-    """The FPR–FNR plane: the claimed trade-off curve and each private result's CP points.
+def tradeoff_figure(claimed: TradeOff, epsilon: float, attacks: dict[str, AttackResult]) -> plt.Figure:
+    """The FPR–FNR plane: the claimed trade-off curve and each attack's CP points.
 
     A point below the curve is a rigorous violation; the closer the points come to the curve
     from above, the tighter the audit.
     """
     fig, ax = plt.subplots(figsize=(6.4, 5.6))
     alpha = np.concatenate([np.geomspace(1e-6, 1e-2, 200), np.linspace(1e-2, 1, 400)])
-    ax.plot(
-        alpha,
-        outcome.claimed.fnr_floor(alpha),
-        color="red",
-        lw=2,
-        label=f"claimed trade-off f (ε = {outcome.summary.claimed_epsilon:g})",
-    )
+    ax.plot(alpha, claimed.fnr_floor(alpha), color="red", lw=2, label=f"claimed trade-off f (ε = {epsilon:g})")
     markers = iter("osD^vP")
-    for key, (attack, _) in outcome.attacks.items():
-        if not key[2]:
-            continue
+    for label, attack in attacks.items():
         pts = np.array([[p.fpr_upper, p.fnr_upper] for p in attack.points])
         marker = next(markers, "o")
-        ax.scatter(pts[:, 0], pts[:, 1], s=14, marker=marker, alpha=0.6, label=f"{_label(*key)}: CP points")
+        ax.scatter(pts[:, 0], pts[:, 1], s=14, marker=marker, alpha=0.6, label=f"{label}: CP points")
         ax.scatter(
             [attack.gdp.fpr_upper],
             [attack.gdp.fnr_upper],
@@ -181,11 +180,22 @@ def write_report(outcome: AuditOutcome, out: Path) -> None:
         f"claimed (ε, δ) = ({summary.claimed_epsilon:g}, {summary.delta:g}); σ = "
         f"{summary.noise_multiplier:.4g} (calibrated {summary.calibrated_noise_multiplier:.4g}); "
         f"{summary.confidence:.0%} Clopper–Pearson, thresholds chosen by '{summary.threshold_strategy}'. "
-        f"ε_LB is the strict (ε, δ) bound; μ_LB and ε_LB (GDP) assume a Gaussian trade-off curve (exact for full "
-        f"batch); 'profile' compares the CP points with the claimed trade-off curve "
+        f"ε_LB is the strict (ε, δ) bound; μ_LB and ε_LB (GDP) assume a Gaussian trade-off curve: "
+        + (
+            "a bound here (full batch)"
+            if summary.results and summary.results[0].gdp_is_bound
+            else "NOT a bound here (Poisson sampling: the subsampled Gaussian is not a Gaussian trade-off)"
+        )
+        + f"; 'profile' compares the CP points with the claimed trade-off curve "
         f"({summary.claimed_tradeoff['kind']}), a rigorous test."
     )
     blocks: list[Block] = [("p", head), ("strong", _verdict(summary)), ("table", _table(summary))]
     blocks += [("figure", path) for path in _figures(outcome, out)]
     write_pages(out, "dpaudit-mix audit", blocks)
+    for (canary, threat, noise), attacked in outcome.attacks.items():  # for audit_scores / audit-scores
+        write_npz(
+            out / "scores" / f"{score_label(canary, threat, noise)}.npz",
+            in_scores=attacked.scores_in,
+            out_scores=attacked.scores_out,
+        )
     write_json(out / "audit.json", summary.to_dict())

@@ -1,48 +1,39 @@
-"""What an audit finds, typed: one :class:`SettingResult` per (canary, threat, noise) and the
-:class:`AuditSummary` over them. ``to_dict()`` is audit.json, key for key."""
+"""What an audit finds, typed: one :class:`SettingResult` (an :class:`.scores.AuditResult` of one
+canary, threat and noise setting) per setting, and the :class:`AuditSummary` over them.
+``to_dict()`` is audit.json, key for key."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
+
+from .scores import AuditResult
 
 
 @dataclass(frozen=True)
-class SettingResult:
-    """One attack on one setting: its bounds, the test behind them, and its diagnostics."""
+class SettingResult(AuditResult):
+    """One attack on one setting of an audit: which canary, threat model and noise it ran."""
 
     canary: str
     threat: str
     noise: bool  # False: the σ = 0 control
-    runs: int
-    epsilon_lower_bound: float  # strict (ε, δ) bound at the strict threshold
-    fpr_upper: float
-    fnr_upper: float
-    mu_lower_bound: float
-    epsilon_lower_bound_gdp: float
-    claimed_mu: float | None  # the claim as μ-GDP (full batch only)
-    profile_violation: bool  # a CP point lies below the claimed trade-off curve
-    gdp_fpr_upper: float
-    gdp_fnr_upper: float
-    threshold: float
-    gdp_threshold: float
-    candidate_thresholds: int
-    counts: dict[str, int]  # fp, fn, negatives, positives at the strict threshold
-    auroc: float
-    auroc_ci: tuple[float, float]
-    tpr_at_fpr: dict[str, float]
-    exceeds_claim: bool  # ε_LB above the claimed ε, or a profile violation
+
+    @classmethod
+    def of(cls, result: AuditResult, canary: str, threat: str, noise: bool) -> SettingResult:
+        return cls(
+            **{f.name: getattr(result, f.name) for f in fields(AuditResult)}, canary=canary, threat=threat, noise=noise
+        )
 
     @property
     def name(self) -> str:
         return f"{self.canary}/{self.threat}"
 
+    @property
+    def exceeds_claim(self) -> bool:
+        return self.violation
+
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        if self.claimed_mu is None:
-            del data["claimed_mu"]
-        data["auroc_ci"] = list(self.auroc_ci)
-        return data
+        return {"canary": self.canary, "threat": self.threat, "noise": self.noise, **super().to_dict()}
 
 
 @dataclass(frozen=True)

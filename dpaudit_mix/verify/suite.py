@@ -20,7 +20,8 @@ from tqdm import tqdm
 
 from .. import accounting
 from ..atomic import write_json, write_text
-from .checks import CHECKS, CheckResult, Level
+from ..errors import require
+from .checks import CHECKS, LEVELS, CheckResult, Level
 from .mechanism import ACCOUNTANT, HONEST, MUTANTS, Mechanism
 
 
@@ -62,8 +63,12 @@ def run_checks(
     return results
 
 
-def verify(level: Level, self_test: bool = False, progress: bool = True) -> dict[str, Any]:
-    """The verification summary (verify.json): checks on the shipped code, then the mutants."""
+def verify(level: Level | str = "quick", self_test: bool = False, progress: bool = True) -> dict[str, Any]:
+    """The verification summary (verify.json): checks on the shipped code, then the mutants.
+    ``level`` is a :class:`.checks.Level` or its name ("quick", "full")."""
+    if isinstance(level, str):
+        require(level in LEVELS, f"unknown verification level {level!r}; choose from {', '.join(LEVELS)}")
+        level = LEVELS[level]
     start = time.perf_counter()
     calibrations: dict[tuple, float] = {}
     honest = run_checks(HONEST, level, calibrations=calibrations, progress=progress)
