@@ -322,7 +322,7 @@ def run_audit(
             bar.update()
         bar.close()
         scores = {s: _gather(store, s, bounds, spec.runs) for s in settings}
-    claimed_phases = [accounting.GaussianPhase(calibrated, spec.sample_rate, spec.steps)]
+    claimed_phases = (accounting.GaussianPhase(calibrated, spec.sample_rate, spec.steps),)
     claimed = claimed_tradeoff(spec.epsilon, spec.delta, claimed_phases)
     results = []
     attacks: dict[tuple[str, str, bool], Attacked] = {}
