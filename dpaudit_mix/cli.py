@@ -199,7 +199,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_scores(args: argparse.Namespace) -> int:
-    from .audit.score_file import audit_score_file
+    from .audit.score_file import audit_score_file, read_scores
 
     mechanism = (args.noise_multiplier, args.sample_rate, args.steps)
     require(
@@ -208,14 +208,18 @@ def cmd_audit_scores(args: argparse.Namespace) -> int:
     )
     phases = None if args.steps is None else [accounting.GaussianPhase(*mechanism)]
     path = Path(args.file)
-    out = None
-    if args.out:
-        from .audit.score_file import read_scores
-
-        read_scores(path)  # a bad file is refused before the folder is made
-        out = check_output(args.out, folder=True, inputs=[args.file])
+    out = Path(args.out) if args.out else None
     result = audit_score_file(
-        path, args.epsilon, args.delta, phases, args.confidence, args.threshold, args.seed, args.label, out
+        path,
+        read_scores(path),
+        args.epsilon,
+        args.delta,
+        phases,
+        args.confidence,
+        args.threshold,
+        args.seed,
+        args.label,
+        out,
     )
     print(json.dumps(result.to_dict(), indent=2))
     if result.violation:

@@ -74,7 +74,7 @@ INTERIOR = 6
 
 
 def test_augmentation_cuts_out_exactly_one_square() -> None:
-    out = augment(torch.ones(64, 1, 28, 28), torch.Generator().manual_seed(0))[:, 0]
+    out = augment(torch.ones(64, 1, 28, 28), stream(0, "warmup", test="cutout").torch())[:, 0]
     inner = out[:, INTERIOR:-INTERIOR, INTERIOR:-INTERIOR] == 0  # zeros here are Cutout's alone
     counts = inner.flatten(1).sum(1)
     assert int(counts.max()) == CUTOUT * CUTOUT  # some hole lies wholly inside: one 8×8 square, no more

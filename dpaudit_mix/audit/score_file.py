@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import accounting
-from ..atomic import write_json
+from ..atomic import check_output, write_json
 from ..errors import InputError, require
 from ..reporting import Block, save_figure, write_pages
 from .report import tradeoff_figure
@@ -57,6 +57,7 @@ def read_scores(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def audit_score_file(
     path: Path,
+    scores: tuple[np.ndarray, np.ndarray],
     epsilon: float,
     delta: float,
     phases: Sequence[accounting.GaussianPhase] | None = None,
@@ -66,9 +67,12 @@ def audit_score_file(
     label: str = "scores",
     out: Path | None = None,
 ) -> AuditResult:
-    """:func:`.scores.audit_scores` on the scores in ``path``; with ``out``, its report there."""
-    scores_in, scores_out = read_scores(path)
+    """:func:`.scores.audit_scores` on ``scores`` (in, out), as :func:`read_scores` read them from
+    ``path`` (read once: the caller checks them before it makes ``out``); with ``out``, the report there."""
+    scores_in, scores_out = scores
     claimed, full_batch = checked_claim(epsilon, delta, phases, confidence, threshold)
+    if out is not None:  # every input checked first: a refused audit makes no folder
+        out = check_output(out, folder=True, inputs=[path])
     result, found = analyse(
         scores_in, scores_out, epsilon, delta, claimed, full_batch, confidence, threshold, seed, label
     )
