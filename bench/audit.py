@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dpaudit_mix.audit.engine import AuditSpec, run_audit
+from dpaudit_mix.audit.engine import run_audit
+from dpaudit_mix.audit.spec import AuditSpec
 from dpaudit_mix.problem import Problem, save
 
 N, K = 9_000, 14

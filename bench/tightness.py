@@ -22,8 +22,9 @@ import numpy as np
 
 from dpaudit_mix import accounting
 from dpaudit_mix.audit.attack import STRATEGIES, attack
-from dpaudit_mix.audit.engine import AuditSpec, resolve_problem, run_audit
+from dpaudit_mix.audit.engine import run_audit
 from dpaudit_mix.audit.profile import GaussianTradeOff
+from dpaudit_mix.audit.spec import AuditSpec, resolve_problem
 
 
 def audit(spec: AuditSpec, problem, out: Path, sigma: float | None = None) -> tuple[dict, float]:

@@ -9,7 +9,8 @@ the command line and ``import dpaudit_mix`` stay fast):
   with ``LearnerConfig(secure=True)``, the OS CSPRNG);
 - ``calibrate``, ``epsilon``, ``GaussianPhase``: the accountant (PLD by default);
 - ``audit_scores``, ``AuditResult``: audit a claim from canary-in and canary-out scores of any stack;
-- ``run_audit``, ``AuditSpec``: the audit engine on the DP-MixMin learner;
+- ``run_audit``, ``AuditSpec``: the audit engine, on the DP-MixMin learner or the pipeline's DP-SGD
+  (``AuditSpec(mechanism="opacus" | "user-dpsgd")``);
 - ``verify``: verify-accountant (checks, and a mutation self-test).
 """
 
@@ -34,7 +35,7 @@ _HOMES = {
     "audit_scores": "audit.scores",
     "AuditResult": "audit.scores",
     "run_audit": "audit.engine",
-    "AuditSpec": "audit.engine",
+    "AuditSpec": "audit.spec",
     "verify": "verify.suite",
 }
 __all__ = [
@@ -54,8 +55,9 @@ __all__ = [
 
 if TYPE_CHECKING:
     from .accounting import GaussianPhase, calibrate, epsilon
-    from .audit.engine import AuditSpec, run_audit
+    from .audit.engine import run_audit
     from .audit.scores import AuditResult, audit_scores
+    from .audit.spec import AuditSpec
     from .learner import LearnerConfig, fit
     from .mixmin import mixmin
     from .problem import Problem

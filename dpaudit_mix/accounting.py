@@ -77,10 +77,12 @@ def check_delta(delta: float) -> None:
     require(0 < delta < 1, f"delta must be in (0, 1), got {delta}")
 
 
-def _pld_accountant(phases: Sequence[GaussianPhase]) -> dp_accounting.pld.PLDAccountant:
+def _pld_accountant(phases: Sequence[GaussianPhase], interval: float | None = None) -> dp_accounting.pld.PLDAccountant:
+    """dp_accounting's PLD of ``phases``; ``interval`` is its value discretisation (coarser is
+    faster and stays pessimistic), its default when None."""
     import dp_accounting
 
-    pld = dp_accounting.pld.PLDAccountant()
+    pld = dp_accounting.pld.PLDAccountant(**({} if interval is None else {"value_discretization_interval": interval}))
     pld.compose(dp_accounting.ComposedDpEvent([_pld_event(p) for p in phases]))
     return pld
 
@@ -282,6 +284,17 @@ def privacy_profile(phases: Sequence[GaussianPhase], epsilons: np.ndarray) -> np
     true one)."""
     require(len(phases) >= 1, "nothing to account")
     return np.asarray(_pld_accountant(phases).get_delta(np.asarray(epsilons, dtype=float)), dtype=float)
+
+
+def privacy_profile_curve(
+    phases: Sequence[GaussianPhase], delta_floor: float, points: int, interval: float | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """A grid of ε from 0 to ε(``delta_floor``) and δ(ε) on it, from one PLD of ``phases``
+    (pessimistic, like :func:`privacy_profile`; ``interval`` as in :func:`_pld_accountant`)."""
+    require(len(phases) >= 1, "nothing to account")
+    pld = _pld_accountant(phases, interval)
+    grid = np.linspace(0.0, float(pld.get_epsilon(delta_floor)), points)
+    return grid, np.asarray(pld.get_delta(grid), dtype=float)
 
 
 def parallel(*costs: tuple[float, float]) -> tuple[float, float]:

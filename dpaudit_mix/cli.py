@@ -170,8 +170,9 @@ def cmd_bound(args: argparse.Namespace) -> None:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from .audit.engine import load_spec, run_audit
+    from .audit.engine import run_audit
     from .audit.report import write_report
+    from .audit.spec import load_spec
 
     spec = load_spec(args.spec, problem=args.problem, runs=args.runs, epsilon=args.epsilon)
     out = check_output(

@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 
 from . import accounting
-from .audit.engine import load_spec, run_audit
+from .audit.engine import run_audit
 from .audit.report import write_report
 from .audit.result import SettingResult
+from .audit.spec import load_spec
 from .data import registry
 from .errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VIOLATION
 from .learner import LearnerConfig, fit, fit_losses

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpaudit_mix.audit.engine import AuditSpec, load_spec, run_audit
+from dpaudit_mix.audit.engine import run_audit
+from dpaudit_mix.audit.spec import AuditSpec, load_spec
 from dpaudit_mix.cli import main
 from dpaudit_mix.errors import InputError
 from dpaudit_mix.problem import Problem, save

@@ -14,8 +14,9 @@ import pytest
 
 import dpaudit_mix
 from dpaudit_mix import accounting
-from dpaudit_mix.audit.engine import AuditSpec, run_audit, score_label
+from dpaudit_mix.audit.engine import run_audit, score_label
 from dpaudit_mix.audit.report import write_report
+from dpaudit_mix.audit.spec import AuditSpec
 from dpaudit_mix.cli import main
 from dpaudit_mix.problem import Problem, save
 from dpaudit_mix.randomness import stream

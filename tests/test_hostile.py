@@ -14,7 +14,8 @@ import pytest
 
 from dpaudit_mix import atomic, reporting
 from dpaudit_mix.audit.chunks import ChunkStore
-from dpaudit_mix.audit.engine import AuditSpec, load_spec, run_audit
+from dpaudit_mix.audit.engine import run_audit
+from dpaudit_mix.audit.spec import AuditSpec, load_spec
 from dpaudit_mix.cli import EXIT_INCONCLUSIVE, main
 from dpaudit_mix.errors import InputError
 from dpaudit_mix.problem import Problem, save

@@ -12,7 +12,8 @@ import torch
 from scipy.stats import pearsonr
 
 from dpaudit_mix import accounting, randomness
-from dpaudit_mix.audit.engine import AuditSpec, run_audit
+from dpaudit_mix.audit.engine import run_audit
+from dpaudit_mix.audit.spec import AuditSpec
 from dpaudit_mix.errors import InputError
 from dpaudit_mix.learner import LearnerConfig, fit
 from dpaudit_mix.pipeline import methods

@@ -7,7 +7,8 @@ import pytest
 
 from dpaudit_mix.alphabet import ALPHABET, OTHER, V, encode
 from dpaudit_mix.audit.canaries import black_box_scores, natural_canary, natural_canary_index
-from dpaudit_mix.audit.engine import AuditSpec, run_audit
+from dpaudit_mix.audit.engine import run_audit
+from dpaudit_mix.audit.spec import AuditSpec
 from dpaudit_mix.data import registry
 from dpaudit_mix.data.ngram import CharNGram
 from dpaudit_mix.data.text import text_world

@@ -13,8 +13,9 @@ from dpaudit_mix.audit import engine
 from dpaudit_mix.audit.attack import STRATEGIES, attack, rank_grid
 from dpaudit_mix.audit.bounds import epsilon_lower_bound, gdp_mu
 from dpaudit_mix.audit.diagnostics import diagnose, tpr_at_fpr
-from dpaudit_mix.audit.engine import AuditSpec, run_audit
+from dpaudit_mix.audit.engine import run_audit
 from dpaudit_mix.audit.profile import GaussianTradeOff, ProfileTradeOff, claimed_tradeoff
+from dpaudit_mix.audit.spec import AuditSpec
 from dpaudit_mix.problem import Problem, save
 from dpaudit_mix.randomness import stream
 

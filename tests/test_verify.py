@@ -7,7 +7,7 @@ import pytest
 from dpaudit_mix import cli, learner
 from dpaudit_mix.cli import main
 from dpaudit_mix.verify import checks
-from dpaudit_mix.verify.checks import CHECKS, AuditPoint, Level, noise_conformance
+from dpaudit_mix.verify.checks import CHECKS, AuditPoint, DPSGDPoint, Level, noise_conformance
 from dpaudit_mix.verify.mechanism import HONEST, MUTANTS
 
 #: the smallest level that still exercises every check (for the failure-path tests).
@@ -21,6 +21,8 @@ TINY = Level(
     conformance_runs=1024,
     audits=(AuditPoint(2.0, 1.0, 10),),
     audit_runs=1000,
+    dpsgd_audits=(DPSGDPoint("opacus", 16.0, 0.5, 2),),
+    dpsgd_runs=200,
 )
 
 

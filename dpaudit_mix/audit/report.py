@@ -126,6 +126,7 @@ def _table(summary: AuditSummary) -> list[list[str]]:
             "ε_LB",
             "μ_LB",
             "ε_LB (GDP)",
+            "ε_LB (profile)",
             "profile",
             "AUROC [95% CI]",
             "TPR@1e-3",
@@ -143,6 +144,7 @@ def _table(summary: AuditSummary) -> list[list[str]]:
                 f"{r.epsilon_lower_bound:.3f}",
                 f"{r.mu_lower_bound:.3f}",
                 f"{r.epsilon_lower_bound_gdp:.3f}",
+                f"{r.epsilon_lower_bound_profile:.3f}",
                 "VIOLATED" if r.profile_violation else "ok",
                 f"{r.auroc:.3f} [{low:.3f}, {high:.3f}]",
                 f"{r.tpr_at_fpr['0.001']:.4f}",
@@ -174,9 +176,9 @@ def _verdict(summary: AuditSummary) -> str:
 def write_report(outcome: AuditOutcome, out: Path) -> None:
     """audit.json, report.md, report.html and PNG figures in ``out`` (each written atomically)."""
     summary = outcome.summary
-    prob = summary.problem
+    data = ", ".join(f"{key} = {value}" for key, value in summary.problem.items() if key not in ("name", "task"))
     head = (
-        f"Problem {prob['name']} / {prob['task']}: n = {prob['n_mixing']} mixing examples, k = {prob['k']}; "
+        f"Mechanism {summary.mechanism} on problem {summary.problem['name']} / {summary.problem['task']} ({data}); "
         f"claimed (ε, δ) = ({summary.claimed_epsilon:g}, {summary.delta:g}); σ = "
         f"{summary.noise_multiplier:.4g} (calibrated {summary.calibrated_noise_multiplier:.4g}); "
         f"{summary.confidence:.0%} Clopper–Pearson, thresholds chosen by '{summary.threshold_strategy}'. "
@@ -187,7 +189,8 @@ def write_report(outcome: AuditOutcome, out: Path) -> None:
             else "NOT a bound here (Poisson sampling: the subsampled Gaussian is not a Gaussian trade-off)"
         )
         + f"; 'profile' compares the CP points with the claimed trade-off curve "
-        f"({summary.claimed_tradeoff['kind']}), a rigorous test."
+        f"({summary.claimed_tradeoff['kind']}), a rigorous test, and ε_LB (profile) is the largest ε′ whose "
+        "curve of the same q and T (σ scaled) they still violate: a bound for any q."
     )
     blocks: list[Block] = [("p", head), ("strong", _verdict(summary)), ("table", _table(summary))]
     blocks += [("figure", path) for path in _figures(outcome, out)]

@@ -46,6 +46,7 @@ class AuditSummary:
     inconclusive: bool  # a σ = 0 control stays within the claim: the audit cannot see leakage
     blind_controls: tuple[str, ...]
     results: tuple[SettingResult, ...]
+    mechanism: str  # what was audited (an audit spec's ``mechanism``)
     noise_multiplier: float
     calibrated_noise_multiplier: float
     problem: dict[str, Any]
@@ -63,6 +64,7 @@ class AuditSummary:
             "inconclusive": self.inconclusive,
             "blind_controls": list(self.blind_controls),
             "results": [r.to_dict() for r in self.results],
+            "mechanism": self.mechanism,
             "noise_multiplier": self.noise_multiplier,
             "calibrated_noise_multiplier": self.calibrated_noise_multiplier,
             "problem": self.problem,

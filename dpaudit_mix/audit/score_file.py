@@ -70,12 +70,10 @@ def audit_score_file(
     """:func:`.scores.audit_scores` on ``scores`` (in, out), as :func:`read_scores` read them from
     ``path`` (read once: the caller checks them before it makes ``out``); with ``out``, the report there."""
     scores_in, scores_out = scores
-    claimed, full_batch = checked_claim(epsilon, delta, phases, confidence, threshold)
+    claimed = checked_claim(epsilon, delta, phases, confidence, threshold)
     if out is not None:  # every input checked first: a refused audit makes no folder
         out = check_output(out, folder=True, inputs=[path])
-    result, found = analyse(
-        scores_in, scores_out, epsilon, delta, claimed, full_batch, confidence, threshold, seed, label
-    )
+    result, found = analyse(scores_in, scores_out, epsilon, delta, claimed, phases, confidence, threshold, seed, label)
     if out is not None:
         figure = save_figure(tradeoff_figure(claimed, epsilon, {label: found}), out / "tradeoff.png")
         mechanism = "; ".join(
@@ -93,17 +91,18 @@ def audit_score_file(
                 "p",
                 f"Scores from {path}: {len(scores_in)} canary-in, {len(scores_out)} canary-out runs; {claim}; "
                 f"{confidence:.0%} Clopper–Pearson, thresholds by '{threshold}'. μ_LB and ε_LB (GDP) are "
-                + ("a bound here (full batch)." if full_batch else "NOT a bound here (Poisson sampling)."),
+                + ("a bound here (full batch)." if result.gdp_is_bound else "NOT a bound here (Poisson sampling)."),
             ),
             ("strong", verdict),
             (
                 "table",
                 [
-                    ["ε_LB", "μ_LB", "ε_LB (GDP)", "profile", "AUROC [95% CI]"],
+                    ["ε_LB", "μ_LB", "ε_LB (GDP)", "ε_LB (profile)", "profile", "AUROC [95% CI]"],
                     [
                         f"{result.epsilon_lower_bound:.3f}",
                         f"{result.mu_lower_bound:.3f}",
                         f"{result.epsilon_lower_bound_gdp:.3f}",
+                        f"{result.epsilon_lower_bound_profile:.3f}",
                         "VIOLATED" if result.profile_violation else "ok",
                         f"{result.auroc:.3f} [{result.auroc_ci[0]:.3f}, {result.auroc_ci[1]:.3f}]",
                     ],

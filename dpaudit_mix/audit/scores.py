@@ -21,7 +21,7 @@ from ..errors import InputError, require
 from ..randomness import stream
 from .attack import STRATEGIES, AttackResult, attack
 from .diagnostics import diagnose
-from .profile import GaussianTradeOff, TradeOff, claimed_tradeoff
+from .profile import GaussianTradeOff, TradeOff, claimed_tradeoff, epsilon_lower_bound_profile
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,7 @@ class AuditResult:
     mu_lower_bound: float  # μ of the Gaussian trade-off the best CP point rules out
     epsilon_lower_bound_gdp: float  # μ_LB as (ε, δ): a bound only when gdp_is_bound
     gdp_is_bound: bool  # True for a full-batch claim; under Poisson sampling μ-GDP is an assumption
+    epsilon_lower_bound_profile: float  # largest ε′ of the claim's σ-scaled curves the CP points violate (any q)
     claimed_mu: float | None  # the claim as μ-GDP (full batch only)
     profile_violation: bool  # a CP point lies below the claimed trade-off curve (rigorous, any q)
     gdp_fpr_upper: float
@@ -58,6 +59,7 @@ class AuditResult:
             "mu_lower_bound": self.mu_lower_bound,
             "epsilon_lower_bound_gdp": self.epsilon_lower_bound_gdp,
             "gdp_is_bound": self.gdp_is_bound,
+            "epsilon_lower_bound_profile": self.epsilon_lower_bound_profile,
             **({} if self.claimed_mu is None else {"claimed_mu": self.claimed_mu}),
             "profile_violation": self.profile_violation,
             "gdp_fpr_upper": self.gdp_fpr_upper,
@@ -92,14 +94,14 @@ def checked_claim(
     phases: Sequence[accounting.GaussianPhase] | None,
     confidence: float,
     threshold: str,
-) -> tuple[TradeOff, bool]:
-    """The claimed trade-off curve, and whether the Gaussian numbers bound it (full batch), after
-    checking every setting of the audit (one InputError for the first bad one)."""
+) -> TradeOff:
+    """The claimed trade-off curve, after checking every setting of the audit (one InputError for
+    the first bad one)."""
     accounting.check_epsilon(epsilon)
     accounting.check_delta(delta)
     require(0 < confidence < 1, f"confidence must be in (0, 1), got {confidence}")
     require(threshold in STRATEGIES, f"unknown threshold strategy {threshold!r}; choose from {STRATEGIES}")
-    return claimed_tradeoff(epsilon, delta, phases), not phases or all(p.sample_rate == 1.0 for p in phases)
+    return claimed_tradeoff(epsilon, delta, phases)
 
 
 def analyse(
@@ -108,7 +110,7 @@ def analyse(
     epsilon: float,
     delta: float,
     claimed: TradeOff,
-    gdp_is_bound: bool,
+    phases: Sequence[accounting.GaussianPhase] | None,
     confidence: float,
     threshold: str,
     seed: int,
@@ -117,14 +119,23 @@ def analyse(
     """The result and the attack behind it (its thresholds and counted runs, for figures).
 
     Runs are in-scores then out-scores; ``split`` draws its SELECT half, and the AUROC bootstrap
-    its resamples, from streams named by ``seed`` and ``label``.
+    its resamples, from streams named by ``seed`` and ``label``. ``phases`` are the claim's
+    Gaussian phases (None: a μ-GDP claim, the Gaussian numbers are then bounds).
     """
+    gdp_is_bound = not phases or all(p.sample_rate == 1.0 for p in phases)
     scores = np.concatenate([scores_in, scores_out])
     include = np.arange(len(scores)) < len(scores_in)
     select = stream(seed, "audit-assignment", scores=label, runs=len(scores)).numpy().permutation(len(scores))
     found = attack(scores, include, select < len(scores) // 2, delta, confidence, threshold)
     diag = diagnose(scores_in, scores_out, stream(seed, "audit-bootstrap", scores=label))
     profile_violation = found.profile_violation(claimed)
+    profile_bound = (
+        found.epsilon_lower_bound_gdp
+        if gdp_is_bound or not phases
+        else epsilon_lower_bound_profile(
+            phases, [p.fpr_upper for p in found.points], [p.fnr_upper for p in found.points], delta
+        )
+    )
     strict, gdp = found.strict, found.gdp
     result = AuditResult(
         runs=len(scores),
@@ -134,6 +145,7 @@ def analyse(
         mu_lower_bound=found.mu_lower_bound,
         epsilon_lower_bound_gdp=found.epsilon_lower_bound_gdp,
         gdp_is_bound=gdp_is_bound,
+        epsilon_lower_bound_profile=profile_bound,
         claimed_mu=claimed.mu if isinstance(claimed, GaussianTradeOff) else None,
         profile_violation=profile_violation,
         gdp_fpr_upper=gdp.fpr_upper,
@@ -171,5 +183,5 @@ def audit_scores(
     strategy and the AUROC bootstrap draw from (same inputs, same result).
     """
     scores_in, scores_out = checked_scores(in_scores, "in_scores"), checked_scores(out_scores, "out_scores")
-    claimed, full_batch = checked_claim(epsilon, delta, phases, confidence, threshold)
-    return analyse(scores_in, scores_out, epsilon, delta, claimed, full_batch, confidence, threshold, seed, label)[0]
+    claimed = checked_claim(epsilon, delta, phases, confidence, threshold)
+    return analyse(scores_in, scores_out, epsilon, delta, claimed, phases, confidence, threshold, seed, label)[0]

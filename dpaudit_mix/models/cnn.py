@@ -9,21 +9,20 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from functools import cache
 from typing import Any
 
 import numpy as np
 import torch
-from opacus import PrivacyEngine
 from sklearn.metrics import roc_auc_score
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from .. import accounting
 from ..errors import InputError
-from ..randomness import Key, RandomSource, source, torch_scope
+from ..randomness import Key, torch_scope
+from . import opacus_sgd
 
 CLASSES = 10
 
@@ -140,41 +139,6 @@ def batches_per_epoch(n: int, batch: int) -> int:
     return math.ceil(n / min(batch, n))
 
 
-def _own_noise(optimizer: Any, gaussians: RandomSource) -> None:
-    """Replace the optimizer's Gaussian noise by draws from ``gaussians`` (a named stream or the
-    OS CSPRNG), so the noise is never Opacus' global or hand-seeded generator.
-
-    Opacus' own secure mode needs torchcsprng, which no longer installs; so Opacus clips and sums
-    with σ set to 0 for the call (its bookkeeping unchanged), and the noise is added here. Its
-    accountant hook runs after the step and reads the restored σ.
-    """
-    clip_and_sum = optimizer.add_noise
-
-    def add_noise() -> None:
-        sigma = optimizer.noise_multiplier
-        optimizer.noise_multiplier = 0.0
-        try:
-            clip_and_sum()
-        finally:
-            optimizer.noise_multiplier = sigma
-        for p in optimizer.params:
-            noise = gaussians.standard_normal(tuple(p.grad.shape)) * (sigma * optimizer.max_grad_norm)
-            p.grad = p.grad + torch.from_numpy(noise).to(p.grad.dtype)
-
-    optimizer.add_noise = add_noise
-
-
-def _poisson_batches(
-    data: TensorDataset, sample_rate: float, count: int, draws: RandomSource
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """``count`` Poisson batches at rate q drawn from ``draws`` (Opacus' sampler would use torch's
-    global generator)."""
-    images, labels = data.tensors
-    for _ in range(count):
-        rows = torch.from_numpy(np.flatnonzero(draws.random(len(labels)) < sample_rate))
-        yield images[rows], labels[rows]
-
-
 def dp_finetune(
     model: SmallCNN,
     images: np.ndarray,
@@ -192,44 +156,18 @@ def dp_finetune(
 
     Alone (no ``prior``), σ is Opacus' own calibration for (ε, δ) (:func:`opacus_sigma`); after a
     ``prior`` phase on the same data, σ comes from our accountant so that both compose to ε.
-    Opacus clips and accounts; the Poisson batches come from ``key``'s "finetune-batches" stream
-    and the noise from its "finetune-noise" stream, or both from the OS CSPRNG when ``key`` is
-    None (not reproducible).
+    The steps are :func:`.opacus_sgd.train`'s (the code the ``opacus`` audit mechanism audits).
     """
     data = _tensors(images, labels)
-    loader = DataLoader(data, batch_size=min(batch, len(data)))
-    optimizer = torch.optim.SGD(model.parameters(), lr=learning_rate, momentum=0.9)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # opacus notes on secure RNG and on the batch-size estimate
-        engine = PrivacyEngine(accountant="prv")
-        module, optimizer, loader = engine.make_private(
-            module=model,
-            optimizer=optimizer,
-            data_loader=loader,
-            max_grad_norm=clip,
-            poisson_sampling=True,
-            noise_multiplier=finetune_sigma(epsilon, delta, len(loader), epochs, prior),
-        )
-    _own_noise(optimizer, source(None if key is None else key.stream("finetune-noise")))
-    draws = source(None if key is None else key.stream("finetune-batches"))
-    loss_fn = nn.CrossEntropyLoss()
-    module.train()
-    steps = 0
-    with warnings.catch_warnings():
-        # torch notes that Opacus' backward hooks fire although the inputs need no gradient.
-        warnings.filterwarnings("ignore", message="Full backward hook is firing")
-        for _ in range(epochs):
-            for x, y in _poisson_batches(data, loader.sample_rate, len(loader), draws):
-                if len(y) == 0:  # an empty Poisson batch: skipped, so at most the accounted steps run
-                    continue
-                optimizer.zero_grad()
-                loss_fn(module(x), y).backward()
-                optimizer.step()
-                steps += 1
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        spent = float(engine.get_epsilon(delta))
-    return Finetuned(module, float(optimizer.noise_multiplier), float(loader.sample_rate), steps, spent)
+    batches = batches_per_epoch(len(data), batch)
+    sigma = finetune_sigma(epsilon, delta, batches, epochs, prior)
+    private = opacus_sgd.make_private(model, len(data), batch, clip, sigma, learning_rate)
+    steps = opacus_sgd.train(private, data, epochs, _cross_entropy, key)
+    return Finetuned(private.module, sigma, private.sample_rate, steps, private.epsilon(delta))
+
+
+def _cross_entropy(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return nn.functional.cross_entropy(module(x), y)
 
 
 def evaluate(model: nn.Module, images: np.ndarray, labels: np.ndarray) -> dict[str, float]:

@@ -12,6 +12,8 @@ within their own data: any per-user function keeps the bound, and it keeps a ste
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,7 +38,13 @@ class UserLevelSGD:
     windows_per_user: int = 8
 
     def __post_init__(self) -> None:
-        accounting.GaussianPhase(self.noise_multiplier, self.sample_rate, self.steps)  # validates σ, q, T
+        # σ = 0 runs (an audit's controls) are allowed here; the accountant refuses them in ``phase``.
+        require(
+            math.isfinite(self.noise_multiplier) and self.noise_multiplier >= 0,
+            f"σ must be >= 0, got {self.noise_multiplier}",
+        )
+        require(0 < self.sample_rate <= 1, f"sample rate q must be in (0, 1], got {self.sample_rate}")
+        require(self.steps >= 1, f"steps T must be >= 1, got {self.steps}")
         require(self.clip > 0, f"clipping norm C must be > 0, got {self.clip}")
         require(self.learning_rate > 0, f"learning rate must be > 0, got {self.learning_rate}")
         require(self.windows_per_user >= 1, f"windows_per_user must be >= 1, got {self.windows_per_user}")
@@ -91,11 +99,18 @@ def released_step(
     return noisy_mean(per_user, config, len(data), noise)
 
 
-def train(model: nn.Module, user_windows: list[np.ndarray], config: UserLevelSGD, key: Key | None) -> nn.Module:
+def train(
+    model: nn.Module,
+    user_windows: list[np.ndarray],
+    config: UserLevelSGD,
+    key: Key | None,
+    observe: Callable[[torch.Tensor], None] | None = None,
+) -> nn.Module:
     """T steps of user-level DP-SGD on ``user_windows`` (one array of windows per user), with
     Adam applied to the released noisy mean (post-processing). The user sampling and window picks
     come from ``key``'s "finetune-batches" stream, the noise from its "finetune-noise" stream; with
-    ``key`` None, all of them from the OS CSPRNG (not reproducible)."""
+    ``key`` None, all of them from the OS CSPRNG (not reproducible). ``observe`` sees each step's
+    released noisy mean (what a white-box audit attacks)."""
     require(len(user_windows) >= 1, "user-level DP-SGD needs at least one user")
     batches = source(None if key is None else key.stream("finetune-batches"))
     noise = source(None if key is None else key.stream("finetune-noise"))
@@ -105,6 +120,8 @@ def train(model: nn.Module, user_windows: list[np.ndarray], config: UserLevelSGD
     model.train()
     for _ in range(config.steps):
         update = released_step(model, data, config, batches, noise)
+        if observe is not None:
+            observe(update)
         offset = 0
         for p in params:
             p.grad = update[offset : offset + p.numel()].reshape(p.shape).to(p.dtype)

@@ -23,8 +23,9 @@ import numpy as np
 from .. import __version__, accounting
 from .. import problem as problem_io
 from ..atomic import check_output, write_bytes, write_json
-from ..audit.engine import AuditSpec, run_audit
+from ..audit.engine import run_audit
 from ..audit.report import write_report
+from ..audit.spec import AuditSpec
 from ..cache import json_sha256, sha256, sha256_bytes
 from ..data import registry
 from ..errors import EXIT_BAD_INPUT, EXIT_VIOLATION, InputError, require

@@ -5,7 +5,8 @@ accountant is told) and then runs the learner (the *mechanism*: clipping, noise,
 A mutant breaks one of the two. The honest mechanism is the package's own code, unchanged; a
 learner mutant swaps one of the learner's primitives (``learner._clip_weights``,
 ``_noise_scale``, ``_normaliser``) or the accountant's ``_pld_event`` for the length of a
-``with mechanism.active():`` block.
+``with mechanism.active():`` block; a DP-SGD mutant swaps a piece of the pipeline's Opacus
+DP-SGD (:mod:`..models.opacus_sgd`) or of its user-level DP-SGD (:mod:`..models.userdp`).
 """
 
 from __future__ import annotations
@@ -14,15 +15,22 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from types import ModuleType
+from typing import Any
 from unittest import mock
 
 import dp_accounting
 import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
 
 from .. import accounting, learner
+from ..models import opacus_sgd, userdp
+from ..randomness import RandomSource
 
 #: the parts of a release a check exercises, and a mutant may break.
 ACCOUNTANT, WIRING, LEARNER = "accountant", "wiring", "learner"
+OPACUS, USER_DPSGD = "opacus", "user-dpsgd"  # the pipeline's DP-SGD: its Opacus finetune, its user-level step
 
 NoiseRule = Callable[[float, float, float, int], float]
 
@@ -83,6 +91,41 @@ def _pld_half_steps(phase: accounting.GaussianPhase) -> dp_accounting.DpEvent:
     return _shipped_pld_event(replace(phase, steps=max(1, phase.steps // 2)))
 
 
+_shipped_make_private = opacus_sgd.make_private
+
+
+def _optimizer_half_noise(*args: Any, **kwargs: Any) -> opacus_sgd.Private:
+    private = _shipped_make_private(*args, **kwargs)
+    private.optimizer.noise_multiplier /= 2
+    return private
+
+
+def _shuffled_batches(
+    data: TensorDataset, sample_rate: float, count: int, draws: RandomSource
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """An epoch of fixed-size batches (a shuffle cut in ``count``): every example exactly once."""
+    inputs, labels = data.tensors
+    for rows in np.array_split(np.argsort(draws.random(len(labels))), count):
+        index = torch.from_numpy(rows)
+        yield inputs[index], labels[index]
+
+
+def _per_window_step(
+    model: nn.Module, data: list[torch.Tensor], config: userdp.UserLevelSGD, batches: RandomSource, noise: RandomSource
+) -> torch.Tensor:
+    """User-level DP-SGD that clips each window's gradient to C and sums a user's windows
+    unclipped: a user with m windows moves the sum by up to mC."""
+    sampled = np.flatnonzero(batches.random(len(data)) < config.sample_rate)
+    size = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = torch.zeros(size)
+    for u in sampled:
+        windows = userdp._pick(data[u], config.windows_per_user, batches)
+        each = torch.stack([userdp.user_gradient(model, window[None]) for window in windows])
+        total += userdp.clip_rows(each, config.clip).sum(dim=0)
+    gaussian = torch.from_numpy(noise.standard_normal(size)).to(total.dtype)
+    return (total + config.noise_multiplier * config.clip * gaussian) / (config.sample_rate * len(data))
+
+
 MUTANTS: tuple[Mechanism, ...] = (
     Mechanism(
         "sigma_halved",
@@ -131,5 +174,23 @@ MUTANTS: tuple[Mechanism, ...] = (
         "the PLD accountant composes T/2 steps instead of T",
         patches=((accounting, "_pld_event", _pld_half_steps),),
         breaks=frozenset({ACCOUNTANT}),
+    ),
+    Mechanism(
+        "opacus_sigma_halved",
+        "the Opacus optimizer adds half the noise it was made private with",
+        patches=((opacus_sgd, "make_private", _optimizer_half_noise),),
+        breaks=frozenset({OPACUS}),
+    ),
+    Mechanism(
+        "fixed_size_batches",
+        "the Opacus DP-SGD takes shuffled fixed-size batches while the accountant assumes Poisson",
+        patches=((opacus_sgd, "poisson_batches", _shuffled_batches),),
+        breaks=frozenset({OPACUS}),
+    ),
+    Mechanism(
+        "per_window_clipping",
+        "user-level DP-SGD clips each window, not each user's summed gradient",
+        patches=((userdp, "released_step", _per_window_step),),
+        breaks=frozenset({USER_DPSGD}),
     ),
 )

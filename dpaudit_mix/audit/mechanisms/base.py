@@ -1,0 +1,59 @@
+"""What the engine needs from an audited mechanism: a :class:`Plan`, made before anything is
+written, whose ``collect`` turns run ids, their membership and a setting into both threat
+models' scores. The engine persists and resumes chunks and analyses the scores; a mechanism
+only knows how to run itself with and without a canary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from ...accounting import GaussianPhase
+from ...problem import Problem
+from ..spec import AuditSpec
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One canary kind, with the calibrated noise or as its σ = 0 control."""
+
+    canary: str
+    noise: bool
+
+    @property
+    def name(self) -> str:
+        return f"{self.canary}-{'noise' if self.noise else 'nonoise'}"
+
+
+class Collector(Protocol):
+    """Scores of runs ``runs`` (canary in where ``include``) of one setting: ``{"black_box": (R,),
+    "white_box": (R,)}``, larger when the canary is more likely in. Run r's randomness is its own,
+    so any chunking gives the same scores. Picklable: chunks may run in other processes."""
+
+    def __call__(self, setting: Setting, runs: np.ndarray, include: np.ndarray) -> dict[str, np.ndarray]: ...
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A mechanism's audit, fixed before any run: what it collects and what it claims."""
+
+    collect: Collector
+    claimed_phases: tuple[GaussianPhase, ...]  # the Gaussian phases σ was calibrated for: the claim
+    noise_multiplier: float  # σ the runs use (the calibrated one unless overridden)
+    problem: dict[str, Any]  # audit.json's description of the data D
+    canaries: dict[str, Any]  # audit.json's description of each canary
+    processes: bool  # chunks run in worker processes (Python-bound torch loops), not threads
+
+    @property
+    def calibrated_noise_multiplier(self) -> float:
+        return self.claimed_phases[0].noise_multiplier
+
+
+class Mechanism(Protocol):
+    def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> Plan:
+        """The audit of ``spec`` on D = ``data`` (drawn from ``full``); ``noise_multiplier``
+        overrides the calibrated σ. Every input error is raised here, before anything is written."""
+        ...

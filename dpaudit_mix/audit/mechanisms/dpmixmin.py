@@ -1,0 +1,80 @@
+"""DP-MixMin's learner as an audited mechanism: one batched fit per chunk of runs yields the
+released λ (black-box scores, :func:`..canaries.black_box_scores`) and every step's noisy
+gradient (white-box scores, from the learner itself)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from ... import accounting
+from ...errors import present
+from ...learner import Canary, LearnerConfig, fit
+from ...problem import Problem
+from ...randomness import Stream, stream
+from ..canaries import black_box_scores, max_clip_canary, natural_canary, natural_canary_index
+from ..spec import AuditSpec
+from .base import Plan, Setting
+
+
+@dataclass(frozen=True)
+class MixMinCollector:
+    data: Problem
+    config: LearnerConfig  # σ of the noisy settings; a control runs it at σ = 0
+    canaries: dict[str, Canary]
+    seed: int
+
+    def noise(self, setting: Setting) -> Stream:
+        return stream(self.seed, "learner-noise", audit=setting.name)
+
+    def __call__(self, setting: Setting, runs: np.ndarray, include: np.ndarray) -> dict[str, np.ndarray]:
+        config = self.config if setting.noise else replace(self.config, noise_multiplier=0.0)
+        canary = self.canaries[setting.canary]
+        result = fit(self.data, config, runs, self.noise(setting), canary=canary, include=include, threads=1)
+        return {
+            "black_box": black_box_scores(canary, result.weights),
+            "white_box": present(result.whitebox_scores, "a canary fit returned no white-box scores"),
+        }
+
+
+class DPMixMin:
+    """The mixing learner on D with a natural (held-out) and/or a max-clip canary."""
+
+    def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> Plan:
+        calibrated = accounting.calibrate(spec.epsilon, spec.delta, spec.sample_rate, spec.steps)
+        sigma = calibrated if noise_multiplier is None else noise_multiplier
+        canaries: dict[str, Canary] = {}
+        info: dict[str, Any] = {}
+        if "natural" in spec.canaries:
+            # At user level the canary is a held-out user, all of their rows; a problem without held-out
+            # user ids (image worlds) has one-example users, so a held-out example is a whole user.
+            by_user = spec.user_level and full.heldout_users is not None
+            index = natural_canary_index(full, spec.natural_policy, spec.clip, spec.natural_index, spec.seed, by_user)
+            canaries["natural"] = natural_canary(full, index, by_user)
+            info["natural"] = {
+                "policy": spec.natural_policy,
+                "heldout_index": index,
+                "examples": len(np.atleast_2d(present(canaries["natural"].logp, "a natural canary has rows"))),
+            }
+        if "max_clip" in spec.canaries:
+            canaries["max_clip"] = max_clip_canary(full.k, spec.clip)
+            direction = present(canaries["max_clip"].gradient, "a max-clip canary has a direction")
+            info["max_clip"] = {"norm": spec.clip, "direction": direction.tolist()}
+        config = LearnerConfig(
+            steps=spec.steps,
+            clip=spec.clip,
+            noise_multiplier=sigma,
+            sample_rate=spec.sample_rate,
+            learning_rate=spec.learning_rate,
+            user_level=spec.user_level,
+        )
+        return Plan(
+            collect=MixMinCollector(data, config, canaries, spec.seed),
+            claimed_phases=(accounting.GaussianPhase(calibrated, spec.sample_rate, spec.steps),),
+            noise_multiplier=sigma,
+            problem={"name": spec.problem, "task": full.task, "n_mixing": data.n, "k": data.k},
+            canaries=info,
+            processes=False,
+        )

@@ -1,0 +1,266 @@
+"""The pipeline's two DP-SGD mechanisms, audited as they run: the image finetune's Opacus
+DP-SGD (:mod:`...models.opacus_sgd`) and the text track's user-level DP-SGD
+(:mod:`...models.userdp`), each on a probe model small enough for tens of thousands of runs.
+
+The canary (Nasr et al. 2023) is an example (a user) whose clipped gradient is a Dirac of norm C
+in a coordinate w no other example touches: a bias-free weight that only the canary's loss
+reaches, pulled at CANARY_PULL · C so that clipping leaves exactly C. Released per step is the
+noisy mean; its w-coordinate times the mechanism's divisor over σC is x_t ~ N(μ·b_t, 1), μ =
+1/σ, b_t = 1 when the canary was sampled. The white-box score is the log-likelihood ratio of
+every step (Poisson at rate q),
+
+    Σ_t log((1 − q) + q · exp(μ x_t − μ²/2)),
+
+the Neyman–Pearson test of the claimed subsampled Gaussian; a step skipped for an empty batch
+tells that the canary was out (log(1 − q)). At σ = 0 (the controls) it is the canary's hits,
+Σ_t x_t σ. The black-box score is w after the last step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from ... import accounting
+from ...alphabet import V
+from ...errors import present, require
+from ...models import cnn, opacus_sgd, userdp
+from ...problem import Problem
+from ...randomness import Key
+from ..spec import AuditSpec
+from .base import Plan, Setting
+
+#: the canary's raw gradient on w is CANARY_PULL · C: clipping scales it to exactly C.
+CANARY_PULL = 4.0
+
+
+def dirac_score(released: np.ndarray, sigma: float, sample_rate: float) -> float:
+    """The white-box score of one run from its per-step released values x_t σ (the noisy sum's
+    w-coordinate over C, negated so that the canary pushes it up; NaN = a skipped step)."""
+    skipped = np.isnan(released)
+    if sigma == 0:
+        return float(np.sum(released[~skipped]))
+    mu = 1 / sigma
+    x = released[~skipped] / sigma
+    log_miss = np.log1p(-sample_rate) if sample_rate < 1 else -np.inf
+    terms = np.logaddexp(log_miss, np.log(sample_rate) + mu * x - mu**2 / 2)
+    return float(np.sum(terms) + (np.sum(skipped) * log_miss if skipped.any() else 0.0))
+
+
+def _run_key(seed: int, setting: Setting, run: int) -> Key:
+    return Key(seed).child(audit=setting.name, run=int(run))
+
+
+def _scores(runs: np.ndarray, one: Callable[[int], tuple[float, float]]) -> dict[str, np.ndarray]:
+    torch.set_num_threads(1)  # runs are tiny and chunks run side by side
+    pairs = np.array([one(int(r)) for r in runs]).reshape(len(runs), 2)
+    return {"black_box": pairs[:, 0], "white_box": pairs[:, 1]}
+
+
+# --- Opacus DP-SGD --------------------------------------------------------------------------
+
+
+class OpacusProbe(nn.Module):
+    """A linear classifier on D's features plus the canary weight w on a feature s that only the
+    canary has (s = 1; 0 for every example of D, whose features it zeroes). Every weight starts
+    at 0: the loss is convex, and a run's randomness is then its batches and noise alone."""
+
+    def __init__(self, features: int) -> None:
+        super().__init__()
+        self.body = nn.Linear(features, 2)
+        self.canary = nn.Linear(1, 1, bias=False)
+        for weight in self.parameters():
+            nn.init.zeros_(weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.body(x[:, :-1]), self.canary(x[:, -1:])], dim=1)
+
+    @property
+    def w(self) -> torch.Tensor:
+        return self.canary.weight
+
+
+def _probe_loss(pull: float) -> opacus_sgd.Loss:
+    def loss(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        out, s = module(x), x[:, -1]
+        ordinary = nn.functional.cross_entropy(out[:, :2], y, reduction="none")
+        return torch.mean((1 - s) * ordinary - pull * s * out[:, 2])
+
+    return loss
+
+
+def opacus_dataset(data: Problem) -> TensorDataset:
+    """D's examples as the probe sees them: standardised log-likelihood rows, label "a source of
+    the first half fits best", and s = 0."""
+    logp = data.logp - data.logp.mean(axis=0)
+    features = logp / np.maximum(logp.std(axis=0), 1e-12)
+    labels = (np.argmax(data.logp, axis=1) < data.k // 2).astype(np.int64)
+    inputs = np.hstack([features, np.zeros((data.n, 1))]).astype(np.float32)
+    return TensorDataset(torch.from_numpy(inputs), torch.from_numpy(labels))
+
+
+@dataclass(frozen=True)
+class OpacusCollector:
+    data: TensorDataset
+    batch: int
+    epochs: int
+    sigma: float
+    clip: float
+    learning_rate: float
+    seed: int
+
+    def _with_canary(self) -> TensorDataset:
+        inputs, labels = self.data.tensors
+        canary = torch.zeros((1, inputs.shape[1]))
+        canary[0, -1] = 1.0
+        return TensorDataset(torch.cat([inputs, canary]), torch.cat([labels, torch.zeros(1, dtype=labels.dtype)]))
+
+    def run(self, setting: Setting, run: int, canary_in: bool) -> tuple[float, float]:
+        key = _run_key(self.seed, setting, run)
+        data = self._with_canary() if canary_in else self.data
+        probe = OpacusProbe(data.tensors[0].shape[1] - 1)
+        sigma = self.sigma if setting.noise else 0.0
+        private = opacus_sgd.make_private(probe, len(self.data), self.batch, self.clip, sigma, self.learning_rate)
+        released: list[float] = []
+
+        def observe(stepped: bool) -> None:
+            scale = private.optimizer.expected_batch_size / self.clip  # the noisy sum over C
+            released.append(-float(present(probe.w.grad, "a step leaves w's gradient")) * scale if stepped else np.nan)
+
+        opacus_sgd.train(private, data, self.epochs, _probe_loss(CANARY_PULL * self.clip), key, observe)
+        return float(probe.w.detach()), dirac_score(np.array(released), sigma, private.sample_rate)
+
+    def __call__(self, setting: Setting, runs: np.ndarray, include: np.ndarray) -> dict[str, np.ndarray]:
+        flags = dict(zip(runs.tolist(), include.tolist(), strict=True))
+        return _scores(runs, lambda r: self.run(setting, r, flags[r]))
+
+
+class OpacusMechanism:
+    """The image finetune's DP-SGD: Opacus at q = 1 / ⌈n / batch⌉ for whole epochs, σ from Opacus'
+    own calibration (:func:`...models.cnn.finetune_sigma`), on D's rows."""
+
+    def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> Plan:
+        batches = round(1 / spec.sample_rate)
+        batch = -(-data.n // batches)
+        require(
+            cnn.batches_per_epoch(data.n, batch) == batches,
+            f"mechanism opacus: D's {data.n} examples cannot be cut into {batches} batches (q = {spec.sample_rate:g}); "
+            "choose rho or sample_rate so that n >= 1/q",
+        )
+        epochs = spec.steps // batches
+        calibrated = cnn.finetune_sigma(spec.epsilon, spec.delta, batches, epochs)
+        sigma = calibrated if noise_multiplier is None else noise_multiplier
+        collector = OpacusCollector(
+            opacus_dataset(data), batch, epochs, sigma, spec.clip, spec.learning_rate, spec.seed
+        )
+        return Plan(
+            collect=collector,
+            claimed_phases=(accounting.GaussianPhase(calibrated, spec.sample_rate, spec.steps),),
+            noise_multiplier=sigma,
+            problem={"name": spec.problem, "task": full.task, "examples": data.n, "batch": batch, "epochs": epochs},
+            canaries={"max_clip": _dirac_info(spec.clip)},
+            processes=True,
+        )
+
+
+def _dirac_info(clip: float) -> dict[str, Any]:
+    return {"norm": clip, "kind": "dirac", "pull": CANARY_PULL * clip}
+
+
+# --- user-level DP-SGD ----------------------------------------------------------------------
+
+#: the canary user's code: no window of D holds it (their codes are 0..k < V − 1).
+CANARY_CODE = V - 1
+
+
+class UserProbe(nn.Module):
+    """A bigram model (next-code logits from a table) whose canary positions (input CANARY_CODE)
+    score w instead. The forward value there is 0 (all codes equally likely) and the gradient
+    on w is constant, CANARY_PULL · C · (1 − 1/V) per window before clipping. The table starts
+    at 0 (a convex loss; a run's randomness is its sampling and noise alone)."""
+
+    def __init__(self, pull: float) -> None:
+        super().__init__()
+        self.table = nn.Embedding(V, V)
+        nn.init.zeros_(self.table.weight)
+        self.w = nn.Parameter(torch.zeros(()))
+        self.pull = pull / (1 - 1 / V)
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        target = nn.functional.one_hot(torch.tensor(CANARY_CODE), V).to(self.table.weight.dtype)
+        canary = self.pull * (self.w - self.w.detach()) * target
+        return torch.where((codes == CANARY_CODE)[..., None], canary, self.table(codes))
+
+
+def _offset(model: nn.Module, weight: torch.Tensor) -> int:
+    """Where ``weight`` starts in the model's flattened trainable weights (userdp's update layout)."""
+    offset = 0
+    for p in model.parameters():
+        if p is weight:
+            return offset
+        offset += p.numel() if p.requires_grad else 0
+    raise ValueError("the weight is not the model's")
+
+
+def user_windows(data: Problem) -> list[np.ndarray]:
+    """D's users, each row one window: the start code then its sources ranked by likelihood."""
+    users = present(data.users, "user-dpsgd needs user ids")
+    codes = np.hstack([np.zeros((data.n, 1), dtype=np.int64), 1 + np.argsort(-data.logp, axis=1)])
+    return [codes[users == u] for u in np.unique(users)]
+
+
+@dataclass(frozen=True)
+class UserCollector:
+    users: tuple[np.ndarray, ...]
+    config: userdp.UserLevelSGD
+    seed: int
+
+    def run(self, setting: Setting, run: int, canary_in: bool) -> tuple[float, float]:
+        key = _run_key(self.seed, setting, run)
+        width = self.users[0].shape[1]
+        canary_user = np.full((self.config.windows_per_user, width), CANARY_CODE, dtype=np.int64)
+        users = [*self.users, canary_user] if canary_in else list(self.users)
+        config = self.config if setting.noise else replace(self.config, noise_multiplier=0.0)
+        probe = UserProbe(CANARY_PULL * config.clip)
+        released: list[float] = []
+        divisor = config.sample_rate * len(users) / config.clip  # the noisy sum over C
+        w_index = _offset(probe, probe.w)  # w's place in the flattened update
+
+        def observe(update: torch.Tensor) -> None:
+            released.append(-float(update[w_index]) * divisor)
+
+        userdp.train(probe, users, config, key, observe)
+        return float(probe.w.detach()), dirac_score(np.array(released), config.noise_multiplier, config.sample_rate)
+
+    def __call__(self, setting: Setting, runs: np.ndarray, include: np.ndarray) -> dict[str, np.ndarray]:
+        flags = dict(zip(runs.tolist(), include.tolist(), strict=True))
+        return _scores(runs, lambda r: self.run(setting, r, flags[r]))
+
+
+class UserDPSGDMechanism:
+    """The text track's user-level DP-SGD (per-user clipping of the summed gradient, Poisson
+    user sampling), σ from our accountant, on D's users with a canary user."""
+
+    def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> Plan:
+        require(
+            data.users is not None,
+            f"mechanism user-dpsgd needs a problem with users (e.g. shakespeare-users); {spec.problem} has none",
+        )
+        calibrated = accounting.calibrate(spec.epsilon, spec.delta, spec.sample_rate, spec.steps)
+        sigma = calibrated if noise_multiplier is None else noise_multiplier
+        config = userdp.UserLevelSGD(spec.sample_rate, spec.steps, sigma, spec.clip, spec.learning_rate)
+        users = user_windows(data)
+        return Plan(
+            collect=UserCollector(tuple(users), config, spec.seed),
+            claimed_phases=(accounting.GaussianPhase(calibrated, spec.sample_rate, spec.steps),),
+            noise_multiplier=sigma,
+            problem={"name": spec.problem, "task": full.task, "examples": data.n, "users": len(users)},
+            canaries={"max_clip": {**_dirac_info(spec.clip), "windows": config.windows_per_user}},
+            processes=True,
+        )

@@ -1,0 +1,140 @@
+"""An audit as written in ``audits/*.toml``, and what every mechanism's audit shares: the data D
+(a seeded fraction ρ of the problem), which runs hold the canary, and the settings it runs.
+
+``mechanism`` names what is audited (see :mod:`.mechanisms`): the DP-MixMin learner, the
+pipeline's Opacus DP-SGD, or the text track's user-level DP-SGD. Keys that contradict the
+mechanism are refused here, before anything is written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import accounting
+from ..data import registry
+from ..errors import require
+from ..learner import LearnerConfig
+from ..problem import Problem, load
+from ..randomness import stream
+from ..specfile import Seed, check_fields, load_spec_file
+from .attack import STRATEGIES
+from .canaries import CANARY_KINDS, NATURAL_POLICIES
+
+THREATS = ("black_box", "white_box")
+#: what an audit may audit: the mixing learner, the image pipeline's Opacus finetune, the text
+#: track's user-level DP-SGD.
+MECHANISMS = ("dpmixmin", "opacus", "user-dpsgd")
+#: the canaries a DP-SGD mechanism is audited with: the Dirac ("max_clip") canary only.
+DPSGD_CANARIES = ("max_clip",)
+
+
+@dataclass(frozen=True)
+class AuditSpec:
+    """An audit, as written in ``audits/*.toml`` (every key optional, unknown keys rejected)."""
+
+    mechanism: str = MECHANISMS[0]
+    problem: str = "mnist"  # an embedded problem name, or a path to a problem file
+    task: str = registry.DEFAULT_TASK
+    epsilon: float = 1.0
+    delta: float = 1e-5
+    rho: float = 0.1  # fraction of the problem's examples used as the mixing data D
+    steps: int = 100
+    clip: float = LearnerConfig.clip
+    sample_rate: float = 1.0
+    learning_rate: float = 1.0
+    user_level: bool = False  # neighbours differ by one user (the canary is one more user)
+    canaries: tuple[str, ...] = CANARY_KINDS
+    natural_policy: str = "most_influential"
+    natural_index: int = 0
+    threats: tuple[str, ...] = THREATS
+    controls: bool = True  # also run every setting with the noise removed (σ = 0)
+    runs: int = 2_000
+    seed: Seed = 0
+    confidence: float = 0.95
+    threshold: str = STRATEGIES[0]  # how thresholds are chosen: "bonferroni" (all runs) or "split"
+    chunk_size: int = 512
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        accounting.check_epsilon(self.epsilon)
+        accounting.check_delta(self.delta)
+        require(0 < self.rho <= 1, f"rho must be in (0, 1], got {self.rho}")
+        require(self.runs >= 4, f"runs must be >= 4 (two halves of in and out runs), got {self.runs}")
+        require(0 < self.confidence < 1, f"confidence must be in (0, 1), got {self.confidence}")
+        require(self.chunk_size >= 1, f"chunk_size must be >= 1, got {self.chunk_size}")
+        require(
+            len(self.canaries) >= 1 and set(self.canaries) <= set(CANARY_KINDS),
+            f"canaries must be a non-empty subset of {CANARY_KINDS}, got {list(self.canaries)}",
+        )
+        require(
+            len(self.threats) >= 1 and set(self.threats) <= set(THREATS),
+            f"threats must be a non-empty subset of {THREATS}, got {list(self.threats)}",
+        )
+        require(self.threshold in STRATEGIES, f"threshold must be one of {STRATEGIES}, got {self.threshold!r}")
+        require(
+            self.natural_policy in NATURAL_POLICIES,
+            f"natural_policy must be one of {NATURAL_POLICIES}, got {self.natural_policy!r}",
+        )
+        require(self.mechanism in MECHANISMS, f"mechanism must be one of {MECHANISMS}, got {self.mechanism!r}")
+        if self.mechanism != "dpmixmin":
+            require(
+                set(self.canaries) <= set(DPSGD_CANARIES),
+                f"mechanism {self.mechanism} is audited with the Dirac canary only: canaries = {list(DPSGD_CANARIES)}, "
+                f"got {list(self.canaries)}",
+            )
+            require(
+                self.user_level == (self.mechanism == "user-dpsgd"),
+                f"mechanism {self.mechanism} is {'user' if self.mechanism == 'user-dpsgd' else 'example'}-level: "
+                f"set user_level = {str(self.mechanism == 'user-dpsgd').lower()}",
+            )
+        if self.mechanism == "opacus":
+            batches = round(1 / self.sample_rate)
+            require(
+                abs(batches * self.sample_rate - 1) < 1e-9 and self.steps % batches == 0,
+                f"mechanism opacus samples at q = 1/batches and runs whole epochs: sample_rate must be 1/an integer "
+                f"and steps a multiple of it, got sample_rate {self.sample_rate:g}, steps {self.steps}",
+            )
+        LearnerConfig(
+            steps=self.steps,
+            clip=self.clip,
+            sample_rate=self.sample_rate,
+            learning_rate=self.learning_rate,
+            user_level=self.user_level,
+        )
+
+
+def load_spec(path: str | Path, **overrides: Any) -> AuditSpec:
+    """Read a TOML audit spec; ``overrides`` (CLI flags, None = not given) take precedence."""
+    return load_spec_file(AuditSpec, path, **overrides)
+
+
+def resolve_problem(spec: AuditSpec) -> Problem:
+    if spec.problem in registry.PROBLEMS:
+        return registry.build(spec.problem, spec.task)
+    return load(registry.problem_path(spec.problem))
+
+
+def mixing_data(problem: Problem, spec: AuditSpec) -> Problem:
+    """D: a seeded fraction ρ of the problem's examples."""
+    size = max(1, round(spec.rho * problem.n))
+    rows = np.sort(stream(spec.seed, "audit-mixing-rows", rho=spec.rho).numpy().permutation(problem.n)[:size])
+    return problem.subset(rows)
+
+
+def assignments(spec: AuditSpec) -> np.ndarray:
+    """Which runs hold the canary: half of them, drawn from the seed."""
+    return stream(spec.seed, "audit-assignment", runs=spec.runs).numpy().permutation(spec.runs) < spec.runs // 2
+
+
+@dataclass(frozen=True)
+class Setting:
+    canary: str
+    noise: bool
+
+    @property
+    def name(self) -> str:
+        return f"{self.canary}-{'noise' if self.noise else 'nonoise'}"
