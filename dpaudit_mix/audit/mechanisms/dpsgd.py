@@ -53,8 +53,9 @@ def dirac_score(released: np.ndarray, sigma: float, sample_rate: float) -> float
     return float(np.sum(terms) + (np.sum(skipped) * log_miss if skipped.any() else 0.0))
 
 
-def _run_key(seed: int, setting: Setting, run: int) -> Key:
-    return Key(seed).child(audit=setting.name, run=int(run))
+def _run_key(seed: int, mechanism: str, setting: Setting, run: int) -> Key:
+    """Run r's streams ("finetune-batches", "finetune-noise"), its own in every mechanism and setting."""
+    return Key(seed).child(mechanism=mechanism, audit=setting.name, run=int(run))
 
 
 def _scores(runs: np.ndarray, one: Callable[[int], tuple[float, float]]) -> dict[str, np.ndarray]:
@@ -122,7 +123,7 @@ class OpacusCollector:
         return TensorDataset(torch.cat([inputs, canary]), torch.cat([labels, torch.zeros(1, dtype=labels.dtype)]))
 
     def run(self, setting: Setting, run: int, canary_in: bool) -> tuple[float, float]:
-        key = _run_key(self.seed, setting, run)
+        key = _run_key(self.seed, "opacus", setting, run)
         data = self._with_canary() if canary_in else self.data
         probe = OpacusProbe(data.tensors[0].shape[1] - 1)
         sigma = self.sigma if setting.noise else 0.0
@@ -222,7 +223,7 @@ class UserCollector:
     seed: int
 
     def run(self, setting: Setting, run: int, canary_in: bool) -> tuple[float, float]:
-        key = _run_key(self.seed, setting, run)
+        key = _run_key(self.seed, "user-dpsgd", setting, run)
         width = self.users[0].shape[1]
         canary_user = np.full((self.config.windows_per_user, width), CANARY_CODE, dtype=np.int64)
         users = [*self.users, canary_user] if canary_in else list(self.users)
