@@ -286,6 +286,33 @@ def privacy_profile(phases: Sequence[GaussianPhase], epsilons: np.ndarray) -> np
     return np.asarray(_pld_accountant(phases).get_delta(np.asarray(epsilons, dtype=float)), dtype=float)
 
 
+#: the discretisation of :func:`optimistic_epsilon`: 10× coarser than the accountant's (about 10× faster).
+OPTIMISTIC_INTERVAL = 1e-3
+
+
+def optimistic_epsilon(phases: Sequence[GaussianPhase], delta: float) -> float:
+    """ε at ``delta`` from dp_accounting's *optimistic* PLD of ``phases`` (never above the true ε):
+    what a lower bound may report as the ε of a mechanism it has shown to be at least that leaky."""
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    check_delta(delta)
+    require(len(phases) >= 1, "nothing to account")
+    losses = [
+        pld.from_gaussian_mechanism(
+            p.noise_multiplier,
+            pessimistic_estimate=False,
+            value_discretization_interval=OPTIMISTIC_INTERVAL,
+            sampling_prob=p.sample_rate,
+            use_connect_dots=False,  # it supports only the pessimistic estimate
+        ).self_compose(p.steps)
+        for p in phases
+    ]
+    composed = losses[0]
+    for more in losses[1:]:
+        composed = composed.compose(more)
+    return float(composed.get_epsilon_for_delta(delta))
+
+
 def privacy_profile_curve(
     phases: Sequence[GaussianPhase], delta_floor: float, points: int, interval: float | None = None
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -128,3 +128,20 @@ def test_epsilon_lower_bound_profile_is_the_gdp_bound_at_full_batch() -> None:
     expected = accounting.gdp_epsilon_of_mu(mu, 1e-5)
     found = epsilon_lower_bound_profile([accounting.GaussianPhase(5.0, 1.0, 4)], fpr, fnr, 1e-5)
     assert 0.97 * expected <= found <= expected * 1.001
+
+
+def test_user_level_dpsgd_divides_by_the_public_user_count() -> None:
+    """An audit's canary-in run holds one user more than the public U: the divisor qU must stay U."""
+    import torch
+
+    from dpaudit_mix.audit.mechanisms.dpsgd import CANARY_CODE, UserProbe
+    from dpaudit_mix.models import userdp
+    from dpaudit_mix.randomness import stream
+
+    canary = [torch.full((2, 5), CANARY_CODE, dtype=torch.int64)]  # one user: the canary, two windows
+    for users, expected in ((None, -1.0), (10, -0.1)):  # −C / (q U), C = q = 1
+        config = userdp.UserLevelSGD(1.0, 1, 0.0, 1.0, 0.1, users=users)
+        probe = UserProbe(4.0)
+        draws = stream(0, "finetune-batches", test="divisor")
+        update = userdp.released_step(probe, canary, config, draws.numpy(), draws.numpy())
+        assert float(update[0]) == pytest.approx(expected)  # w is the probe's first weight

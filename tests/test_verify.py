@@ -22,7 +22,6 @@ TINY = Level(
     audits=(AuditPoint(2.0, 1.0, 10),),
     audit_runs=1000,
     dpsgd_audits=(),  # the failure-path tests break the learner; the DP-SGD checks cannot see it
-    dpsgd_runs=0,
 )
 
 

@@ -110,9 +110,10 @@ def epsilon_lower_bound_profile(
 
     The family is ``phases`` with every σ scaled by one factor c (same q and T): its curves rise
     with c, so the points violate exactly the curves of c above some c★, bracketed by doubling
-    from the claim (c = 1) and bisected in log c. ε′ is ε at ``delta`` of the violated end: a
-    rigorous lower bound for any q (for q = 1 it is the GDP bound, up to the bisection's
-    resolution). 0 when even MAX_SCALE times the claimed σ is not violated.
+    from the claim (c = 1) and bisected in log c. ε′ is the optimistic PLD's ε at ``delta`` of
+    the violated end (never above its true ε): a rigorous lower bound for any q (for q = 1 it is
+    the GDP bound, up to the bisection's resolution). 0 when even MAX_SCALE times the claimed σ
+    is not violated.
     """
 
     def scaled(c: float) -> list[accounting.GaussianPhase]:
@@ -126,7 +127,7 @@ def epsilon_lower_bound_profile(
         high, low = 1.0, max(0.5, floor)
         while violated(low):
             if low <= floor:
-                return accounting.epsilon(scaled(low), delta)  # violated down to the floor
+                return accounting.optimistic_epsilon(scaled(low), delta)  # violated down to the floor
             high, low = low, max(low / 2, floor)
     else:
         low, high = 1.0, 2.0
@@ -137,4 +138,4 @@ def epsilon_lower_bound_profile(
     while high / low > BISECTION_RATIO:
         middle = math.sqrt(low * high)
         low, high = (low, middle) if violated(middle) else (middle, high)
-    return accounting.epsilon(scaled(high), delta)
+    return accounting.optimistic_epsilon(scaled(high), delta)

@@ -36,6 +36,9 @@ class UserLevelSGD:
     clip: float  # C, on each user's summed gradient
     learning_rate: float
     windows_per_user: int = 8
+    #: U of the public divisor qU: the public number of users (None: as many as it trains on). An
+    #: audit's neighbour holds one user more, and must not divide by more (that would tell U).
+    users: int | None = None
 
     def __post_init__(self) -> None:
         # σ = 0 runs (an audit's controls) are allowed here; the accountant refuses them in ``phase``.
@@ -48,6 +51,7 @@ class UserLevelSGD:
         require(self.clip > 0, f"clipping norm C must be > 0, got {self.clip}")
         require(self.learning_rate > 0, f"learning rate must be > 0, got {self.learning_rate}")
         require(self.windows_per_user >= 1, f"windows_per_user must be >= 1, got {self.windows_per_user}")
+        require(self.users is None or self.users >= 1, f"users must be >= 1, got {self.users}")
 
     @property
     def phase(self) -> accounting.GaussianPhase:
@@ -96,7 +100,12 @@ def released_step(
     rows = [user_gradient(model, _pick(data[u], config.windows_per_user, batches)) for u in sampled]
     size = sum(p.numel() for p in model.parameters() if p.requires_grad)
     per_user = torch.stack(rows) if rows else torch.zeros((0, size))
-    return noisy_mean(per_user, config, len(data), noise)
+    return noisy_mean(per_user, config, divisor_users(config, data), noise)
+
+
+def divisor_users(config: UserLevelSGD, data: list[torch.Tensor]) -> int:
+    """U of the divisor qU: the configured public count, else the users trained on."""
+    return len(data) if config.users is None else config.users
 
 
 def train(

@@ -123,7 +123,9 @@ def _per_window_step(
         each = torch.stack([userdp.user_gradient(model, window[None]) for window in windows])
         total += userdp.clip_rows(each, config.clip).sum(dim=0)
     gaussian = torch.from_numpy(noise.standard_normal(size)).to(total.dtype)
-    return (total + config.noise_multiplier * config.clip * gaussian) / (config.sample_rate * len(data))
+    return (total + config.noise_multiplier * config.clip * gaussian) / (
+        config.sample_rate * userdp.divisor_users(config, data)
+    )
 
 
 MUTANTS: tuple[Mechanism, ...] = (

@@ -230,7 +230,7 @@ class UserCollector:
         config = self.config if setting.noise else replace(self.config, noise_multiplier=0.0)
         probe = UserProbe(CANARY_PULL * config.clip)
         released: list[float] = []
-        divisor = config.sample_rate * len(users) / config.clip  # the noisy sum over C
+        divisor = config.sample_rate * len(self.users) / config.clip  # the noisy sum over C (public U)
         w_index = _offset(probe, probe.w)  # w's place in the flattened update
 
         def observe(update: torch.Tensor) -> None:
@@ -255,8 +255,10 @@ class UserDPSGDMechanism:
         )
         calibrated = accounting.calibrate(spec.epsilon, spec.delta, spec.sample_rate, spec.steps)
         sigma = calibrated if noise_multiplier is None else noise_multiplier
-        config = userdp.UserLevelSGD(spec.sample_rate, spec.steps, sigma, spec.clip, spec.learning_rate)
         users = user_windows(data)
+        config = userdp.UserLevelSGD(
+            spec.sample_rate, spec.steps, sigma, spec.clip, spec.learning_rate, users=len(users)
+        )
         return Plan(
             collect=UserCollector(tuple(users), config, spec.seed),
             claimed_phases=(accounting.GaussianPhase(calibrated, spec.sample_rate, spec.steps),),
