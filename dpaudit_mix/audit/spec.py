@@ -128,13 +128,3 @@ def mixing_data(problem: Problem, spec: AuditSpec) -> Problem:
 def assignments(spec: AuditSpec) -> np.ndarray:
     """Which runs hold the canary: half of them, drawn from the seed."""
     return stream(spec.seed, "audit-assignment", runs=spec.runs).numpy().permutation(spec.runs) < spec.runs // 2
-
-
-@dataclass(frozen=True)
-class Setting:
-    canary: str
-    noise: bool
-
-    @property
-    def name(self) -> str:
-        return f"{self.canary}-{'noise' if self.noise else 'nonoise'}"

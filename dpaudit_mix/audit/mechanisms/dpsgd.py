@@ -58,9 +58,12 @@ def _run_key(seed: int, mechanism: str, setting: Setting, run: int) -> Key:
     return Key(seed).child(mechanism=mechanism, audit=setting.name, run=int(run))
 
 
-def _scores(runs: np.ndarray, one: Callable[[int], tuple[float, float]]) -> dict[str, np.ndarray]:
+def _scores(
+    runs: np.ndarray, include: np.ndarray, one: Callable[[int, bool], tuple[float, float]]
+) -> dict[str, np.ndarray]:
+    """Each run's (black-box, white-box) score from ``one(run, canary_in)``."""
     torch.set_num_threads(1)  # runs are tiny and chunks run side by side
-    pairs = np.array([one(int(r)) for r in runs]).reshape(len(runs), 2)
+    pairs = np.array([one(int(r), bool(i)) for r, i in zip(runs, include, strict=True)]).reshape(len(runs), 2)
     return {"black_box": pairs[:, 0], "white_box": pairs[:, 1]}
 
 
@@ -138,8 +141,7 @@ class OpacusCollector:
         return float(probe.w.detach()), dirac_score(np.array(released), sigma, private.sample_rate)
 
     def __call__(self, setting: Setting, runs: np.ndarray, include: np.ndarray) -> dict[str, np.ndarray]:
-        flags = dict(zip(runs.tolist(), include.tolist(), strict=True))
-        return _scores(runs, lambda r: self.run(setting, r, flags[r]))
+        return _scores(runs, include, lambda r, canary_in: self.run(setting, r, canary_in))
 
 
 class OpacusMechanism:
@@ -240,8 +242,7 @@ class UserCollector:
         return float(probe.w.detach()), dirac_score(np.array(released), config.noise_multiplier, config.sample_rate)
 
     def __call__(self, setting: Setting, runs: np.ndarray, include: np.ndarray) -> dict[str, np.ndarray]:
-        flags = dict(zip(runs.tolist(), include.tolist(), strict=True))
-        return _scores(runs, lambda r: self.run(setting, r, flags[r]))
+        return _scores(runs, include, lambda r, canary_in: self.run(setting, r, canary_in))
 
 
 class UserDPSGDMechanism:
