@@ -24,6 +24,7 @@ from . import problem as problem_io
 from .atomic import check_output, write_json
 from .audit import BACKENDS
 from .data import registry
+from .data.proxies import PROXIES
 from .errors import EXIT_BAD_INPUT, EXIT_FAULT, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_VIOLATION, InputError, require
 from .learner import LearnerConfig
 
@@ -137,8 +138,9 @@ def cmd_problem(args: argparse.Namespace) -> None:
     from .mixmin import mixmin
     from .recovery.metrics import cos_similarity
 
+    proxy = registry.proxy_spec(args.name, args.proxy, args.proxy_epochs)
     check_output(args.out, folder=False)
-    prob = registry.build(args.name, args.task or registry.tasks(args.name)[0], args.seed)
+    prob = registry.build(args.name, args.task or registry.tasks(args.name)[0], args.seed, proxy=proxy)
     problem_io.save(prob, args.out)
     star = mixmin(prob.logp).weights
     _emit(
@@ -359,6 +361,12 @@ def build_parser() -> argparse.ArgumentParser:
     prob.add_argument("name", help=f"one of: {', '.join(registry.PROBLEMS)}")
     prob.add_argument("--task", help="default: the world's first task (digit-0, or lm for the text world)")
     prob.add_argument("--seed", type=_seed, default=0)
+    prob.add_argument("--proxy", choices=PROXIES, default="logistic", help="image worlds: the per-source proxies")
+    prob.add_argument(
+        "--proxy-epochs",
+        type=_positive_int,
+        help="cnn proxies: fixed epochs (default: early stopping on public validation)",
+    )
     prob.add_argument("--out", required=True)
     prob.set_defaults(func=cmd_problem)
 

@@ -4,13 +4,20 @@ and a run of it from spec file to report. The command line only parses, calls th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from .atomic import check_output
 from .data import registry
 from .specfile import parse_spec, read_spec_bytes, spec_table
+
+if TYPE_CHECKING:
+    from .pipeline.rows import RowResult
+    from .pipeline.spec import Variant
 
 #: the methods DP-MixMin is compared against in a pipeline's summary.
 COMPARED = ("uniform", "random_search", "nonprivate_mixmin")
@@ -24,7 +31,7 @@ class PipelineSummary:
     out: str
     runs: int
     measure: str  # the name of the comparison, e.g. "dpmixmin_minus" (macro AUC differences)
-    comparisons: dict[str, dict[float, float]]
+    comparisons: dict[str, Any]
 
     def to_dict(self) -> dict[str, Any]:
         return {"out": self.out, "runs": self.runs, self.measure: self.comparisons}
@@ -38,47 +45,90 @@ def is_text_world(world: Any) -> bool:
     return isinstance(world, str) and world in registry.PROBLEMS and registry.canonical(world) == registry.TEXT_WORLD
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """A pipeline spec whose world is built and whose every σ is calibrated: nothing is written
+    yet. ``run(out, cache)`` runs it, writes its report and mixtures.json in ``out``."""
+
+    run: Callable[[Path, Path], tuple[RowResult, dict[str, dict[float, float]]]]
+
+
+def _prepare(spec: Any, variant: Variant[Any], text: bool, secure: bool, progress: bool) -> _Prepared:
+    """The image or the text track of ``spec``; bad input (an unreachable ε …) raises here."""
+    from .pipeline.rows import RowResult, mixture_entries, write_mixtures
+    from .pipeline.stages import StageCache, preflight
+
+    if text:
+        from .lm.report import relative_reduction, write_text_report
+        from .lm.run import TextTrack, build_text_world, run_text_pipeline, user_counts
+
+        world = build_text_world(spec)
+        preflight(TextTrack(spec, world, secure), spec.epsilons)
+
+        def run_text(out: Path, cache: Path) -> tuple[RowResult, dict[str, dict[float, float]]]:
+            records = [r.to_dict() for r in run_text_pipeline(spec, out, world, progress, secure, cache)]
+            frame = write_text_report(records, spec, list(world.sources), user_counts(spec, world), out)
+            write_mixtures(out, mixture_entries(records))
+            scores = frame[["method", "epsilon", "seed", "perplexity"]].rename(columns={"perplexity": "value"})
+            reductions = {
+                other: relative_reduction(frame, "dpmixmin", other)["mean"].to_dict()
+                for other in COMPARED
+                if {"dpmixmin", other} <= set(spec.methods)
+            }
+            return RowResult(variant, records, scores, None), reductions
+
+        return _Prepared(run_text)
+
+    from .pipeline.report import paired_differences, write_pipeline_report
+    from .pipeline.run import build_world, image_track, proxy_report, run_pipeline
+
+    image_world = build_world(spec)
+    preflight(image_track(spec, image_world, StageCache(Path()), False, secure), spec.epsilons)
+
+    def run_image(out: Path, cache: Path) -> tuple[RowResult, dict[str, dict[float, float]]]:
+        runs = run_pipeline(spec, out, progress, image_world, secure, cache)
+        records = [r.to_dict() for r in runs]
+        proxies = proxy_report(spec, image_world, cache)
+        frame = write_pipeline_report(records, spec, proxies, out)
+        write_mixtures(out, mixture_entries(records))
+        macro = frame[frame["task"] == "macro"][["method", "epsilon", "seed", "value"]]
+        diffs = {
+            other: paired_differences(frame, "dpmixmin", other)["mean"].to_dict()
+            for other in COMPARED
+            if {"dpmixmin", other} <= set(spec.methods)
+        }
+        return RowResult(variant, records, macro.reset_index(drop=True), float(np.mean(proxies.accuracy))), diffs
+
+    return _Prepared(run_image)
+
+
 def run_pipeline_file(
     path: str, out: str | None = None, secure: bool = False, progress: bool = True
 ) -> PipelineSummary:
     """The pipeline of the spec at ``path`` on its world's track (image or text), then its report.
-    Every input error is raised before anything is written."""
+    A spec with list keys (``rhos`` …) runs once per row into ``OUT/rows/<row>/``, sharing one
+    stage cache, and ``OUT`` gets the rows' report. Every input error (of any row) is raised
+    before anything is written."""
+    from .lm.spec import TextPipelineSpec
+    from .pipeline.rows import write_rows_report
+    from .pipeline.spec import PipelineSpec, Variant, variants
+
     content = read_spec_bytes(Path(path))
-    stem = f"pipeline-{Path(path).stem}"
-    if is_text_world(spec_table(Path(path), content).get("world")):
-        from .lm.report import relative_reduction, write_text_report
-        from .lm.run import build_text_world, run_text_pipeline, user_counts
-        from .lm.spec import TextPipelineSpec
-
-        text_spec = parse_spec(TextPipelineSpec, Path(path), content)
-        folder = _out(out, stem)
-        world = build_text_world(text_spec)
-        runs = run_text_pipeline(text_spec, folder, world=world, progress=progress, secure=secure)
-        users = user_counts(text_spec, world)
-        frame = write_text_report([r.to_dict() for r in runs], text_spec, list(world.sources), users, folder)
-        reductions = {
-            other: relative_reduction(frame, "dpmixmin", other)["mean"].to_dict()
-            for other in COMPARED
-            if {"dpmixmin", other} <= set(text_spec.methods)
-        }
-        return PipelineSummary(str(folder), len(runs), "dpmixmin_perplexity_reduction_vs", reductions)
-    from .pipeline.report import paired_differences, write_pipeline_report
-    from .pipeline.run import build_world, run_pipeline
-    from .pipeline.spec import PipelineSpec
-
-    spec = parse_spec(PipelineSpec, Path(path), content)
-    folder = _out(out, stem)
-    image_world = build_world(spec)
-    image_runs = run_pipeline(spec, folder, progress=progress, world=image_world, secure=secure)
-    frame = write_pipeline_report(
-        [r.to_dict() for r in image_runs], spec, [s.name for s in image_world.sources], folder
-    )
-    diffs = {
-        other: paired_differences(frame, "dpmixmin", other)["mean"].to_dict()
-        for other in COMPARED
-        if {"dpmixmin", other} <= set(spec.methods)
-    }
-    return PipelineSummary(str(folder), len(image_runs), "dpmixmin_minus", diffs)
+    text = is_text_world(spec_table(Path(path), content).get("world"))
+    spec = parse_spec(TextPipelineSpec if text else PipelineSpec, Path(path), content)
+    rows = variants(spec) or [Variant((), spec)]
+    prepared = [_prepare(row.spec, row, text, secure, progress) for row in rows]
+    folder = _out(out, f"pipeline-{Path(path).stem}")
+    measure = "dpmixmin_perplexity_reduction_vs" if text else "dpmixmin_minus"
+    if len(rows) == 1 and not rows[0].settings:
+        result, comparisons = prepared[0].run(folder, folder / "cache")
+        return PipelineSummary(str(folder), len(result.records), measure, comparisons)
+    results = [
+        step.run(folder / "rows" / row.folder, folder / "cache")[0] for row, step in zip(rows, prepared, strict=True)
+    ]
+    metric = "test perplexity (lower is better)" if text else "macro AUC (higher is better)"
+    endpoints = write_rows_report(results, metric, folder, f"dpaudit-mix pipeline rows ({Path(path).stem})")
+    return PipelineSummary(str(folder), sum(len(r.records) for r in results), "endpoints", endpoints)
 
 
 @dataclass(frozen=True)

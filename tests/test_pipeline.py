@@ -74,15 +74,15 @@ def test_sequential_composition_spends_the_budget_once(tmp_path: Path) -> None:
 def test_random_search_selects_privately_and_accounts_for_it() -> None:
     problem = random_problem(300, 5, seed=2)
     spec = PipelineSpec(search_candidates=6)
-    precise = choose("random_search", problem, problem, 20.0, spec, seed=0)
+    precise = choose("random_search", problem, problem, 20.0, spec, 0, {"task": "t"})
     candidates = (
-        stream(spec.seed, "random-search-candidates", task=problem.task, epsilon=20.0, seed=0)
+        stream(spec.seed, "random-search-candidates", task="t", epsilon=20.0, seed=0)
         .numpy()
         .dirichlet(np.ones(5), size=6)
     )
     best = candidates[np.argmin(_candidate_losses(problem, candidates, False, LOSS_BOUND).sum(axis=0))]
     assert np.allclose(precise.weights, best)  # at huge ε the noisy choice is the true best
-    cheap = choose("random_search", problem, problem, 0.5, spec, seed=0)
+    cheap = choose("random_search", problem, problem, 0.5, spec, 0, {"task": "t"})
     assert cheap.phase.steps == 1 and accounting.epsilon([cheap.phase], spec.delta) <= 0.5
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -128,7 +127,7 @@ def test_a_tiny_pipeline_recovery_and_audit_never_draw_one_stream_twice(tmp_path
     assert len({(r["audit"], r["run"]) for r in runs}) == len(runs)
 
 
-def _noise(problem: Problem, spec: PipelineSpec, seeds: int) -> np.ndarray:
+def _noise(problem: Problem, spec: PipelineSpec, seeds: int, names: dict[str, object]) -> np.ndarray:
     """DP-MixMin's λ minus its σ = 0 fit, in centred log λ, for seeds 0..seeds−1: the noise alone."""
 
     def centred_log(weights: np.ndarray) -> np.ndarray:
@@ -143,22 +142,30 @@ def _noise(problem: Problem, spec: PipelineSpec, seeds: int) -> np.ndarray:
     ).weights[0]
     return np.stack(
         [
-            centred_log(methods.choose("dpmixmin", problem, problem, 1.0, spec, seed).weights) - centred_log(exact)
+            centred_log(methods.choose("dpmixmin", problem, problem, 1.0, spec, seed, names).weights)
+            - centred_log(exact)
             for seed in range(seeds)
         ]
     )
 
 
-def test_two_tasks_dpmixmin_noise_in_one_seed_is_uncorrelated(monkeypatch) -> None:
-    """The same data under two task names (so only the stream can differ): with a shared stream the
+@pytest.mark.parametrize(
+    "other",
+    [
+        {"split": "row-a", "task": "digit-2"},  # two tasks of one per-task run
+        {"split": "row-b", "task": "digit-1"},  # one task in two rows (another proxy or ρ)
+    ],
+)
+def test_two_tasks_or_rows_dpmixmin_noise_in_one_seed_is_uncorrelated(monkeypatch, other) -> None:
+    """The same data under two names (so only the stream can differ): with a shared stream the
     noise would be identical (r = 1); with their own streams r is ~N(0, 1/√N)."""
     monkeypatch.setattr(accounting, "calibrate", lambda *args, **kwargs: 20.0)  # the noise, not σ, is tested
-    base = random_problem(200, 5, seed=9)
+    problem = random_problem(200, 5, seed=9)
     spec = PipelineSpec(mix_steps=20)
-    first = _noise(replace(base, task="digit-1"), spec, 150)
-    second = _noise(replace(base, task="digit-2"), spec, 150)
-    again = _noise(replace(base, task="digit-1"), spec, 150)
-    assert np.array_equal(first, again)  # same task, same seed: same noise (reproducible)
+    first = _noise(problem, spec, 150, {"split": "row-a", "task": "digit-1"})
+    second = _noise(problem, spec, 150, other)
+    again = _noise(problem, spec, 150, {"split": "row-a", "task": "digit-1"})
+    assert np.array_equal(first, again)  # same names, same seed: same noise (reproducible)
     assert np.std(first) > 0.05  # the noise is there to be compared
     r, p = pearsonr(first.ravel(), second.ravel())
     assert abs(r) < 4 / np.sqrt(first.size) and p > 1e-4

@@ -39,6 +39,8 @@ class AuditSpec:
     mechanism: str = MECHANISMS[0]
     problem: str = "mnist"  # an embedded problem name, or a path to a problem file
     task: str = registry.DEFAULT_TASK
+    proxy: str = "logistic"  # an embedded image world's proxies: logistic or cnn
+    proxy_epochs: int | None = None  # cnn proxies: fixed epochs; left out = early stopping on public validation
     epsilon: float = 1.0
     delta: float = 1e-5
     rho: float = 0.1  # fraction of the problem's examples used as the mixing data D
@@ -60,6 +62,7 @@ class AuditSpec:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        registry.proxy_spec(self.problem, self.proxy, self.proxy_epochs)
         accounting.check_epsilon(self.epsilon)
         accounting.check_delta(self.delta)
         require(0 < self.rho <= 1, f"rho must be in (0, 1], got {self.rho}")
@@ -114,7 +117,9 @@ def load_spec(path: str | Path, **overrides: Any) -> AuditSpec:
 
 def resolve_problem(spec: AuditSpec) -> Problem:
     if spec.problem in registry.PROBLEMS:
-        return registry.build(spec.problem, spec.task)
+        return registry.build(
+            spec.problem, spec.task, proxy=registry.proxy_spec(spec.problem, spec.proxy, spec.proxy_epochs)
+        )
     return load(registry.problem_path(spec.problem))
 
 

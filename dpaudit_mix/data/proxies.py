@@ -1,4 +1,10 @@
-"""One cheap proxy per public source: multinomial logistic regression on 14×14 pooled pixels.
+"""One proxy per public source: what DP-MixMin mixes (DESIGN §2).
+
+Two kinds, chosen by a :class:`ProxySpec`:
+- ``logistic``: multinomial logistic regression on 14×14 pooled pixels (cheap; the default);
+- ``cnn``: the pipeline's SmallCNN trained on the source, as the paper's proxies are trained
+  networks. ``proxy_epochs`` fixes its budget (the paper's Table 3 varies it); left out, it
+  stops early on the world's public validation slice (at most :data:`MAX_EPOCHS`).
 
 A proxy's class probabilities are smoothed towards uniform (weight 1%) so that a source that
 never saw a class still gives every label a finite log-likelihood.
@@ -7,10 +13,13 @@ never saw a class still gives every label a finite log-likelihood.
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from ..errors import require
+from ..randomness import Key
 from .images import features
 from .sources import PublicSource
 
@@ -20,6 +29,52 @@ if TYPE_CHECKING:
 CLASSES = 10
 SMOOTHING = 0.01
 TASKS = tuple(f"digit-{d}" for d in range(CLASSES)) + ("multiclass",)
+DIGIT_TASKS = TASKS[:CLASSES]
+PROXIES = ("logistic", "cnn")
+#: a CNN proxy left to early stopping trains at most this many epochs, and stops after
+#: PATIENCE epochs without a lower validation loss (keeping its best epoch).
+MAX_EPOCHS, PATIENCE = 12, 2
+
+
+@dataclass(frozen=True)
+class ProxySpec:
+    """Which proxy every source gets: its kind and (CNN) its epochs; None = early stopping."""
+
+    kind: str = "logistic"
+    epochs: int | None = None
+
+    def __post_init__(self) -> None:
+        require(self.kind in PROXIES, f"proxy must be one of {', '.join(PROXIES)}, got {self.kind!r}")
+        if self.epochs is not None:
+            require(
+                isinstance(self.epochs, int) and not isinstance(self.epochs, bool) and self.epochs >= 1,
+                f"proxy_epochs must be an integer >= 1, got {self.epochs!r}",
+            )
+            require(self.kind == "cnn", "proxy_epochs applies to cnn proxies only (logistic ones train to convergence)")
+
+    @property
+    def ids(self) -> dict[str, Any]:
+        """What names these proxies in cache keys and streams ({} for the default, logistic)."""
+        return {} if self.kind == "logistic" else {"proxy": self.kind, "proxy_epochs": self.epochs or "early-stop"}
+
+    @property
+    def label(self) -> str:
+        if self.kind == "logistic":
+            return "logistic"
+        return f"cnn, {self.epochs} epochs" if self.epochs else "cnn, early-stopped"
+
+
+#: the default proxies.
+LOGISTIC = ProxySpec()
+
+
+class Proxy(Protocol):
+    """A trained proxy: smoothed class probabilities, and the epochs it trained (None: logistic)."""
+
+    @property
+    def epochs(self) -> int | None: ...
+
+    def probabilities(self, images: np.ndarray) -> np.ndarray: ...
 
 
 def fit_logistic(x: np.ndarray, labels: np.ndarray) -> LogisticRegression:
@@ -33,15 +88,46 @@ def fit_logistic(x: np.ndarray, labels: np.ndarray) -> LogisticRegression:
         return LogisticRegression(C=1.0, max_iter=300).fit(x, labels)
 
 
-def train_proxy(source: PublicSource) -> LogisticRegression:
-    return fit_logistic(features(source.images), source.labels)
-
-
-def class_probabilities(model: LogisticRegression, images: np.ndarray) -> np.ndarray:
-    """(n, 10) smoothed class probabilities; classes the source lacked get only the smoothing."""
-    probs = np.zeros((len(images), CLASSES))
-    probs[:, model.classes_] = model.predict_proba(features(images))
+def smoothed(probs: np.ndarray) -> np.ndarray:
     return (1 - SMOOTHING) * probs + SMOOTHING / CLASSES
+
+
+@dataclass(frozen=True)
+class LogisticProxy:
+    model: LogisticRegression
+    epochs: int | None = None
+
+    def probabilities(self, images: np.ndarray) -> np.ndarray:
+        """(n, 10) smoothed class probabilities; classes the source lacked get only the smoothing."""
+        probs = np.zeros((len(images), CLASSES))
+        probs[:, self.model.classes_] = self.model.predict_proba(features(images))
+        return smoothed(probs)
+
+
+def train_proxy(source: PublicSource, spec: ProxySpec, validation: PublicSource, key: Key) -> Proxy:
+    """The proxy of ``source``; a CNN draws from ``key`` named by the source (and early-stops on
+    ``validation``, public data)."""
+    if spec.kind == "logistic":
+        return LogisticProxy(fit_logistic(features(source.images), source.labels))
+    from ..models.cnn import CNNProxy  # torch-heavy; only when asked for
+
+    return CNNProxy.train(source.images, source.labels, spec.epochs, validation, key.child(source=source.name))
+
+
+def train_proxies(
+    sources: list[PublicSource] | tuple[PublicSource, ...], spec: ProxySpec, validation: PublicSource, key: Key
+) -> list[Proxy]:
+    return [train_proxy(s, spec, validation, key.child(**spec.ids)) for s in sources]
+
+
+def probabilities(proxies: list[Proxy], images: np.ndarray) -> np.ndarray:
+    """(k, n, 10): every proxy's smoothed class probabilities on ``images``."""
+    return np.stack([p.probabilities(images) for p in proxies])
+
+
+def accuracies(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """(k,): each proxy's multiclass accuracy, from its probabilities (k, n, 10)."""
+    return (probs.argmax(axis=2) == labels[None, :]).mean(axis=1)
 
 
 def task_log_likelihood(probs: np.ndarray, labels: np.ndarray, task: str) -> np.ndarray:

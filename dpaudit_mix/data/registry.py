@@ -16,9 +16,9 @@ from ..atomic import write_npz
 from ..cache import cached, json_sha256, load_npz, save_npz, user_cache_dir
 from ..errors import require
 from ..problem import Problem
-from ..randomness import stream
+from ..randomness import Key, stream
 from .ngram import CharNGram
-from .proxies import TASKS, class_probabilities, task_log_likelihood, train_proxy
+from .proxies import LOGISTIC, TASKS, ProxySpec, accuracies, probabilities, task_log_likelihood, train_proxies
 from .shift import graded_sources, public_validation, shift_world
 from .sources import PublicSource, SensitiveData, mnist_world, public_shards, validation_slice
 from .text import BBC_TOPICS, GENRES, SENSITIVE_GENRE, text_world
@@ -39,9 +39,11 @@ MAX_SHARDS = 64
 
 
 #: source names, then (class probabilities, labels) on the sensitive train split, the sensitive
-#: test split and the public validation slice.
-Probabilities = tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-PARTS = ("train", "train_y", "test", "test_y", "public", "public_y")
+#: test split and the public validation slice, then each proxy's training epochs (0: logistic).
+Probabilities = tuple[
+    tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray
+]
+PARTS = ("train", "train_y", "test", "test_y", "public", "public_y", "epochs")
 
 
 def canonical(name: str) -> str:
@@ -53,6 +55,18 @@ def image_world(name: str) -> str:
     name = canonical(name)
     require(name in IMAGE_WORLDS, f"{name} is a text world; this needs an image world ({', '.join(IMAGE_WORLDS)})")
     return name
+
+
+def proxy_spec(problem: str, kind: str, epochs: int | None) -> ProxySpec:
+    """The proxies asked for ``problem``: any kind on an embedded image world; a problem file or
+    the text world has its proxies already (the logistic default is then the only answer)."""
+    proxy = ProxySpec(kind, epochs)
+    if proxy != LOGISTIC:
+        require(
+            problem in PROBLEMS and canonical(problem) in IMAGE_WORLDS,
+            f"proxy = {kind!r} applies to the embedded image worlds ({', '.join(IMAGE_WORLDS)}), not {problem!r}",
+        )
+    return proxy
 
 
 def max_sources(name: str) -> int:
@@ -95,31 +109,35 @@ def world_validation(name: str, seed: int) -> PublicSource:
     return public_validation(seed)
 
 
-def _compute_probabilities(name: str, seed: int, shards: int) -> Probabilities:
+def _compute_probabilities(name: str, seed: int, shards: int, proxy: ProxySpec) -> Probabilities:
     sources, sensitive = world_sources(name, seed, shards)
     public = world_validation(name, seed)
-    models = [train_proxy(s) for s in sources]
+    proxies = train_proxies(sources, proxy, public, Key(seed).child(proxies=name, shards=shards))
     parts = [
         (sensitive.train_images, sensitive.train_labels),
         (sensitive.test_images, sensitive.test_labels),
         (public.images, public.labels),
     ]
-    arrays = [
-        a for images, labels in parts for a in (np.stack([class_probabilities(m, images) for m in models]), labels)
-    ]
-    names, arrays_out = tuple(s.name for s in sources), tuple(arrays)
-    return (names, *arrays_out)  # type: ignore[return-value]  # six arrays, as the cache file holds them
+    arrays = [a for images, labels in parts for a in (probabilities(proxies, images), labels)]
+    epochs = np.array([p.epochs or 0 for p in proxies], dtype=np.int64)
+    return (tuple(s.name for s in sources), *arrays, epochs)  # type: ignore[return-value]  # the cache file's parts
 
 
-def _cache_key(name: str, seed: int, shards: int) -> str:
+def _cache_key(name: str, seed: int, shards: int, proxy: ProxySpec = LOGISTIC) -> str:
     """What the probabilities depend on: the arguments, the code that builds them and the data
-    it reads (this package's data modules), and the numeric libraries that train the proxies."""
+    it reads (this package's data modules; the CNN's module for network proxies), and the
+    numeric libraries that train the proxies."""
     import sklearn
 
-    digest = json_sha256(
-        {"world": name, "seed": seed, "shards": shards, "numpy": np.__version__, "sklearn": sklearn.__version__}
-    )
-    for module in sorted(Path(__file__).parent.glob("*.py")):
+    versions = {"numpy": np.__version__, "sklearn": sklearn.__version__}
+    modules = sorted(Path(__file__).parent.glob("*.py"))
+    if proxy.kind == "cnn":
+        import torch
+
+        versions["torch"] = torch.__version__
+        modules.append(Path(__file__).parent.parent / "models" / "cnn.py")
+    digest = json_sha256({"world": name, "seed": seed, "shards": shards, **proxy.ids, **versions})
+    for module in modules:
         digest.update(module.read_bytes())
     return digest.hexdigest()[:24]
 
@@ -134,12 +152,25 @@ def _load(path: Path) -> Probabilities:
 
 
 @lru_cache(maxsize=4)
-def world_probabilities(name: str, seed: int, shards: int = 0) -> Probabilities:
+def world_probabilities(name: str, seed: int, shards: int = 0, proxy: ProxySpec = LOGISTIC) -> Probabilities:
     """Every proxy's class probabilities on the sensitive splits: training the proxies is most of
-    the cost of a problem, so the result is cached on disk (:func:`..cache.user_cache_dir`)."""
+    the cost of a problem, so the result is cached on disk (:func:`..cache.user_cache_dir`), under
+    a key that names the proxies."""
     name = canonical(name)
-    path = user_cache_dir() / "problems" / f"{name}-{_cache_key(name, seed, shards)}.npz"
-    return cached(path, lambda: _compute_probabilities(name, seed, shards), _save, _load)
+    path = user_cache_dir() / "problems" / f"{name}-{_cache_key(name, seed, shards, proxy)}.npz"
+    return cached(path, lambda: _compute_probabilities(name, seed, shards, proxy), _save, _load)
+
+
+def proxy_meta(proxy: ProxySpec, public: np.ndarray, public_y: np.ndarray, epochs: np.ndarray) -> dict[str, str]:
+    """What a built problem says about its proxies: their kind, each one's accuracy on the public
+    validation slice (the slice a CNN's early stopping watched), and a CNN's epochs."""
+    meta = {
+        "proxy": proxy.label,
+        "proxy_validation_accuracy": ",".join(f"{a:.4f}" for a in accuracies(public, public_y)),
+    }
+    if proxy.kind == "cnn":
+        meta["proxy_epochs"] = ",".join(str(int(e)) for e in epochs)
+    return meta
 
 
 TEXT_SOURCES = (*(f"shakespeare-{g}" for g in GENRES if g != SENSITIVE_GENRE), *(f"bbc-{t}" for t in BBC_TOPICS))
@@ -177,19 +208,21 @@ def _build_text(seed: int) -> Problem:
     )
 
 
-def build(name: str, task: str = DEFAULT_TASK, seed: int = 0, shards: int = 0) -> Problem:
+def build(name: str, task: str = DEFAULT_TASK, seed: int = 0, shards: int = 0, proxy: ProxySpec = LOGISTIC) -> Problem:
     """The problem ``name`` for ``task``: logp on the sensitive train split, held-out on test.
 
     ``shards`` = K > 0 replaces the named sources by K class-skewed shards of the public pool
     (image worlds); the text world offers its own sources, of which k-scaling takes the first k.
+    ``proxy`` chooses the image worlds' proxies (the text world's are its n-gram models).
     """
     name = canonical(name)
     require(task in tasks(name), f"unknown task {task!r} for {name}; available: {', '.join(tasks(name))}")
     if name == TEXT_WORLD:
+        require(proxy == LOGISTIC, f"{name} has its own n-gram proxies; proxy = {proxy.kind!r} is for image worlds")
         require(0 <= shards <= len(TEXT_SOURCES), f"{name} offers {len(TEXT_SOURCES)} sources, asked for {shards}")
         return _build_text(seed)
     require(0 <= shards <= MAX_SHARDS, f"{name} offers at most {MAX_SHARDS} shard sources, asked for {shards}")
-    names, train, train_y, test, test_y, _, _ = world_probabilities(name, seed, shards)
+    names, train, train_y, test, test_y, public, public_y, epochs = world_probabilities(name, seed, shards, proxy)
     n = len(train_y)
     users = stream(seed, "problem-users", world=name).numpy().permutation(n) // USER_SIZE
     return Problem(
@@ -198,21 +231,28 @@ def build(name: str, task: str = DEFAULT_TASK, seed: int = 0, shards: int = 0) -
         users=users.astype(np.int64),
         heldout_logp=task_log_likelihood(test, test_y, task),
         task=task,
-        meta={"name": name, "seed": str(seed)},
+        meta={"name": name, "seed": str(seed), **proxy_meta(proxy, public, public_y, epochs)},
     )
 
 
-def build_public(name: str, task: str = DEFAULT_TASK, seed: int = 0, shards: int = 0) -> Problem:
+def build_public(
+    name: str, task: str = DEFAULT_TASK, seed: int = 0, shards: int = 0, proxy: ProxySpec = LOGISTIC
+) -> Problem:
     """The same proxies on the world's public validation slice: a problem that mirrors the
     sensitive one and costs no privacy, for choosing the learner's settings."""
     name = image_world(name)
     require(task in TASKS, f"unknown task {task!r} for {name}; available: {', '.join(TASKS)}")
-    names, *_, public, public_y = world_probabilities(name, seed, shards)
+    names, *_, public, public_y, epochs = world_probabilities(name, seed, shards, proxy)
     return Problem(
         task_log_likelihood(public, public_y, task),
         names,
         task=task,
-        meta={"name": name, "seed": str(seed), "split": "public validation"},
+        meta={
+            "name": name,
+            "seed": str(seed),
+            "split": "public validation",
+            **proxy_meta(proxy, public, public_y, epochs),
+        },
     )
 
 

@@ -132,8 +132,8 @@ class TextTrack(MixingTrack):
         data_key = content_key(world=registry.TEXT_WORLD, seed=spec.seed, rho=spec.rho)
         super().__init__(
             spec,
-            registry.TEXT_TASK,
-            lambda: (_rows(world.problem, world.split_a), world.problem),
+            (registry.TEXT_TASK,),
+            lambda task: (_rows(world.problem, world.split_a), world.problem),
             data_key,
             data_key,
             secure,
@@ -224,9 +224,15 @@ class TextTrack(MixingTrack):
 
 
 def run_text_pipeline(
-    spec: TextPipelineSpec, out: Path, world: TextWorld | None = None, progress: bool = True, secure: bool = False
+    spec: TextPipelineSpec,
+    out: Path,
+    world: TextWorld | None = None,
+    progress: bool = True,
+    secure: bool = False,
+    cache: Path | None = None,
 ) -> list[Run]:
-    """Every (method, ε, seed): one run with test perplexity, λ and accounting."""
+    """Every (method, ε, seed): one run with test perplexity, λ and accounting; the stages are
+    cached under ``cache`` (default ``out/cache``; rows of one spec share one)."""
     track = TextTrack(spec, world or build_text_world(spec), secure)
     preflight(track, spec.epsilons)
-    return run_stages(track, StageCache(out / "cache"), progress, secure)
+    return run_stages(track, StageCache(cache or out / "cache"), progress, secure)

@@ -11,7 +11,7 @@ from ..data import registry
 from ..data.text import GENRES, SENSITIVE_GENRE
 from ..errors import require
 from ..learner import LearnerConfig
-from ..pipeline.spec import DEFAULT_METHODS, check_shared_keys
+from ..pipeline.spec import DEFAULT_METHODS, check_shared_keys, variants
 from ..resources import BYTES_PER_WINDOW, require_memory
 from ..specfile import Seed, check_fields, load_spec_file
 
@@ -46,6 +46,8 @@ class TextPipelineSpec:
     # scored by perplexity on the other half (no privacy spent); () = the fixed rate above.
     finetune_learning_rates: tuple[float, ...] = ()
     rehearsal_genre: str = "romances"
+    protocol: str = "multiclass"  # the text world has one task (lm): per_task has nothing to split
+    rhos: tuple[float, ...] | None = None  # rows: the pipeline once per split A fraction (paper Table 1)
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -54,6 +56,11 @@ class TextPipelineSpec:
             f"the text pipeline runs the {registry.TEXT_WORLD} world, not {self.world}",
         )
         check_shared_keys(self, DEFAULT_METHODS, " for the text pipeline")
+        require(
+            self.protocol == "multiclass",
+            f"protocol = {self.protocol!r}: the text world has one task (lm), so its protocol is multiclass",
+        )
+        variants(self)
         for name in (
             "seeds",
             "search_candidates",

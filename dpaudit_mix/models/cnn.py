@@ -7,8 +7,10 @@ of the key it is given (DESIGN §8), so the same key gives the same model.
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from functools import cache
 from typing import Any
@@ -20,6 +22,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from .. import accounting
+from ..data.proxies import MAX_EPOCHS, PATIENCE, smoothed
+from ..data.sources import PublicSource
 from ..errors import InputError
 from ..randomness import Key, torch_scope
 from . import opacus_sgd
@@ -30,7 +34,7 @@ CLASSES = 10
 class SmallCNN(nn.Module):
     """Two conv blocks and a linear head: Opacus-compatible (no batch norm), about 11k weights."""
 
-    def __init__(self) -> None:
+    def __init__(self, classes: int = CLASSES) -> None:
         super().__init__()
         self.features = nn.Sequential(
             nn.Conv2d(1, 8, 3, padding=1),
@@ -40,7 +44,7 @@ class SmallCNN(nn.Module):
             nn.ReLU(),
             nn.MaxPool2d(2),
         )
-        self.head = nn.Linear(16 * 7 * 7, CLASSES)
+        self.head = nn.Linear(16 * 7 * 7, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x).flatten(1))
@@ -50,12 +54,16 @@ def state_arrays(model: nn.Module) -> dict[str, np.ndarray]:
     return {name: value.detach().cpu().numpy() for name, value in model.state_dict().items()}
 
 
-def from_arrays(arrays: dict[str, np.ndarray] | None, key: Key) -> SmallCNN:
-    """A CNN with the given weights, or freshly initialised from ``key``'s "model-init" stream."""
+def from_arrays(arrays: dict[str, np.ndarray] | None, key: Key, classes: int = CLASSES) -> SmallCNN:
+    """A CNN with the given weights, or freshly initialised from ``key``'s "model-init" stream.
+    With ``classes`` other than the weights' (a per-task binary head), only the convolutional
+    features are loaded and the head is fresh."""
     with torch_scope(key.stream("model-init")):
-        model = SmallCNN()
+        model = SmallCNN(classes)
     if arrays is not None:
-        model.load_state_dict({name: torch.from_numpy(value) for name, value in arrays.items()})
+        whole = classes == CLASSES
+        kept = {name: torch.from_numpy(v) for name, v in arrays.items() if whole or not name.startswith("head.")}
+        model.load_state_dict(kept, strict=whole)
     return model
 
 
@@ -65,20 +73,71 @@ def _tensors(images: np.ndarray, labels: np.ndarray) -> TensorDataset:
     )
 
 
-def pretrain(images: np.ndarray, labels: np.ndarray, epochs: int, learning_rate: float, key: Key) -> SmallCNN:
-    """Non-private training on the λ-sampled public examples (Adam, batch 64)."""
-    model = from_arrays(None, key)
+def _epochs(model: SmallCNN, images: np.ndarray, labels: np.ndarray, learning_rate: float, key: Key) -> Iterator[int]:
+    """Non-private training (Adam, batch 64), one epoch per step of the iterator; yields the
+    epochs done so far (the caller decides when to stop)."""
     generator = key.stream("pretrain-shuffle").torch()
     loader = DataLoader(_tensors(images, labels), batch_size=64, shuffle=True, generator=generator)
     optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
     loss_fn = nn.CrossEntropyLoss()
-    model.train()
-    for _ in range(epochs):
+    for epoch in itertools.count(1):
+        model.train()
         for x, y in loader:
             optimizer.zero_grad()
             loss_fn(model(x), y).backward()
             optimizer.step()
+        yield epoch
+
+
+def pretrain(images: np.ndarray, labels: np.ndarray, epochs: int, learning_rate: float, key: Key) -> SmallCNN:
+    """Non-private training on the λ-sampled public examples (Adam, batch 64)."""
+    model = from_arrays(None, key)
+    for _ in itertools.islice(_epochs(model, images, labels, learning_rate, key), epochs):
+        pass
     return model
+
+
+def _probabilities(model: nn.Module, images: np.ndarray) -> np.ndarray:
+    model.eval()
+    with torch.no_grad():
+        return torch.softmax(model(torch.from_numpy(images[:, None].astype(np.float32))), dim=1).double().numpy()
+
+
+#: a CNN proxy's learning rate (Adam), as pretraining's default.
+PROXY_LEARNING_RATE = 2e-3
+
+
+@dataclass(frozen=True)
+class CNNProxy:
+    """A SmallCNN trained on one public source: a network proxy, as the paper's are."""
+
+    model: SmallCNN
+    epochs: int | None
+
+    def probabilities(self, images: np.ndarray) -> np.ndarray:
+        return smoothed(_probabilities(self.model, images))
+
+    @classmethod
+    def train(
+        cls, images: np.ndarray, labels: np.ndarray, epochs: int | None, validation: PublicSource, key: Key
+    ) -> CNNProxy:
+        """``epochs`` epochs, or (None) the epoch of least validation loss on the public
+        ``validation`` slice, stopping PATIENCE epochs after it (at most MAX_EPOCHS)."""
+        model = from_arrays(None, key)
+        steps = _epochs(model, images, labels, PROXY_LEARNING_RATE, key)
+        if epochs is not None:
+            for _ in itertools.islice(steps, epochs):
+                pass
+            return cls(model, epochs)
+        best: tuple[float, dict[str, np.ndarray], int] = (math.inf, state_arrays(model), 0)
+        for epoch in itertools.islice(steps, MAX_EPOCHS):
+            probs = smoothed(_probabilities(model, validation.images))
+            loss = float(-np.mean(np.log(probs[np.arange(len(validation.labels)), validation.labels])))
+            if loss < best[0]:
+                best = (loss, state_arrays(model), epoch)
+            elif epoch - best[2] >= PATIENCE:
+                break
+        return cls(from_arrays(best[1], key), best[2])
 
 
 @dataclass(frozen=True)
@@ -93,10 +152,13 @@ class Finetuned:
     def phase(self) -> accounting.GaussianPhase:
         return accounting.GaussianPhase(self.noise_multiplier, self.sample_rate, self.steps)
 
-    def scored(self, images: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
-        """The finetuned model's test metrics with its accounting: what a finetune stage records."""
+    def scored(self, images: np.ndarray, labels: np.ndarray, task: str = "multiclass") -> dict[str, Any]:
+        """The finetuned model's test metrics with its accounting: what a finetune stage records.
+        A ``digit-d`` task's model is binary: its metric is that digit's AUC."""
         return {
-            "metrics": evaluate(self.model, images, labels),
+            "metrics": evaluate(self.model, images, labels)
+            if task == "multiclass"
+            else task_auc(self.model, images, labels, task),
             "finetune_phase": asdict(self.phase),
             "finetune_epsilon": self.opacus_epsilon,
         }
@@ -172,10 +234,18 @@ def _cross_entropy(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch
 
 def evaluate(model: nn.Module, images: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     """Per-digit one-vs-rest AUC, their mean (macro AUC), and multi-class accuracy."""
-    model.eval()
-    with torch.no_grad():
-        probs = torch.softmax(model(torch.from_numpy(images[:, None].astype(np.float32))), dim=1).numpy()
+    probs = _probabilities(model, images)
     metrics = {f"digit-{d}": float(roc_auc_score(labels == d, probs[:, d])) for d in range(CLASSES)}
     metrics["macro_auc"] = float(np.mean(list(metrics.values())))
     metrics["accuracy"] = float(np.mean(probs.argmax(axis=1) == labels))
     return metrics
+
+
+def task_labels(labels: np.ndarray, task: str) -> np.ndarray:
+    """The one-vs-rest target of ``digit-d``: 1 where the label is d."""
+    return (labels == int(task.split("-")[1])).astype(np.int64)
+
+
+def task_auc(model: nn.Module, images: np.ndarray, labels: np.ndarray, task: str) -> dict[str, float]:
+    """A binary ``digit-d`` model's AUC (the positive class is its output 1)."""
+    return {"auc": float(roc_auc_score(task_labels(labels, task), _probabilities(model, images)[:, 1]))}

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -117,6 +118,7 @@ def choose(
     epsilon: float,
     spec: MixingSpec,
     seed: int,
+    names: Mapping[str, object],
     secure: bool = False,
     user_level: bool = False,
     loss_bound: float = LOSS_BOUND,
@@ -124,8 +126,9 @@ def choose(
     """λ for ``method`` with the mixing phase spending ``epsilon`` (at spec.delta) on split A.
 
     ``secure`` draws the private noise from the OS CSPRNG (not reproducible; for real releases).
-    Seeded draws come from streams named by split A's task, the method, ε and ``seed``, so no two
-    tasks, methods or seeds share noise (their released λ's differences do not cancel it).
+    Seeded draws come from streams named by ``names`` (what split A is: its data, proxies, ρ and
+    task), the method, ε and ``seed``, so no two tasks, rows, methods or seeds share noise (their
+    released λ's differences do not cancel it).
     ``user_level``: neighbouring datasets differ by one user (split A must carry ``users``).
     """
     k = split_a.k
@@ -146,13 +149,11 @@ def choose(
             secure=secure,
         )
         noise = (
-            None
-            if secure
-            else stream(spec.seed, "learner-noise", task=split_a.task, method=method, epsilon=epsilon, seed=seed)
+            None if secure else stream(spec.seed, "learner-noise", **names, method=method, epsilon=epsilon, seed=seed)
         )
         return Mixture(fit(split_a, config, 1, noise).weights[0], phase)
     if method == "random_search" and phase is not None:
-        ids = {"task": split_a.task, "epsilon": epsilon, "seed": seed}
+        ids = {**names, "epsilon": epsilon, "seed": seed}
         candidates = (
             stream(spec.seed, "random-search-candidates", **ids)
             .numpy()

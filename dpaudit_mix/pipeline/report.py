@@ -15,22 +15,34 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from .. import accounting
 from ..atomic import atomic_path
 from ..models.cnn import CLASSES
 from ..reporting import Block, save_figure, write_pages
 from ..stats import COLUMNS, finding, mean_std, paired_tests
+from .methods import Mixture
+from .run import ProxyReport
 from .spec import PipelineSpec
+from .stages import composed_privacy
 
 TASKS = tuple(f"digit-{d}" for d in range(CLASSES))
 
 
+def _record_rows(r: dict[str, Any]) -> list[tuple[str, str, float]]:
+    """(task, metric, value) of one run: a multiclass model's every digit, macro AUC and accuracy;
+    a per-task model's own digit."""
+    if r.get("task", "multiclass") != "multiclass":
+        return [(r["task"], "auc", r["metrics"]["auc"])]
+    rows = [(t, "auc", r["metrics"][t]) for t in TASKS]
+    return rows + [("macro", "auc", r["metrics"]["macro_auc"]), ("multiclass", "accuracy", r["metrics"]["accuracy"])]
+
+
 def results_frame(records: list[dict[str, Any]], composition: str) -> pd.DataFrame:
-    """One row per method × ε × seed × task: per-digit AUC, macro AUC, multiclass accuracy."""
+    """One row per method × ε × seed × task: per-digit AUC, macro AUC, multiclass accuracy (per
+    task: each digit's own model's AUC, and their mean as the macro AUC)."""
     rows = []
     for r in records:
-        tasks = [(t, "auc", r["metrics"][t]) for t in TASKS]
-        tasks += [("macro", "auc", r["metrics"]["macro_auc"]), ("multiclass", "accuracy", r["metrics"]["accuracy"])]
-        for task, metric, value in tasks:
+        for task, metric, value in _record_rows(r):
             rows.append(
                 {
                     "method": r["method"],
@@ -46,6 +58,16 @@ def results_frame(records: list[dict[str, Any]], composition: str) -> pd.DataFra
                 }
             )
     frame = pd.DataFrame(rows)
+    if "macro" not in set(frame["task"]):  # per task: the macro AUC is the mean over the digits' models
+        keys = ["method", "epsilon", "seed"]
+        macro = frame.groupby(keys, sort=False).agg(
+            value=("value", "mean"),
+            epsilon_total=("epsilon_total", "max"),
+            delta_total=("delta_total", "first"),
+            releasable=("releasable", "all"),
+        )
+        macro = macro.reset_index().assign(task="macro", metric="auc", composition=composition)
+        frame = pd.concat([frame, macro[frame.columns]], ignore_index=True)
     base = frame[frame["method"] == "no_pretrain"].set_index(["epsilon", "seed", "task"])["value"]
     index = pd.MultiIndex.from_frame(frame[["epsilon", "seed", "task"]])
     reference = base.reindex(index).to_numpy()
@@ -64,7 +86,7 @@ def _summary_table(frame: pd.DataFrame) -> list[list[str]]:
                 method,
                 f"{eps:g}",
                 mean_std(macro),
-                mean_std(acc),
+                mean_std(acc) if len(acc) else "— (binary models)",
                 "not private" if math.isinf(total) else f"({total:.3f}, {group['delta_total'].iloc[0]:g})",
                 "yes" if group["releasable"].all() else "NO (upper bound)",
             ]
@@ -105,15 +127,55 @@ def _choice_table(records: list[dict[str, Any]]) -> list[list[str]]:
 
 
 def _lambda_table(records: list[dict[str, Any]], sources: list[str]) -> list[list[str]]:
-    rows = [["method", "ε", *sources]]
+    """λ of seed 0 per method (per ε when private), and per task under the per-task protocol."""
+    per_task = any(r.get("task", "multiclass") != "multiclass" for r in records)
+    rows = [["method", *(["task"] if per_task else []), "ε", *sources]]
     seen = set()
     for r in records:
         weights = r["mixture"]["weights"]
-        key = (r["method"], r["epsilon"] if r["mixture"]["phase"] else None)
+        key = (r["method"], r.get("task"), r["epsilon"] if r["mixture"]["phase"] else None)
         if weights is None or r["seed"] != 0 or key in seen:
             continue
         seen.add(key)
-        rows.append([r["method"], f"{r['epsilon']:g}" if key[1] is not None else "any", *[f"{w:.2f}" for w in weights]])
+        eps = f"{r['epsilon']:g}" if key[2] is not None else "any"
+        rows.append([r["method"], *([r["task"]] if per_task else []), eps, *[f"{w:.2f}" for w in weights]])
+    return rows
+
+
+def _per_task_privacy(records: list[dict[str, Any]], spec: PipelineSpec) -> list[list[str]]:
+    """Per method and ε: one task's release, all tasks' λ together, and everything together."""
+    groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for r in records:
+        if r["seed"] == 0:
+            groups.setdefault((r["method"], r["epsilon"]), []).append(r)
+    rows = [["method", "ε", "one task's λ and model", "all tasks' λ together", "all λ and models together"]]
+    for (method, eps), group in groups.items():
+        mixtures = [Mixture.from_dict(r["mixture"]) for r in group]
+        phases = [accounting.GaussianPhase(**r["finetune_phase"]) for r in group]
+        lam = tuple(m.phase for m in mixtures if m.phase)
+        released = all(m.releasable for m in mixtures)
+        together = composed_privacy(mixtures, phases, spec.delta, spec.composition == "sequential")
+        lam_text = "0 (public λ)" if not lam else _epsilon_text(accounting.epsilon_once(lam, spec.delta))
+        rows.append(
+            [
+                method,
+                f"{eps:g}",
+                _epsilon_text(max(r["epsilon_total"] for r in group)),
+                lam_text if released else "not private",
+                _epsilon_text(together.epsilon_total),
+            ]
+        )
+    return rows
+
+
+def _epsilon_text(epsilon: float) -> str:
+    return "not private" if math.isinf(epsilon) else f"{epsilon:.3f}"
+
+
+def _proxy_table(proxies: ProxyReport) -> list[list[str]]:
+    rows = [["source", "validation accuracy", *(["epochs"] if proxies.spec.kind == "cnn" else [])]]
+    for name, accuracy, epochs in zip(proxies.sources, proxies.accuracy, proxies.epochs, strict=True):
+        rows.append([name, f"{accuracy:.3f}", *([str(int(epochs))] if proxies.spec.kind == "cnn" else [])])
     return rows
 
 
@@ -140,15 +202,19 @@ def _figures(frame: pd.DataFrame, out: Path) -> list[Path]:
 
 
 def write_pipeline_report(
-    records: list[dict[str, Any]], spec: PipelineSpec, sources: list[str], out: Path
+    records: list[dict[str, Any]], spec: PipelineSpec, proxies: ProxyReport, out: Path
 ) -> pd.DataFrame:
     """results.csv, report.md, report.html and the figures in ``out``; returns the results frame."""
+    sources = list(proxies.sources)
     frame = results_frame(records, spec.composition)
     with atomic_path(out / "results.csv", suffix=".csv") as tmp:
         frame.to_csv(tmp, index=False)
     head = (
-        f"World {spec.world}, seed {spec.seed}: {len(sources)} public sources, split A = ρ = {spec.rho:g} of the "
-        f"sensitive training set; {spec.composition} composition"
+        f"World {spec.world}, seed {spec.seed}: {len(sources)} public sources with {proxies.spec.label} proxies "
+        f"(mean public validation accuracy {np.mean(proxies.accuracy):.3f}), split A = ρ = {spec.rho:g} of the "
+        f"sensitive training set; {spec.protocol.replace('_', '-')} protocol"
+        + (" (per digit: its own λ, pretraining and binary finetune)" if spec.protocol == "per_task" else "")
+        + f"; {spec.composition} composition"
         + (f" (mixture gets {spec.mix_share:g} of ε alone)" if spec.composition == "sequential" else "")
         + f"; δ = {spec.delta:g}; seeds: {spec.seeds}. Finetune: Opacus DP-SGD, Poisson sampling, "
         + (
@@ -168,6 +234,20 @@ def write_pipeline_report(
             ("h2", "Finetune hyper-parameters, chosen on the public validation slice (no privacy spent)"),
             ("table", _choice_table(records)),
         ]
+    if spec.protocol == "per_task":
+        blocks += [
+            ("h2", "Privacy of the per-task release (ε at δ; composed by PLD)"),
+            (
+                "p",
+                "Each task's λ is fitted at ε on split A and its model finetuned at ε on split B: one task's "
+                "release is at ε. Releasing every task's λ, or every λ and model, composes them:",
+            ),
+            ("table", _per_task_privacy(records, spec)),
+        ]
+    blocks += [
+        ("h2", f"Proxies ({proxies.spec.label}): accuracy on the public validation slice"),
+        ("table", _proxy_table(proxies)),
+    ]
     blocks += [("h2", "Mixture weights λ (seed 0)"), ("table", _lambda_table(records, sources))]
     blocks += [("figure", path) for path in _figures(frame, out)]
     write_pages(out, "dpaudit-mix pipeline (image track)", blocks)

@@ -19,7 +19,7 @@ from tqdm import tqdm
 from .. import accounting
 from ..cache import content_key
 from ..data import registry
-from ..data.proxies import class_probabilities, task_log_likelihood, train_proxy
+from ..data.proxies import DIGIT_TASKS, ProxySpec, accuracies, probabilities, task_log_likelihood, train_proxies
 from ..data.sources import PublicSource
 from ..errors import require
 from ..models import cnn
@@ -122,9 +122,10 @@ class ImageTrack(MixingTrack):
     """The CNN on an image world: Opacus DP-SGD per example, scored by per-digit AUC."""
 
     def __init__(
-        self, spec: PipelineSpec, world: World, problems: Callable[[], tuple[Problem, Problem]], secure: bool
+        self, spec: PipelineSpec, world: World, problems: Callable[[str], tuple[Problem, Problem]], secure: bool
     ) -> None:
-        super().__init__(spec, "multiclass", problems, world_key(spec), split_key(spec), secure)
+        tasks = DIGIT_TASKS if spec.protocol == "per_task" else ("multiclass",)
+        super().__init__(spec, tasks, problems, world_key(spec), split_key(spec), secure)
         self.image_spec, self.world = spec, world
         self.rows = np.arange(len(world.train_labels)) if self.sequential else world.split_b
 
@@ -156,6 +157,7 @@ class ImageTrack(MixingTrack):
         spec, world, grid = self.image_spec, self.world, self.image_spec.finetune_grid
         key = content_key(
             pretrain=start_key,
+            task=job.task,
             data=self.data_key,
             rho=spec.rho,
             composition=spec.composition,
@@ -169,16 +171,22 @@ class ImageTrack(MixingTrack):
             secure=self.secure,
         )
         stage = self.finetune_key(job)
+        task, classes = job.task, cnn.CLASSES if job.task == "multiclass" else 2
+
+        def target(labels: np.ndarray) -> np.ndarray:
+            """The finetune's labels: the digit, or (per task) whether it is the task's digit."""
+            return labels if task == "multiclass" else cnn.task_labels(labels, task)
 
         def rehearse(candidate: dict[str, float], rehearsal: Key) -> float:
             """The same DP finetune (ε, δ, clip, prior, batches per epoch: the same q, T and σ) on
-            half the public validation slice, scored by macro AUC on the other half."""
+            half the public validation slice, scored by the task's AUC (macro for multiclass) on
+            the other half."""
             half = len(world.validation.labels) // 2
             batch = max(1, round(spec.finetune_batch * half / len(self.rows)))
             tuned = cnn.dp_finetune(
-                cnn.from_arrays(start, rehearsal),
+                cnn.from_arrays(start, rehearsal, classes),
                 world.validation.images[:half],
-                world.validation.labels[:half],
+                target(world.validation.labels[:half]),
                 job.epsilon,
                 spec.delta,
                 int(candidate["epochs"]),
@@ -188,17 +196,16 @@ class ImageTrack(MixingTrack):
                 rehearsal,
                 prior,
             )
-            return cnn.evaluate(tuned.model, world.validation.images[half:], world.validation.labels[half:])[
-                "macro_auc"
-            ]
+            metrics = tuned.scored(world.validation.images[half:], world.validation.labels[half:], task)["metrics"]
+            return metrics["macro_auc" if task == "multiclass" else "auc"]
 
         def compute() -> dict[str, Any]:
             candidates = [{"learning_rate": lr, "epochs": epochs} for lr, epochs in grid]
             choice = choose_by_rehearsal(candidates, rehearse, REHEARSAL, stage)
             tuned = cnn.dp_finetune(
-                cnn.from_arrays(start, stage),
+                cnn.from_arrays(start, stage, classes),
                 world.train_images[self.rows],
-                world.train_labels[self.rows],
+                target(world.train_labels[self.rows]),
                 job.epsilon,
                 spec.delta,
                 choice["epochs"],
@@ -208,58 +215,94 @@ class ImageTrack(MixingTrack):
                 None if self.secure else stage,
                 prior,
             )
-            return {**tuned.scored(world.test_images, world.test_labels), "finetune_choice": choice}
+            return {**tuned.scored(world.test_images, world.test_labels, task), "finetune_choice": choice}
 
         return Stage(key, compute)
 
 
 def split_key(spec: PipelineSpec) -> str:
-    """The content key of split A's problem."""
-    return content_key(data=world_key(spec), rho=spec.rho)
+    """The content key of split A's problems: the data, ρ and the proxies."""
+    return content_key(data=world_key(spec), rho=spec.rho, **spec.proxy_spec.ids)
+
+
+def proxies_stage(spec: PipelineSpec, world: World, progress: bool) -> Stage[Arrays]:
+    """Every source's proxy, trained once: its class probabilities on the sensitive training set
+    ("train", (k, n, 10)), its accuracy on the public validation slice and its epochs."""
+    proxy = spec.proxy_spec
+
+    def compute() -> Arrays:
+        show = {"disable": not progress, "file": sys.stderr}
+        sources = list(tqdm(world.sources, desc=f"proxies ({proxy.label})", unit="source", **show))
+        models = train_proxies(sources, proxy, world.validation, Key(spec.seed).child(proxies=world_key(spec)))
+        return {
+            "train": probabilities(models, world.train_images),
+            "validation_accuracy": accuracies(probabilities(models, world.validation.images), world.validation.labels),
+            "epochs": np.array([m.epochs or 0 for m in models], dtype=np.int64),
+        }
+
+    return Stage(content_key(data=world_key(spec), **proxy.ids), compute)
+
+
+@dataclass(frozen=True)
+class ProxyReport:
+    """What a report says about the proxies: their kind, and per source its public validation
+    accuracy and (CNN) training epochs."""
+
+    spec: ProxySpec
+    sources: tuple[str, ...]
+    accuracy: np.ndarray
+    epochs: np.ndarray
+
+
+def proxy_report(spec: PipelineSpec, world: World, cache_root: Path) -> ProxyReport:
+    """The run's proxies, from its stage cache (trained if no stage needed them)."""
+    arrays = StageCache(cache_root).arrays("proxies", proxies_stage(spec, world, progress=False))
+    names = tuple(s.name for s in world.sources)
+    return ProxyReport(spec.proxy_spec, names, arrays["validation_accuracy"], arrays["epochs"])
 
 
 def image_track(spec: PipelineSpec, world: World, cache: StageCache, progress: bool, secure: bool) -> ImageTrack:
-    """The track; its proxies' probabilities and split A's problem are cached stages of their own,
-    computed when the first mixture needs them."""
-    data_key = world_key(spec)
+    """The track; its proxies' probabilities and split A's problem per task are cached stages of
+    their own, computed when the first mixture needs them."""
+    names = tuple(s.name for s in world.sources)
 
-    def problems() -> tuple[Problem, Problem]:
-        def proxies() -> Arrays:
-            show = {"disable": not progress, "file": sys.stderr}
-            models = [train_proxy(s) for s in tqdm(world.sources, desc="proxies", unit="source", **show)]
-            return {"train": np.stack([class_probabilities(m, world.train_images) for m in models])}
+    def problems(task: str) -> tuple[Problem, Problem]:
+        probs = cache.arrays("proxies", proxies_stage(spec, world, progress))["train"]
 
-        probs = cache.arrays("proxies", Stage(data_key, proxies))["train"]
-        names = tuple(s.name for s in world.sources)
-
-        def multiclass(rows: np.ndarray, task: str) -> Problem:
+        def problem(rows: np.ndarray, part: str) -> Problem:
             return Problem(
-                task_log_likelihood(probs[:, rows], world.train_labels[rows], "multiclass"), names, task=task
+                task_log_likelihood(probs[:, rows], world.train_labels[rows], task), names, task=f"{task} ({part})"
             )
 
         split_a = cache.get(
             "problem",
-            split_key(spec),
+            content_key(split=split_key(spec), task=task),
             "npz",
-            lambda: multiclass(world.split_a, "multiclass (split A)"),
-            lambda path, problem: save_problem(problem, path),
+            lambda: problem(world.split_a, "split A"),
+            lambda path, value: save_problem(value, path),
             load_problem,
         )
-        return split_a, multiclass(np.arange(len(world.train_labels)), "multiclass (all training data)")
+        return split_a, problem(np.arange(len(world.train_labels)), "all training data")
 
     return ImageTrack(spec, world, problems, secure)
 
 
 def run_pipeline(
-    spec: PipelineSpec, out: Path, progress: bool = True, world: World | None = None, secure: bool = False
+    spec: PipelineSpec,
+    out: Path,
+    progress: bool = True,
+    world: World | None = None,
+    secure: bool = False,
+    cache_root: Path | None = None,
 ) -> list[Run]:
-    """Every (method, ε, seed) of the spec: one run each with metrics, λ and accounting.
+    """Every (method, ε, seed) of the spec (and task, per task): one run each with metrics, λ and
+    accounting. Stages are cached under ``cache_root`` (default ``out/cache``; rows share one).
 
     ``secure`` draws every private noise and Poisson batch from the OS CSPRNG: the run is then
     not reproducible, and its cached stages are kept apart from the seeded ones.
     """
     world = world or build_world(spec)
-    cache = StageCache(out / "cache")
+    cache = StageCache(cache_root or out / "cache")
     track = image_track(spec, world, cache, progress, secure)
     preflight(track, spec.epsilons)  # before the proxies: an unreachable ε writes nothing
     return run_stages(track, cache, progress, secure)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from .. import accounting
 from ..data import registry
+from ..data.proxies import ProxySpec
 from ..errors import require
 from ..learner import LearnerConfig
 from ..resources import BYTES_PER_IMAGE, require_memory
@@ -17,6 +19,9 @@ from ..specfile import Seed, check_fields, load_spec_file
 METHODS = ("dpmixmin", "uniform", "random_search", "no_pretrain", "nonprivate_mixmin", "warm")
 DEFAULT_METHODS = METHODS[:5]
 COMPOSITIONS = ("parallel", "sequential")
+#: multiclass: one mixture and one 10-class model; per_task: per digit (one-vs-rest) its own
+#: mixture, pretraining and binary finetune, macro AUC over the digits (the paper's protocol).
+PROTOCOLS = ("multiclass", "per_task")
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,9 @@ class PipelineSpec:
 
     world: str = "mnist-labels"  # mnist-labels (sources split by label) or mnist-shift (graded covariate shift)
     synthetic_source: bool = False  # add EDM samples of the world's small public slice as one more source
+    proxy: str = "logistic"  # the per-source proxies: logistic (pooled pixels) or cnn (the SmallCNN)
+    proxy_epochs: int | None = None  # cnn proxies: fixed epochs; left out = early stopping on public validation
+    protocol: str = "multiclass"  # or per_task: a mixture, pretraining and binary finetune per digit
     epsilons: tuple[float, ...] = (1.0, 2.0, 5.0)
     delta: float = 1e-5
     methods: tuple[str, ...] = DEFAULT_METHODS
@@ -50,10 +58,19 @@ class PipelineSpec:
     # rule, the DP finetune rehearsed on the public validation slice (no privacy spent); () = fixed.
     finetune_learning_rates: tuple[float, ...] = ()
     finetune_epochs_grid: tuple[int, ...] = ()
+    # Rows (DESIGN §8): each list given runs the pipeline once per value (their product when
+    # several are), as the paper's tables do; the single key above is then ignored.
+    rhos: tuple[float, ...] | None = None  # split A fractions (paper Table 1)
+    proxies: tuple[str, ...] | None = None  # proxy kinds
+    proxy_epochs_grid: tuple[int, ...] | None = None  # cnn proxy epochs (paper Tables 3 and 5)
+    protocols: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         check_fields(self)
         check_shared_keys(self, METHODS)
+        self.proxy_spec  # noqa: B018  # validates proxy and proxy_epochs
+        require(self.protocol in PROTOCOLS, f"protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
+        variants(self)  # every row is a valid spec
         for name in ("sensitive_fraction", "public_fraction"):
             value = getattr(self, name)
             require(0 < value <= 1, f"{name} must be in (0, 1], got {value}")
@@ -80,6 +97,10 @@ class PipelineSpec:
         )
 
     @property
+    def proxy_spec(self) -> ProxySpec:
+        return registry.proxy_spec(self.world, self.proxy, self.proxy_epochs)
+
+    @property
     def finetune_grid(self) -> list[tuple[float, int]]:
         """(learning rate, epochs) candidates; one (the fixed values) when no grid is given."""
         return [
@@ -102,9 +123,49 @@ def check_shared_keys(spec: Any, methods: tuple[str, ...], scope: str = "") -> N
         f"unknown method(s) {', '.join(unknown) or '(none given)'}{scope}; choose from {', '.join(methods)}",
     )
     require(0 < spec.rho < 1, f"rho must be in (0, 1), got {spec.rho}")
+    if spec.rhos is not None:
+        require(len(spec.rhos) >= 1, "rhos is empty: give at least one rho, or leave the key out")
+        for rho in spec.rhos:
+            require(0 < rho < 1, f"every rho in rhos must be in (0, 1), got {rho}")
     require(spec.composition in COMPOSITIONS, f"composition must be one of {COMPOSITIONS}, got {spec.composition!r}")
     require(0 < spec.mix_share < 1, f"mix_share must be in (0, 1), got {spec.mix_share}")
     LearnerConfig(steps=spec.mix_steps, clip=spec.mix_clip, learning_rate=spec.mix_learning_rate)
+
+
+#: a list key → the single key each of its rows sets (in this order in a row's label).
+ROW_KEYS = {"proxies": "proxy", "proxy_epochs_grid": "proxy_epochs", "protocols": "protocol", "rhos": "rho"}
+
+SpecT = TypeVar("SpecT")
+
+
+@dataclass(frozen=True)
+class Variant(Generic[SpecT]):
+    """One row of a spec with list keys: the values it sets and the spec that runs it."""
+
+    settings: tuple[tuple[str, Any], ...]
+    spec: SpecT
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{key} = {value}" for key, value in self.settings)
+
+    @property
+    def folder(self) -> str:
+        return "_".join(f"{key}-{value}" for key, value in self.settings)
+
+
+def variants(spec: SpecT) -> list[Variant[SpecT]]:
+    """The rows of ``spec``: one per combination of its given list keys ([] when none is given).
+    A row is the spec with those single keys set and no list keys, validated like any spec."""
+    given = [(key, single) for key, single in ROW_KEYS.items() if getattr(spec, key, None) is not None]
+    if not given:
+        return []
+    cleared = {key: None for key, _ in given}
+    rows = []
+    for values in itertools.product(*(getattr(spec, key) for key, _ in given)):
+        settings = tuple((single, value) for (_, single), value in zip(given, values, strict=True))
+        rows.append(Variant(settings, replace(spec, **cleared, **dict(settings))))  # type: ignore[type-var]
+    return rows
 
 
 def load_pipeline_spec(path: str | Path, **overrides: Any) -> PipelineSpec:

@@ -37,11 +37,13 @@ LAYOUT = 2
 
 @dataclass(frozen=True)
 class Job:
-    """One cell of a track's grid: a method (for WarmSyn, an ablation row) at ε in seed ``seed``."""
+    """One cell of a track's grid: a method (for WarmSyn, an ablation row) at ε in seed ``seed``,
+    for ``task`` (a mixing track's task: "multiclass", "lm", or a digit under the per-task protocol)."""
 
     method: str
     epsilon: float
     seed: int
+    task: str = ""
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,7 @@ class Run:
             "method": self.job.method,
             "epsilon": self.job.epsilon,
             "seed": self.job.seed,
+            **({"task": self.job.task} if self.job.task else {}),
             "secure": self.secure,
             **self.result,
             "mixture": self.mixture.to_dict(),
@@ -169,6 +172,22 @@ def release_privacy(
     return Privacy(accounting.parallel(*costs)[0], delta, True)
 
 
+def composed_privacy(
+    mixtures: Sequence[Mixture], finetunes: Sequence[accounting.GaussianPhase], delta: float, sequential: bool
+) -> Privacy:
+    """Several releases on the same data together (the per-task protocol releases one λ and one
+    model per task), composed by PLD: parallel = the max over the two disjoint splits of each
+    split's composition, sequential = everything composed on one."""
+    if not all(m.releasable for m in mixtures):
+        return Privacy(math.inf, delta, False)
+    mixing = tuple(m.phase for m in mixtures if m.phase)
+    if sequential:
+        return Privacy(accounting.epsilon_once((*mixing, *finetunes), delta), delta, True)
+    costs = [accounting.epsilon_once(tuple(finetunes), delta)]
+    costs += [accounting.epsilon_once(mixing, delta)] if mixing else []
+    return Privacy(max(costs), delta, True)
+
+
 def preflight(track: Track, epsilons: Sequence[float]) -> None:
     """Calibrate every σ the run will need, so an unreachable ε fails before anything is written:
     per ε, each private mixture's phase, then the finetune alone and (sequential) after each of them."""
@@ -225,21 +244,24 @@ class MixingTrack:
     def __init__(
         self,
         spec: MixingSpec,
-        task: str,
-        problems: Callable[[], tuple[Problem, Problem]],
+        tasks: tuple[str, ...],
+        problems: Callable[[str], tuple[Problem, Problem]],
         data_key: str,
         split_key: str,
         secure: bool,
         user_level: bool = False,
         loss_bound: float = LOSS_BOUND,
     ) -> None:
-        """``data_key`` names the data (it keys the pretraining stages and their streams);
-        ``split_key`` names split A too (it keys the mixtures)."""
-        self.spec, self.task, self.problems, self.secure = spec, task, problems, secure
+        """Every job runs each of ``tasks``, mixing on ``problems(task)``: split A (what DP-MixMin
+        sees) and all the training data (the non-private upper bound's). ``data_key`` names the
+        data (it keys the pretraining stages and their streams); ``split_key`` names split A too
+        (it keys the mixtures and names their noise streams)."""
+        self.spec, self.tasks, self.problems, self.secure = spec, tasks, problems, secure
         self.data_key, self.split_key = data_key, split_key
         self.user_level, self.loss_bound = user_level, loss_bound
         self.delta = spec.delta
         self.sequential = spec.composition == "sequential"
+        self._problems: dict[str, tuple[Problem, Problem]] = {}
 
     def mixing_phases(self, epsilon: float) -> list[accounting.GaussianPhase]:
         """The DP phases the spec's private methods run on split A for a release at ``epsilon``."""
@@ -247,20 +269,27 @@ class MixingTrack:
         return [p for p in phases if p is not None]
 
     def jobs(self) -> list[Job]:
-        return [Job(m, eps, s) for eps in self.spec.epsilons for m in self.spec.methods for s in range(self.spec.seeds)]
+        spec = self.spec
+        return [
+            Job(m, eps, s, task)
+            for eps in spec.epsilons
+            for m in spec.methods
+            for s in range(spec.seeds)
+            for task in self.tasks
+        ]
 
-    @cached_property
-    def mixing_problems(self) -> tuple[Problem, Problem]:
-        """Split A (what DP-MixMin sees) and all the training data (the non-private upper bound's)."""
-        return self.problems()
+    def mixing_problems(self, task: str) -> tuple[Problem, Problem]:
+        if task not in self._problems:
+            self._problems[task] = self.problems(task)
+        return self._problems[task]
 
     def mixture(self, job: Job) -> Stage[Mixture]:
         spec = self.spec
-        split_a, full = self.mixing_problems
         private = job.method in PRIVATE_METHODS
         eps_mix = mix_epsilon(spec, job.epsilon)
         key = content_key(
             split=self.split_key,
+            task=job.task,
             method=job.method,
             seed=job.seed,
             delta=spec.delta,
@@ -271,12 +300,15 @@ class MixingTrack:
             candidates=spec.search_candidates,
             secure=self.secure and private,
         )
-        return Stage(
-            key,
-            lambda: choose(
-                job.method, split_a, full, eps_mix, spec, job.seed, self.secure, self.user_level, self.loss_bound
-            ),
-        )
+
+        def compute() -> Mixture:
+            split_a, full = self.mixing_problems(job.task)
+            ids = {"split": self.split_key, "task": job.task}
+            return choose(
+                job.method, split_a, full, eps_mix, spec, job.seed, ids, self.secure, self.user_level, self.loss_bound
+            )
+
+        return Stage(key, compute)
 
     def pretrain_on(
         self,
@@ -304,7 +336,7 @@ class MixingTrack:
 
     def finetune_key(self, job: Job) -> Key:
         """The key the private finetune of ``job`` (and its rehearsals, as children) draws from."""
-        return Key(self.spec.seed).child(task=self.task, method=job.method, epsilon=job.epsilon, seed=job.seed)
+        return Key(self.spec.seed).child(task=job.task, method=job.method, epsilon=job.epsilon, seed=job.seed)
 
 
 def _as_dict(choice: Stage[Mixture]) -> Stage[dict[str, Any]]:

@@ -113,7 +113,7 @@ def plan(spec: RecoverySpec) -> Plan:
     tuning = None
     if spec.tune_on_public:
         tuning = tune(
-            registry.build_public(spec.problem, "multiclass", spec.seed),
+            registry.build_public(spec.problem, "multiclass", spec.seed, proxy=spec.proxy_spec),
             spec.k_epsilon,
             spec.delta,
             spec.steps,
@@ -128,7 +128,9 @@ def plan(spec: RecoverySpec) -> Plan:
     @cache
     def problem(task: str, shards: int = 0) -> Problem:
         """The task's problem: built from the embedded world (with ``shards`` k-scaling sources), or the file's."""
-        return registry.build(spec.problem, task, spec.seed, shards=shards) if file_problem is None else file_problem
+        if file_problem is not None:
+            return file_problem
+        return registry.build(spec.problem, task, spec.seed, shards=shards, proxy=spec.proxy_spec)
 
     grid = tuple(_target(t, problem(t)) for t in (spec.tasks or available))
     for t in spec.user_level_tasks or ():
@@ -203,6 +205,7 @@ def run_recovery(spec: RecoverySpec, progress: bool = True) -> RecoveryResult:
             "learner-noise",
             recovery=kind,
             task=target.task,
+            **spec.proxy_spec.ids,
             k=len(target.lambda_star),
             epsilon="none" if eps is None else eps,
             rho=rho,

@@ -8,6 +8,7 @@ from typing import Any
 
 from .. import accounting
 from ..data import registry
+from ..data.proxies import ProxySpec
 from ..errors import require
 from ..learner import LearnerConfig
 from ..specfile import Seed, check_fields, load_spec_file
@@ -19,6 +20,8 @@ class RecoverySpec:
 
     problem: str = "mnist"  # an embedded problem name, or a path to a problem file
     tasks: tuple[str, ...] = ()  # embedded problem: () means every task
+    proxy: str = "logistic"  # an embedded image world's proxies: logistic or cnn
+    proxy_epochs: int | None = None  # cnn proxies: fixed epochs; left out = early stopping on public validation
     epsilons: tuple[float, ...] = (0.2, 0.5, 1.0, 2.0, 5.0)
     rhos: tuple[float, ...] = (0.05, 0.1, 0.2)  # fraction of the mixing data DP-MixMin sees
     seeds: int = 5  # DP runs per cell (one vectorised call)
@@ -41,6 +44,7 @@ class RecoverySpec:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        self.proxy_spec  # noqa: B018  # validates proxy and proxy_epochs
         require(len(self.epsilons) >= 1, "the ε grid is empty: give at least one epsilon")
         require(len(self.rhos) >= 1, "the ρ grid is empty: give at least one rho")
         for eps in self.epsilons + (self.k_epsilon,):
@@ -55,6 +59,10 @@ class RecoverySpec:
             not self.tune_on_public or self.embedded,
             "tune_on_public needs an embedded world (a problem file has no public validation slice)",
         )
+
+    @property
+    def proxy_spec(self) -> ProxySpec:
+        return registry.proxy_spec(self.problem, self.proxy, self.proxy_epochs)
 
     @property
     def embedded(self) -> bool:
