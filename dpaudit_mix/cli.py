@@ -280,7 +280,8 @@ def cmd_recovery(args: argparse.Namespace) -> None:
 def cmd_pipeline(args: argparse.Namespace) -> None:
     from .experiments import run_pipeline_file
 
-    print(json.dumps(run_pipeline_file(args.spec, args.out, secure=args.secure).to_dict(), indent=2))
+    summary = run_pipeline_file(args.spec, args.out, secure=args.secure, workers=args.workers)
+    print(json.dumps(summary.to_dict(), indent=2))
 
 
 def cmd_warmsyn(args: argparse.Namespace) -> None:
@@ -454,6 +455,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--secure",
         action="store_true",
         help="every private noise and Poisson batch from the OS CSPRNG (not reproducible)",
+    )
+    pipeline.add_argument(
+        "--workers", type=_positive_int, default=1, help="processes running the seeds side by side (same results)"
     )
     pipeline.set_defaults(func=cmd_pipeline)
 

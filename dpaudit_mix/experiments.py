@@ -53,7 +53,9 @@ class _Prepared:
     run: Callable[[Path, Path], tuple[RowResult, dict[str, dict[float, float]]]]
 
 
-def _prepare(spec: Any, variant: Variant[Any], text: bool, secure: bool, progress: bool) -> _Prepared:
+def _prepare(
+    spec: Any, variant: Variant[Any], text: bool, secure: bool, progress: bool, workers: int, worlds: dict[str, Any]
+) -> _Prepared:
     """The image or the text track of ``spec``; bad input (an unreachable ε …) raises here."""
     from .pipeline.rows import RowResult, mixture_entries, write_mixtures
     from .pipeline.stages import StageCache, preflight
@@ -66,7 +68,7 @@ def _prepare(spec: Any, variant: Variant[Any], text: bool, secure: bool, progres
         preflight(TextTrack(spec, world, secure), spec.epsilons)
 
         def run_text(out: Path, cache: Path) -> tuple[RowResult, dict[str, dict[float, float]]]:
-            records = [r.to_dict() for r in run_text_pipeline(spec, out, world, progress, secure, cache)]
+            records = [r.to_dict() for r in run_text_pipeline(spec, out, world, progress, secure, cache, workers)]
             frame = write_text_report(records, spec, list(world.sources), user_counts(spec, world), out)
             write_mixtures(out, mixture_entries(records))
             scores = frame[["method", "epsilon", "seed", "perplexity"]].rename(columns={"perplexity": "value"})
@@ -79,14 +81,18 @@ def _prepare(spec: Any, variant: Variant[Any], text: bool, secure: bool, progres
 
         return _Prepared(run_text)
 
+    from .cache import content_key
     from .pipeline.report import paired_differences, write_pipeline_report
-    from .pipeline.run import build_world, image_track, proxy_report, run_pipeline
+    from .pipeline.run import build_world, image_track, proxy_report, run_pipeline, world_key
 
-    image_world = build_world(spec)
+    cut = content_key(data=world_key(spec), rho=spec.rho)  # rows that differ in proxies or protocol share it
+    if cut not in worlds:
+        worlds[cut] = build_world(spec)
+    image_world = worlds[cut]
     preflight(image_track(spec, image_world, StageCache(Path()), False, secure), spec.epsilons)
 
     def run_image(out: Path, cache: Path) -> tuple[RowResult, dict[str, dict[float, float]]]:
-        runs = run_pipeline(spec, out, progress, image_world, secure, cache)
+        runs = run_pipeline(spec, out, progress, image_world, secure, cache, workers)
         records = [r.to_dict() for r in runs]
         proxies = proxy_report(spec, image_world, cache)
         frame = write_pipeline_report(records, spec, proxies, out)
@@ -103,12 +109,12 @@ def _prepare(spec: Any, variant: Variant[Any], text: bool, secure: bool, progres
 
 
 def run_pipeline_file(
-    path: str, out: str | None = None, secure: bool = False, progress: bool = True
+    path: str, out: str | None = None, secure: bool = False, progress: bool = True, workers: int = 1
 ) -> PipelineSummary:
     """The pipeline of the spec at ``path`` on its world's track (image or text), then its report.
     A spec with list keys (``rhos`` …) runs once per row into ``OUT/rows/<row>/``, sharing one
     stage cache, and ``OUT`` gets the rows' report. Every input error (of any row) is raised
-    before anything is written."""
+    before anything is written. ``workers`` processes run the seeds side by side."""
     from .lm.spec import TextPipelineSpec
     from .pipeline.rows import write_rows_report
     from .pipeline.spec import PipelineSpec, Variant, variants
@@ -117,7 +123,8 @@ def run_pipeline_file(
     text = is_text_world(spec_table(Path(path), content).get("world"))
     spec = parse_spec(TextPipelineSpec if text else PipelineSpec, Path(path), content)
     rows = variants(spec) or [Variant((), spec)]
-    prepared = [_prepare(row.spec, row, text, secure, progress) for row in rows]
+    worlds: dict[str, Any] = {}
+    prepared = [_prepare(row.spec, row, text, secure, progress, workers, worlds) for row in rows]
     folder = _out(out, f"pipeline-{Path(path).stem}")
     measure = "dpmixmin_perplexity_reduction_vs" if text else "dpmixmin_minus"
     if len(rows) == 1 and not rows[0].settings:

@@ -70,6 +70,9 @@ AUDIT_KEYS = [
     ('canaries = "natural"', "canaries = 'natural': expected a list of strings"),
     ("threats = [1]", "threats = [1]: expected a list of strings"),
     ('rho = "0.1"', "rho = '0.1': expected a finite number"),
+    ('proxy = "mlp"', "proxy must be one of logistic, cnn, got 'mlp'"),
+    ('problem = "shakespeare-users"\nproxy = "cnn"', "applies to the embedded image worlds"),
+    ("proxy_epochs = 2.5", "proxy_epochs = 2.5: expected an integer or none"),
 ]
 RECOVERY_KEYS = [
     ("seeds = 5.0", "seeds = 5.0: expected an integer"),
@@ -78,6 +81,8 @@ RECOVERY_KEYS = [
     ("k_values = [2.5]", "k_values = [2.5]: expected a list of integers or none"),
     ("delta = inf", "delta = inf: expected a finite number"),
     ('tasks = "digit-0"', "expected a list of strings"),
+    ('proxy = "cnn"\nproxy_epochs = 0', "proxy_epochs must be an integer >= 1"),
+    ('problem = "p.npz"\nproxy = "cnn"', "applies to the embedded image worlds"),
 ]
 PIPELINE_KEYS = [
     ("seeds = 1.5", "seeds = 1.5: expected an integer"),
@@ -86,6 +91,17 @@ PIPELINE_KEYS = [
     ("finetune_learning_rate = nan", "expected a finite number"),
     ("composition = 1", "composition = 1: expected a string"),
     ("seed = -2", "expected an integer >= 0"),
+    ('proxy = "resnet"', "proxy must be one of logistic, cnn"),
+    ('protocol = "per_digit"', "protocol must be one of multiclass, per_task"),
+    ('proxy = "cnn"\nproxy_epochs = 0', "proxy_epochs must be an integer >= 1"),
+    ("proxy_epochs = 4", "proxy_epochs applies to cnn proxies only"),
+    ("proxy_epochs_grid = [1, 2]", "proxy_epochs applies to cnn proxies only"),
+    ('proxy = "cnn"\nproxy_epochs_grid = [2, 0]', "proxy_epochs must be an integer >= 1"),
+    ('proxies = ["cnn", "vit"]', "proxy must be one of logistic, cnn, got 'vit'"),
+    ('protocols = ["per_task", "joint"]', "protocol must be one of"),
+    ("rhos = []", "rhos is empty"),
+    ("rhos = [0.1, 1.0]", "every rho in rhos must be in (0, 1), got 1.0"),
+    ("rhos = [0.0]", "every rho in rhos must be in (0, 1)"),
 ]
 #: the text pipeline (the same command, chosen by world = "shakespeare-users").
 TEXT_PIPELINE_KEYS = [
@@ -95,6 +111,11 @@ TEXT_PIPELINE_KEYS = [
     ('methods = ["warm"]', "unknown method(s) warm for the text pipeline"),
     ("finetune_batch = 64", "unknown key(s) in"),
     ("rho = 0.001", "leaves a split empty"),
+    ('protocol = "per_task"', "the text world has one task (lm)"),
+    ('proxy = "cnn"', "unknown key(s) in"),
+    ("rhos = []", "rhos is empty"),
+    ("rhos = [0.2, 1.5]", "every rho in rhos must be in (0, 1), got 1.5"),
+    ("rhos = [0.2, 0.001]", "leaves a split empty"),
 ]
 RELEASE_KEYS = [
     ("audit_runs = 20000.0", "audit_runs = 20000.0: expected an integer"),

@@ -148,3 +148,77 @@ def test_finetune_hyper_parameters_are_chosen_on_public_data(tmp_path: Path) -> 
     assert set(scores) == {(0.02, 1), (0.2, 1)}
     assert scores[(choice["learning_rate"], choice["epochs"])] == max(scores.values())
     assert record["epsilon_total"] <= 2.0  # the rehearsals ran on public data: no extra privacy
+
+
+def _spec_file(path: Path, **keys: object) -> Path:
+    def toml(value: object) -> str:
+        if isinstance(value, (tuple, list)):
+            return "[" + ", ".join(toml(v) for v in value) + "]"
+        return f'"{value}"' if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
+
+    path.write_text("".join(f"{key} = {toml(value)}\n" for key, value in keys.items()))
+    return path
+
+
+def test_tiny_factorial_runs_every_cell_and_tests_its_endpoints_across_rows(capsys, tmp_path: Path) -> None:
+    """pipeline/factorial.toml at toy sizes: proxy × protocol rows, per-task λ for every digit in
+    mixtures.json, and both endpoints per row, Holm-corrected across the four rows."""
+    keys = {**TINY, "epsilons": (1.0,), "seeds": 2, "pretrain_examples": 200}
+    spec = _spec_file(
+        tmp_path / "factorial.toml",
+        world="mnist-shift",
+        methods=("dpmixmin", "uniform", "nonprivate_mixmin"),
+        proxies=("logistic", "cnn"),
+        protocols=("multiclass", "per_task"),
+        proxy_epochs=1,
+        **keys,
+    )
+    out = tmp_path / "out"
+    assert main(["pipeline", str(spec), "--out", str(out)]) == 0
+    endpoints = json.loads(capsys.readouterr().out)["endpoints"]
+    cells = {f"proxy = {p}, protocol = {c}" for p in ("logistic", "cnn") for c in ("multiclass", "per_task")}
+    assert set(endpoints) == {"lambda_star_minus_uniform", "dpmixmin_minus_lambda_star"}
+    assert all(set(by_row) == cells for by_row in endpoints.values())
+    entries = json.loads((out / "mixtures.json").read_text())
+    tasks = {(e["row"], e["method"], e["seed"]): set() for e in entries}
+    for e in entries:
+        tasks[(e["row"], e["method"], e["seed"])].add(e["task"])
+        assert len(e["weights"]) == 21 and abs(sum(e["weights"]) - 1) < 1e-9
+    digits = {f"digit-{d}" for d in range(10)}
+    assert len(tasks) == 4 * 3 * 2
+    assert all(found == (digits if "per_task" in row else {"multiclass"}) for (row, _, _), found in tasks.items())
+    per_task = [e["weights"] for e in entries if e["row"].endswith("per_task") and e["method"] == "dpmixmin"]
+    assert len({tuple(w) for w in per_task}) == len(per_task)  # every task's private λ is its own
+    report = (out / "report.md").read_text()
+    assert "p (Holm, across rows)" in report and "cos(λ_DP, λ★)" in report
+    cell = out / "rows" / "proxy-cnn_protocol-per_task"
+    assert "all tasks' λ together" in (cell / "report.md").read_text()
+    assert json.loads((cell / "mixtures.json").read_text()) == [
+        {k: v for k, v in e.items() if k != "row"} for e in entries if e["row"] == "proxy = cnn, protocol = per_task"
+    ]
+
+
+def test_workers_compute_the_same_results_as_one_process(tmp_path: Path) -> None:
+    spec = PipelineSpec(methods=("dpmixmin", "uniform"), **{**TINY, "seeds": 2})
+    one = _dicts(run_pipeline(spec, tmp_path / "one", progress=False))
+    assert _dicts(run_pipeline(spec, tmp_path / "two", progress=False, workers=2)) == one
+
+
+def test_rows_are_the_product_of_the_list_keys_and_each_a_valid_spec() -> None:
+    from dpaudit_mix.lm.spec import TextPipelineSpec
+    from dpaudit_mix.pipeline.spec import variants
+
+    rows = variants(PipelineSpec(proxies=("logistic", "cnn"), rhos=(0.1, 0.3), proxy_epochs=2))
+    assert [r.label for r in rows] == [
+        "proxy = logistic, rho = 0.1",
+        "proxy = logistic, rho = 0.3",
+        "proxy = cnn, rho = 0.1",
+        "proxy = cnn, rho = 0.3",
+    ]
+    assert [(r.spec.proxy_epochs, r.spec.rho, r.spec.rhos, r.spec.proxies) for r in rows[1:3]] == [
+        (None, 0.3, None, None),  # proxy_epochs belongs to the CNN rows
+        (2, 0.1, None, None),
+    ]
+    assert variants(PipelineSpec()) == []
+    text = variants(TextPipelineSpec(rhos=(0.1, 0.2, 0.3)))
+    assert [r.spec.rho for r in text] == [0.1, 0.2, 0.3] and text[0].folder == "rho-0.1"

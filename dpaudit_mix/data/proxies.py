@@ -12,6 +12,8 @@ never saw a class still gives every label a finite log-likelihood.
 
 from __future__ import annotations
 
+import itertools
+import math
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -25,6 +27,8 @@ from .sources import PublicSource
 
 if TYPE_CHECKING:
     from sklearn.linear_model import LogisticRegression
+
+    from ..models.cnn import SmallCNN
 
 CLASSES = 10
 SMOOTHING = 0.01
@@ -104,13 +108,52 @@ class LogisticProxy:
         return smoothed(probs)
 
 
+#: a CNN proxy's learning rate (Adam, batch 64), as pretraining's default.
+PROXY_LEARNING_RATE = 2e-3
+
+
+@dataclass(frozen=True)
+class CNNProxy:
+    """A SmallCNN trained on one public source: a network proxy, as the paper's are."""
+
+    model: SmallCNN
+    epochs: int | None
+
+    def probabilities(self, images: np.ndarray) -> np.ndarray:
+        from ..models.cnn import class_probabilities
+
+        return smoothed(class_probabilities(self.model, images))
+
+    @classmethod
+    def train(
+        cls, images: np.ndarray, labels: np.ndarray, epochs: int | None, validation: PublicSource, key: Key
+    ) -> CNNProxy:
+        """``epochs`` epochs, or (None) the epoch of least validation loss on the public
+        ``validation`` slice, stopping PATIENCE epochs after it (at most MAX_EPOCHS)."""
+        from ..models.cnn import from_arrays, state_arrays, train_epochs  # torch-heavy; only when asked for
+
+        model = from_arrays(None, key)
+        steps = train_epochs(model, images, labels, PROXY_LEARNING_RATE, key)
+        if epochs is not None:
+            for _ in itertools.islice(steps, epochs):
+                pass
+            return cls(model, epochs)
+        best: tuple[float, dict[str, np.ndarray], int] = (math.inf, state_arrays(model), 0)
+        for epoch in itertools.islice(steps, MAX_EPOCHS):
+            probs = cls(model, epoch).probabilities(validation.images)
+            loss = float(-np.mean(np.log(probs[np.arange(len(validation.labels)), validation.labels])))
+            if loss < best[0]:
+                best = (loss, state_arrays(model), epoch)
+            elif epoch - best[2] >= PATIENCE:
+                break
+        return cls(from_arrays(best[1], key), best[2])
+
+
 def train_proxy(source: PublicSource, spec: ProxySpec, validation: PublicSource, key: Key) -> Proxy:
     """The proxy of ``source``; a CNN draws from ``key`` named by the source (and early-stops on
     ``validation``, public data)."""
     if spec.kind == "logistic":
         return LogisticProxy(fit_logistic(features(source.images), source.labels))
-    from ..models.cnn import CNNProxy  # torch-heavy; only when asked for
-
     return CNNProxy.train(source.images, source.labels, spec.epochs, validation, key.child(source=source.name))
 
 

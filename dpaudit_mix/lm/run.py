@@ -230,9 +230,11 @@ def run_text_pipeline(
     progress: bool = True,
     secure: bool = False,
     cache: Path | None = None,
+    workers: int = 1,
 ) -> list[Run]:
     """Every (method, ε, seed): one run with test perplexity, λ and accounting; the stages are
-    cached under ``cache`` (default ``out/cache``; rows of one spec share one)."""
+    cached under ``cache`` (default ``out/cache``; rows of one spec share one), computed by
+    ``workers`` processes side by side (the same results)."""
     track = TextTrack(spec, world or build_text_world(spec), secure)
     preflight(track, spec.epsilons)
-    return run_stages(track, StageCache(cache or out / "cache"), progress, secure)
+    return run_stages(track, StageCache(cache or out / "cache"), progress, secure, workers)

@@ -22,8 +22,6 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from .. import accounting
-from ..data.proxies import MAX_EPOCHS, PATIENCE, smoothed
-from ..data.sources import PublicSource
 from ..errors import InputError
 from ..randomness import Key, torch_scope
 from . import opacus_sgd
@@ -51,7 +49,9 @@ class SmallCNN(nn.Module):
 
 
 def state_arrays(model: nn.Module) -> dict[str, np.ndarray]:
-    return {name: value.detach().cpu().numpy() for name, value in model.state_dict().items()}
+    """A copy of the weights (a plain ``.numpy()`` would share memory with parameters that later
+    optimizer steps update in place)."""
+    return {name: value.detach().cpu().numpy().copy() for name, value in model.state_dict().items()}
 
 
 def from_arrays(arrays: dict[str, np.ndarray] | None, key: Key, classes: int = CLASSES) -> SmallCNN:
@@ -73,7 +73,9 @@ def _tensors(images: np.ndarray, labels: np.ndarray) -> TensorDataset:
     )
 
 
-def _epochs(model: SmallCNN, images: np.ndarray, labels: np.ndarray, learning_rate: float, key: Key) -> Iterator[int]:
+def train_epochs(
+    model: SmallCNN, images: np.ndarray, labels: np.ndarray, learning_rate: float, key: Key
+) -> Iterator[int]:
     """Non-private training (Adam, batch 64), one epoch per step of the iterator; yields the
     epochs done so far (the caller decides when to stop)."""
     generator = key.stream("pretrain-shuffle").torch()
@@ -92,52 +94,16 @@ def _epochs(model: SmallCNN, images: np.ndarray, labels: np.ndarray, learning_ra
 def pretrain(images: np.ndarray, labels: np.ndarray, epochs: int, learning_rate: float, key: Key) -> SmallCNN:
     """Non-private training on the λ-sampled public examples (Adam, batch 64)."""
     model = from_arrays(None, key)
-    for _ in itertools.islice(_epochs(model, images, labels, learning_rate, key), epochs):
+    for _ in itertools.islice(train_epochs(model, images, labels, learning_rate, key), epochs):
         pass
     return model
 
 
-def _probabilities(model: nn.Module, images: np.ndarray) -> np.ndarray:
+def class_probabilities(model: nn.Module, images: np.ndarray) -> np.ndarray:
+    """(n, classes) softmax outputs, as float64."""
     model.eval()
     with torch.no_grad():
         return torch.softmax(model(torch.from_numpy(images[:, None].astype(np.float32))), dim=1).double().numpy()
-
-
-#: a CNN proxy's learning rate (Adam), as pretraining's default.
-PROXY_LEARNING_RATE = 2e-3
-
-
-@dataclass(frozen=True)
-class CNNProxy:
-    """A SmallCNN trained on one public source: a network proxy, as the paper's are."""
-
-    model: SmallCNN
-    epochs: int | None
-
-    def probabilities(self, images: np.ndarray) -> np.ndarray:
-        return smoothed(_probabilities(self.model, images))
-
-    @classmethod
-    def train(
-        cls, images: np.ndarray, labels: np.ndarray, epochs: int | None, validation: PublicSource, key: Key
-    ) -> CNNProxy:
-        """``epochs`` epochs, or (None) the epoch of least validation loss on the public
-        ``validation`` slice, stopping PATIENCE epochs after it (at most MAX_EPOCHS)."""
-        model = from_arrays(None, key)
-        steps = _epochs(model, images, labels, PROXY_LEARNING_RATE, key)
-        if epochs is not None:
-            for _ in itertools.islice(steps, epochs):
-                pass
-            return cls(model, epochs)
-        best: tuple[float, dict[str, np.ndarray], int] = (math.inf, state_arrays(model), 0)
-        for epoch in itertools.islice(steps, MAX_EPOCHS):
-            probs = smoothed(_probabilities(model, validation.images))
-            loss = float(-np.mean(np.log(probs[np.arange(len(validation.labels)), validation.labels])))
-            if loss < best[0]:
-                best = (loss, state_arrays(model), epoch)
-            elif epoch - best[2] >= PATIENCE:
-                break
-        return cls(from_arrays(best[1], key), best[2])
 
 
 @dataclass(frozen=True)
@@ -234,7 +200,7 @@ def _cross_entropy(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch
 
 def evaluate(model: nn.Module, images: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     """Per-digit one-vs-rest AUC, their mean (macro AUC), and multi-class accuracy."""
-    probs = _probabilities(model, images)
+    probs = class_probabilities(model, images)
     metrics = {f"digit-{d}": float(roc_auc_score(labels == d, probs[:, d])) for d in range(CLASSES)}
     metrics["macro_auc"] = float(np.mean(list(metrics.values())))
     metrics["accuracy"] = float(np.mean(probs.argmax(axis=1) == labels))
@@ -248,4 +214,4 @@ def task_labels(labels: np.ndarray, task: str) -> np.ndarray:
 
 def task_auc(model: nn.Module, images: np.ndarray, labels: np.ndarray, task: str) -> dict[str, float]:
     """A binary ``digit-d`` model's AUC (the positive class is its output 1)."""
-    return {"auc": float(roc_auc_score(task_labels(labels, task), _probabilities(model, images)[:, 1]))}
+    return {"auc": float(roc_auc_score(task_labels(labels, task), class_probabilities(model, images)[:, 1]))}

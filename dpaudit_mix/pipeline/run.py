@@ -294,9 +294,11 @@ def run_pipeline(
     world: World | None = None,
     secure: bool = False,
     cache_root: Path | None = None,
+    workers: int = 1,
 ) -> list[Run]:
     """Every (method, ε, seed) of the spec (and task, per task): one run each with metrics, λ and
-    accounting. Stages are cached under ``cache_root`` (default ``out/cache``; rows share one).
+    accounting. Stages are cached under ``cache_root`` (default ``out/cache``; rows share one);
+    ``workers`` processes compute the seeds side by side (the same results).
 
     ``secure`` draws every private noise and Poisson batch from the OS CSPRNG: the run is then
     not reproducible, and its cached stages are kept apart from the seeded ones.
@@ -305,4 +307,4 @@ def run_pipeline(
     cache = StageCache(cache_root or out / "cache")
     track = image_track(spec, world, cache, progress, secure)
     preflight(track, spec.epsilons)  # before the proxies: an unreachable ε writes nothing
-    return run_stages(track, cache, progress, secure)
+    return run_stages(track, cache, progress, secure, workers)

@@ -68,9 +68,11 @@ class PipelineSpec:
     def __post_init__(self) -> None:
         check_fields(self)
         check_shared_keys(self, METHODS)
-        self.proxy_spec  # noqa: B018  # validates proxy and proxy_epochs
-        require(self.protocol in PROTOCOLS, f"protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
-        variants(self)  # every row is a valid spec
+        if not variants(self):  # with rows, each row is a spec checked on its own (the single keys may not apply)
+            self.proxy_spec  # noqa: B018  # validates proxy and proxy_epochs
+            require(
+                self.protocol in PROTOCOLS, f"protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}"
+            )
         for name in ("sensitive_fraction", "public_fraction"):
             value = getattr(self, name)
             require(0 < value <= 1, f"{name} must be in (0, 1], got {value}")
@@ -156,15 +158,18 @@ class Variant(Generic[SpecT]):
 
 def variants(spec: SpecT) -> list[Variant[SpecT]]:
     """The rows of ``spec``: one per combination of its given list keys ([] when none is given).
-    A row is the spec with those single keys set and no list keys, validated like any spec."""
+    A row is the spec with those single keys set and no list keys, validated like any spec;
+    ``proxy_epochs`` belongs to the CNN rows of ``proxies`` (a logistic row leaves it out)."""
     given = [(key, single) for key, single in ROW_KEYS.items() if getattr(spec, key, None) is not None]
     if not given:
         return []
     cleared = {key: None for key, _ in given}
+    epochs_vary = any(key == "proxy_epochs_grid" for key, _ in given)  # a logistic row of it is refused
     rows = []
     for values in itertools.product(*(getattr(spec, key) for key, _ in given)):
         settings = tuple((single, value) for (_, single), value in zip(given, values, strict=True))
-        rows.append(Variant(settings, replace(spec, **cleared, **dict(settings))))  # type: ignore[type-var]
+        implied = {"proxy_epochs": None} if dict(settings).get("proxy") == "logistic" and not epochs_vary else {}
+        rows.append(Variant(settings, replace(spec, **cleared, **dict(settings), **implied)))  # type: ignore[type-var]
     return rows
 
 

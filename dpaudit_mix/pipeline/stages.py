@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
@@ -200,16 +201,66 @@ def preflight(track: Track, epsilons: Sequence[float]) -> None:
             track.calibrate(eps, prior)
 
 
-def run_stages(track: Track, cache: StageCache, progress: bool = True, secure: bool = False) -> list[Run]:
-    """Every job of ``track``, stage by stage; each stage's output is computed at most once."""
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Stages compute on one thread (torch and BLAS): how a reduction is split across threads
+    changes the last bits of its sum, which a λ-drawn sample or a DP step then amplifies, so only
+    a fixed thread count gives one process and several workers the same numbers."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(1):
+            yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _warm(track: Track, root: Path, jobs: list[Job], secure: bool) -> None:
+    """A worker's share: its jobs' stages computed into the cache at ``root``."""
+    run_stages(track, StageCache(root), progress=False, secure=secure, jobs=jobs)
+
+
+def run_stages(
+    track: Track,
+    cache: StageCache,
+    progress: bool = True,
+    secure: bool = False,
+    workers: int = 1,
+    jobs: list[Job] | None = None,
+) -> list[Run]:
+    """Every job of ``track`` (or ``jobs``), stage by stage; each stage's output is computed at
+    most once. ``workers`` > 1 computes the seeds' pretraining and finetuning in that many
+    processes (joblib), each seed's jobs in one, into the cache, which stays the one place
+    results land; the runs are then read from it, so they are the same as one process's (every stage runs on one
+    thread: :func:`one_thread`)."""
+    with one_thread():
+        return _run_stages(track, cache, progress, secure, workers, jobs)
+
+
+def _run_stages(
+    track: Track, cache: StageCache, progress: bool, secure: bool, workers: int, jobs: list[Job] | None
+) -> list[Run]:
     show = {"disable": not progress, "file": sys.stderr}
-    jobs = track.jobs()
+    jobs = track.jobs() if jobs is None else jobs
     mixtures: dict[Job, Mixture] = {}
     for job in tqdm(jobs, desc="mixtures", unit="λ", **show):
         choice = track.mixture(job)
         mixtures[job] = (
             Mixture(None, None) if choice is None else Mixture.from_dict(cache.json("mixture", _as_dict(choice)))
         )
+    if workers > 1 and cache.writable:  # the mixtures (and the proxies they need) are in the cache now
+        from joblib import Parallel, delayed
+
+        seeds = sorted({job.seed for job in jobs})
+        groups = [[job for job in jobs if job.seed == seed] for seed in seeds]
+        done = Parallel(n_jobs=workers, backend="loky", return_as="generator_unordered")(
+            delayed(_warm)(track, cache.root, group, secure) for group in groups
+        )
+        for _ in tqdm(done, total=len(groups), desc=f"seeds ({workers} workers)", unit="seed", **show):
+            pass
 
     starts: dict[Job, str | None] = {}
     held: dict[str, Arrays] = {}  # computed or loaded once, never re-read: the cache may be unwritable
