@@ -151,6 +151,12 @@ def cmd_problem(args: argparse.Namespace) -> None:
             "k": prob.k,
             "out": args.out,
             "sources": list(prob.sources),
+            **({"proxy": prob.meta["proxy"]} if "proxy" in prob.meta else {}),
+            **(
+                {"proxy_validation_accuracy": [float(a) for a in prob.meta["proxy_validation_accuracy"].split(",")]}
+                if "proxy_validation_accuracy" in prob.meta
+                else {}
+            ),
             "lambda_star": star.tolist(),
             "cos_lambda_star_uniform": float(cos_similarity(star, np.ones(prob.k))),
         },

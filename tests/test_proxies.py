@@ -75,3 +75,21 @@ def test_built_problem_names_its_proxies_and_their_accuracy() -> None:
     assert problem.meta["proxy"] == "cnn, 1 epochs" and problem.meta["proxy_epochs"] == ",".join(["1"] * problem.k)
     assert len(accuracy) == problem.k and all(0 <= a <= 1 for a in accuracy)
     assert max(accuracy) > 0.15  # above chance (0.1; its std on 500 validation images is 0.013) after one epoch
+
+
+def test_recovery_and_audits_mix_the_network_proxies_they_name() -> None:
+    from dpaudit_mix.audit.spec import AuditSpec, resolve_problem
+    from dpaudit_mix.mixmin import mixmin
+    from dpaudit_mix.recovery.grid import run_recovery
+    from dpaudit_mix.recovery.spec import RecoverySpec
+
+    cnn = ProxySpec("cnn", 1)
+    built = registry.build("mnist-shift", "digit-3", proxy=cnn)
+    keys = {"problem": "mnist-shift", "proxy": "cnn", "proxy_epochs": 1}
+    recovery = RecoverySpec(
+        **keys, tasks=("digit-3",), epsilons=(1.0,), rhos=(0.2,), seeds=2, user_level_tasks=(), k_values=()
+    )
+    result = run_recovery(recovery, progress=False)
+    assert np.allclose(result.lambda_star["digit-3"], mixmin(built.logp).weights)
+    audited = resolve_problem(AuditSpec(**keys, task="digit-3"))
+    assert np.array_equal(audited.logp, built.logp) and audited.meta["proxy"] == "cnn, 1 epochs"

@@ -54,17 +54,30 @@ def state_arrays(model: nn.Module) -> dict[str, np.ndarray]:
     return {name: value.detach().cpu().numpy().copy() for name, value in model.state_dict().items()}
 
 
-def from_arrays(arrays: dict[str, np.ndarray] | None, key: Key, classes: int = CLASSES) -> SmallCNN:
+def from_arrays(arrays: dict[str, np.ndarray] | None, key: Key, task: str = "multiclass") -> SmallCNN:
     """A CNN with the given weights, or freshly initialised from ``key``'s "model-init" stream.
-    With ``classes`` other than the weights' (a per-task binary head), only the convolutional
-    features are loaded and the head is fresh."""
+    A ``digit-d`` task's model is binary; pretrained weights give it :func:`binary_head`."""
+    classes = CLASSES if task == "multiclass" else 2
     with torch_scope(key.stream("model-init")):
         model = SmallCNN(classes)
     if arrays is not None:
-        whole = classes == CLASSES
-        kept = {name: torch.from_numpy(v) for name, v in arrays.items() if whole or not name.startswith("head.")}
-        model.load_state_dict(kept, strict=whole)
+        weights = arrays if task == "multiclass" else binary_head(arrays, int(task.split("-")[1]))
+        model.load_state_dict({name: torch.from_numpy(value) for name, value in weights.items()})
     return model
+
+
+def binary_head(arrays: dict[str, np.ndarray], digit: int) -> dict[str, np.ndarray]:
+    """The pretrained 10-class model as a ``digit`` versus rest classifier: logit 1 is the digit's,
+    logit 0 the mean of the others' plus log 9, so that σ(z₁ − z₀) starts near the 10-class
+    model's p(digit) (exact when the other logits are equal)."""
+    weight, bias = arrays["head.weight"], arrays["head.bias"]
+    others = np.arange(CLASSES) != digit
+    rest_w, rest_b = weight[others].mean(axis=0), bias[others].mean() + np.log(CLASSES - 1)
+    return {
+        **arrays,
+        "head.weight": np.stack([rest_w, weight[digit]]).astype(weight.dtype),
+        "head.bias": np.array([rest_b, bias[digit]], dtype=bias.dtype),
+    }
 
 
 def _tensors(images: np.ndarray, labels: np.ndarray) -> TensorDataset:

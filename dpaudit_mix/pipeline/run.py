@@ -158,6 +158,7 @@ class ImageTrack(MixingTrack):
         key = content_key(
             pretrain=start_key,
             task=job.task,
+            **({} if job.task == "multiclass" else {"head": "binary, from the pretrained head"}),
             data=self.data_key,
             rho=spec.rho,
             composition=spec.composition,
@@ -171,7 +172,7 @@ class ImageTrack(MixingTrack):
             secure=self.secure,
         )
         stage = self.finetune_key(job)
-        task, classes = job.task, cnn.CLASSES if job.task == "multiclass" else 2
+        task = job.task
 
         def target(labels: np.ndarray) -> np.ndarray:
             """The finetune's labels: the digit, or (per task) whether it is the task's digit."""
@@ -184,7 +185,7 @@ class ImageTrack(MixingTrack):
             half = len(world.validation.labels) // 2
             batch = max(1, round(spec.finetune_batch * half / len(self.rows)))
             tuned = cnn.dp_finetune(
-                cnn.from_arrays(start, rehearsal, classes),
+                cnn.from_arrays(start, rehearsal, task),
                 world.validation.images[:half],
                 target(world.validation.labels[:half]),
                 job.epsilon,
@@ -203,7 +204,7 @@ class ImageTrack(MixingTrack):
             candidates = [{"learning_rate": lr, "epochs": epochs} for lr, epochs in grid]
             choice = choose_by_rehearsal(candidates, rehearse, REHEARSAL, stage)
             tuned = cnn.dp_finetune(
-                cnn.from_arrays(start, stage, classes),
+                cnn.from_arrays(start, stage, task),
                 world.train_images[self.rows],
                 target(world.train_labels[self.rows]),
                 job.epsilon,
