@@ -20,8 +20,9 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 demo: $(STAMP)
 	$(PY) -m dpaudit_mix.demo
 
+# One pytest worker per core (pytest-xdist): most tests compute on one thread.
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist worksteal
 
 # ruff (lint and format) on everything, mypy on the package (strict on the core; see pyproject.toml).
 lint: $(STAMP)

@@ -222,3 +222,19 @@ def test_rows_are_the_product_of_the_list_keys_and_each_a_valid_spec() -> None:
     assert variants(PipelineSpec()) == []
     text = variants(TextPipelineSpec(rhos=(0.1, 0.2, 0.3)))
     assert [r.spec.rho for r in text] == [0.1, 0.2, 0.3] and text[0].folder == "rho-0.1"
+
+
+def test_a_per_task_model_starts_from_the_pretrained_head() -> None:
+    """digit-d versus rest: p(d) of the binary model equals the 10-class model's when the other
+    digits' logits are equal (and is close otherwise); no pretraining gives a fresh binary head."""
+    from dpaudit_mix.randomness import Key
+
+    arrays = cnn.state_arrays(cnn.from_arrays(None, Key(0)))
+    rng = np.random.default_rng(1)
+    arrays["head.weight"][np.arange(10) != 3] = rng.standard_normal(784).astype(np.float32) * 0.05
+    arrays["head.bias"][np.arange(10) != 3] = 0.2
+    images = rng.standard_normal((40, 28, 28)).astype(np.float32)
+    ten = cnn.class_probabilities(cnn.from_arrays(arrays, Key(0)), images)[:, 3]
+    two = cnn.class_probabilities(cnn.from_arrays(arrays, Key(0), "digit-3"), images)[:, 1]
+    assert np.allclose(ten, two, atol=1e-5)
+    assert cnn.from_arrays(None, Key(0), "digit-3").head.out_features == 2

@@ -162,8 +162,9 @@ def _diagnostics_table(results: Sequence[RowResult]) -> list[list[str]]:
 
 
 def _budget_table(results: Sequence[RowResult], metric: str) -> list[list[str]] | None:
-    """DP-MixMin per proxy-epoch budget: its score and cos(λ_DP(E), λ_DP(4)) over seeds, the
-    paper's Tables 3 and 5 beside; None unless the rows vary proxy_epochs."""
+    """DP-MixMin per proxy-epoch budget: its score, cos(λ_DP(E), λ_DP(4)) over seeds and (with
+    λ★ among the methods) cos(λ★(E), λ★(4)), the proxies' change without the noise; the paper's
+    Tables 3 and 5 beside. None unless the rows vary proxy_epochs."""
     by_epochs = {
         dict(r.variant.settings).get("proxy_epochs"): r for r in results if "proxy_epochs" in dict(r.variant.settings)
     }
@@ -176,27 +177,30 @@ def _budget_table(results: Sequence[RowResult], metric: str) -> list[list[str]] 
             "ε",
             f"DP-MixMin {metric}",
             f"cos(λ_DP(E), λ_DP({REFERENCE_EPOCHS}))",
+            f"cos(λ★(E), λ★({REFERENCE_EPOCHS}))",
             "paper Table 3 AUC",
             "paper Table 5 cos",
         ]
     ]
+
+    def cosines(result: RowResult, method: str) -> dict[float, list[float]]:
+        if reference is None:
+            return {}
+        same = method == "nonprivate_mixmin"  # λ★ is the same at every ε
+        return _cosines(_weights(result.records, method), _weights(reference.records, method), any_epsilon=same)
+
     for epochs, result in sorted(by_epochs.items()):
         dp = result.scores[result.scores["method"] == "dpmixmin"]
-        cosines = (
-            {}
-            if reference is None
-            else _cosines(
-                _weights(result.records, "dpmixmin"), _weights(reference.records, "dpmixmin"), any_epsilon=False
-            )
-        )
+        private, star = cosines(result, "dpmixmin"), cosines(result, "nonprivate_mixmin")
         for eps, group in dp.groupby("epsilon"):
-            values = cosines.get(float(eps), [])
+            values, stars = private.get(float(eps), []), next(iter(star.values()), [])
             rows.append(
                 [
                     str(epochs),
                     f"{eps:g}",
                     mean_std(group["value"], 4),
                     mean_std(values, 3) if values else "—",
+                    mean_std(stars, 3) if stars else "—",
                     PAPER_TABLE_3.get(epochs, "—"),  # type: ignore[arg-type]
                     PAPER_TABLE_5.get(epochs, "—"),  # type: ignore[arg-type]
                 ]
