@@ -161,3 +161,40 @@ def test_text_pipeline_end_to_end(tmp_path: Path) -> None:
     stamps = {p: p.stat().st_mtime_ns for p in (out / "cache").rglob("*.*")}
     subprocess.run(cmd, capture_output=True, text=True, check=True)
     assert {p: p.stat().st_mtime_ns for p in (out / "cache").rglob("*.*")} == stamps
+
+
+def _users(count: int, seed: int) -> list[torch.Tensor]:
+    """Users of 1 to 8 random windows; every third user's last window is half padding."""
+    rng = np.random.default_rng(seed)
+    users = []
+    for u in range(count):
+        windows = torch.from_numpy(rng.integers(0, V, (int(rng.integers(1, 9)), lm.WINDOW + 1)))
+        if u % 3 == 0:
+            windows[-1, lm.WINDOW // 2 :] = -1
+        users.append(windows)
+    return users
+
+
+def test_batched_user_gradients_equal_the_per_user_loop(monkeypatch) -> None:
+    """The CharGRU's one-pass per-user gradients, and the step they release on the same draws,
+    equal one backward pass per user (to float rounding)."""
+    from dpaudit_mix.models import userdp
+
+    model = lm.new_model(Key(3))
+    users = _users(12, 4)
+    batched = userdp.per_user_gradients(model, users)
+    loop = torch.stack([user_gradient(model, u) for u in users])
+    assert batched.shape == loop.shape
+    assert float(((batched - loop).norm(dim=1) / loop.norm(dim=1)).max()) < 1e-5
+    config = UserLevelSGD(0.6, 1, 1.0, 0.5, 1e-3, windows_per_user=4)
+    key = Key(5).child(test="batched")
+
+    def step() -> torch.Tensor:
+        return released_step(
+            model, users, config, key.stream("finetune-batches").numpy(), key.stream("finetune-noise").numpy()
+        )
+
+    fast = step()
+    monkeypatch.setattr(userdp, "per_user_gradients", lambda m, us: torch.stack([user_gradient(m, u) for u in us]))
+    slow = step()
+    assert float((fast - slow).norm() / slow.norm()) < 1e-5

@@ -1,7 +1,8 @@
 """User-level DP-SGD (DESIGN §13), which Opacus does not offer (its issue #366).
 
 Each step samples every user independently with probability q (Poisson), computes each sampled
-user's gradient *summed over their examples* by autograd (one backward pass per user), clips
+user's gradient *summed over their examples* (for the CharGRU, every user's at once in one
+batched pass; for other models, one backward pass per user), clips
 that sum to norm C, adds N(0, σ²C²) noise to the total and divides by the public expected
 number of users qU. Adding or removing one user, with all their speeches, changes the sum by at
 most C: the Gaussian phase (σ, q, T) is then accounted per user, like the learner's user level.
@@ -21,9 +22,10 @@ import torch
 from torch import nn
 
 from .. import accounting
+from ..alphabet import V
 from ..errors import require
 from ..randomness import Key, RandomSource, source
-from .chargru import window_nll
+from .chargru import WINDOW, CharGRU, window_nll
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,78 @@ def user_gradient(model: nn.Module, data: torch.Tensor) -> torch.Tensor:
     return torch.cat([g.reshape(-1) for g in grads])
 
 
+def per_user_gradients(model: nn.Module, users: list[torch.Tensor]) -> torch.Tensor:
+    """(B, P): :func:`user_gradient` of each of the B users. A CharGRU's come from one batched
+    forward and backward over every user's windows (:func:`_char_gru_gradients`, equal up to float
+    rounding); any other model's from one backward pass per user."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    if isinstance(model, CharGRU) and users and len(trainable) == len(list(model.parameters())):
+        return _char_gru_gradients(model, users)
+    size = sum(p.numel() for p in trainable)
+    return torch.stack([user_gradient(model, u) for u in users]) if users else torch.zeros((0, size))
+
+
+def _char_gru_gradients(model: CharGRU, users: list[torch.Tensor]) -> torch.Tensor:
+    """Per-user gradients of the CharGRU in one pass. The GRU runs by hand on all N windows
+    (users padded to the same count; a padded window scores nothing) with the shared weights;
+    autograd gives the loss's gradient at every layer's output, and each weight's per-user
+    gradient is then Σ over that user's rows of (output gradient)ᵀ(input): one ``bmm`` per
+    weight, the embedding's by ``index_add``. Gates follow ``nn.GRU``: r, z, n."""
+    count, most = len(users), max(len(u) for u in users)
+    data = torch.full((count, most, WINDOW + 1), -1, dtype=torch.int64)
+    for i, u in enumerate(users):
+        data[i, : len(u)] = u
+    rows = count * most
+    inputs = data[:, :, :-1].clamp(min=0).reshape(rows, WINDOW)
+    targets = data[:, :, 1:].reshape(rows, WINDOW)
+    emb, w_ih, w_hh, b_ih, b_hh, w_head, b_head = (p.detach() for p in model.parameters())
+    x = emb[inputs].requires_grad_(True)  # (rows, L, E)
+    gates_i = [x @ w.T + b for w, b in zip(w_ih.chunk(3), b_ih.chunk(3), strict=True)]  # r, z, n: (rows, L, H)
+    steps = [g.unbind(1) for g in gates_i]
+    h = torch.zeros(rows, w_hh.shape[1], requires_grad=True)
+    hidden: list[torch.Tensor] = []
+    previous: list[torch.Tensor] = []
+    gates_h: tuple[list[torch.Tensor], ...] = ([], [], [])
+    for t in range(WINDOW):
+        previous.append(h)
+        h_r, h_z, h_n = (h @ w.T + b for w, b in zip(w_hh.chunk(3), b_hh.chunk(3), strict=True))
+        for store, gate in zip(gates_h, (h_r, h_z, h_n), strict=True):
+            store.append(gate)
+        r = torch.sigmoid(steps[0][t] + h_r)
+        z = torch.sigmoid(steps[1][t] + h_z)
+        n = torch.tanh(steps[2][t] + r * h_n)
+        h = n + z * (h - n)
+        hidden.append(h)
+    out = torch.stack(hidden, dim=1)  # (rows, L, H)
+    logits = out @ w_head.T + b_head
+    nll = nn.functional.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=-1, reduction="none")
+    scored = (targets >= 0).sum(dim=1).clamp(min=1)
+    loss = (nll.reshape(rows, WINDOW).sum(dim=1) / scored).sum()
+    grads = torch.autograd.grad(loss, [logits, x, *gates_i, *(g for store in gates_h for g in store)])
+    d_logits, d_x, d_gi = grads[0], grads[1], grads[2:5]
+    d_gh = [torch.stack(grads[5 + j * WINDOW : 5 + (j + 1) * WINDOW], dim=1) for j in range(3)]
+
+    def per_user(t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(count, most * WINDOW, t.shape[-1])  # a view: a user's rows are contiguous
+
+    def outer(d: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(per_user(d).transpose(1, 2), per_user(a.detach()))
+
+    h_prev = torch.stack(previous, dim=1)
+    index = (torch.arange(count)[:, None] * V + inputs.reshape(count, -1)).reshape(-1)
+    g_emb = torch.zeros(count * V, emb.shape[1]).index_add_(0, index, d_x.reshape(-1, emb.shape[1]))
+    parts = [
+        g_emb.reshape(count, -1),
+        torch.cat([outer(d, x) for d in d_gi], dim=1),
+        torch.cat([outer(d, h_prev) for d in d_gh], dim=1),
+        torch.cat([per_user(d).sum(1) for d in d_gi], dim=1),
+        torch.cat([per_user(d).sum(1) for d in d_gh], dim=1),
+        outer(d_logits, out),
+        per_user(d_logits).sum(1),
+    ]
+    return torch.cat([part.reshape(count, -1) for part in parts], dim=1)
+
+
 def clip_rows(per_user: torch.Tensor, clip: float) -> torch.Tensor:
     """Each row scaled to norm at most C: min(1, C/‖g_u‖)·g_u."""
     norms = per_user.norm(dim=1, keepdim=True)
@@ -97,10 +171,8 @@ def released_step(
     take each sampled user's summed gradient over (at most ``windows_per_user`` of) their
     windows, and :func:`noisy_mean` with Gaussians from ``noise``."""
     sampled = np.flatnonzero(batches.random(len(data)) < config.sample_rate)
-    rows = [user_gradient(model, _pick(data[u], config.windows_per_user, batches)) for u in sampled]
-    size = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    per_user = torch.stack(rows) if rows else torch.zeros((0, size))
-    return noisy_mean(per_user, config, divisor_users(config, data), noise)
+    picked = [_pick(data[u], config.windows_per_user, batches) for u in sampled]
+    return noisy_mean(per_user_gradients(model, picked), config, divisor_users(config, data), noise)
 
 
 def divisor_users(config: UserLevelSGD, data: list[torch.Tensor]) -> int:
