@@ -163,7 +163,7 @@ def test_text_pipeline_end_to_end(tmp_path: Path) -> None:
     assert {p: p.stat().st_mtime_ns for p in (out / "cache").rglob("*.*")} == stamps
 
 
-def _users(count: int, seed: int) -> list[torch.Tensor]:
+def _ragged_users(count: int, seed: int) -> list[torch.Tensor]:
     """Users of 1 to 8 random windows; every third user's last window is half padding."""
     rng = np.random.default_rng(seed)
     users = []
@@ -181,7 +181,7 @@ def test_batched_user_gradients_equal_the_per_user_loop(monkeypatch) -> None:
     from dpaudit_mix.models import userdp
 
     model = lm.new_model(Key(3))
-    users = _users(12, 4)
+    users = _ragged_users(12, 4)
     batched = userdp.per_user_gradients(model, users)
     loop = torch.stack([user_gradient(model, u) for u in users])
     assert batched.shape == loop.shape
