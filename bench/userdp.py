@@ -19,7 +19,7 @@ from dpaudit_mix.lm.run import build_text_world
 from dpaudit_mix.lm.spec import TextPipelineSpec
 from dpaudit_mix.models.chargru import new_model
 from dpaudit_mix.models.userdp import per_user_gradients, user_gradient
-from dpaudit_mix.randomness import Key
+from dpaudit_mix.randomness import Key, stream
 
 
 def _seconds(step: object, repeats: int) -> float:
@@ -37,7 +37,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     world = build_text_world(TextPipelineSpec())
-    rng = np.random.default_rng(0)
+    rng = stream(0, "synthetic-inputs", bench="userdp").numpy()
     users = []
     for u in rng.choice(len(world.user_windows), args.users, replace=False):
         windows = world.user_windows[u]

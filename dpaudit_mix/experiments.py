@@ -45,12 +45,9 @@ def is_text_world(world: Any) -> bool:
     return isinstance(world, str) and world in registry.PROBLEMS and registry.canonical(world) == registry.TEXT_WORLD
 
 
-@dataclass(frozen=True)
-class _Prepared:
-    """A pipeline spec whose world is built and whose every σ is calibrated: nothing is written
-    yet. ``run(out, cache)`` runs it, writes its report and mixtures.json in ``out``."""
-
-    run: Callable[[Path, Path], tuple[RowResult, dict[str, dict[float, float]]]]
+#: a pipeline spec whose world is built and whose every σ is calibrated (nothing written yet):
+#: called with (out, cache), it runs, writes its report and mixtures.json in ``out``.
+_Prepared = Callable[[Path, Path], tuple["RowResult", dict[str, dict[float, float]]]]
 
 
 def _prepare(
@@ -79,7 +76,7 @@ def _prepare(
             }
             return RowResult(variant, records, scores, None), reductions
 
-        return _Prepared(run_text)
+        return run_text
 
     from .cache import content_key
     from .pipeline.report import paired_differences, write_pipeline_report
@@ -105,7 +102,7 @@ def _prepare(
         }
         return RowResult(variant, records, macro.reset_index(drop=True), float(np.mean(proxies.accuracy))), diffs
 
-    return _Prepared(run_image)
+    return run_image
 
 
 def run_pipeline_file(
@@ -128,10 +125,10 @@ def run_pipeline_file(
     folder = _out(out, f"pipeline-{Path(path).stem}")
     measure = "dpmixmin_perplexity_reduction_vs" if text else "dpmixmin_minus"
     if len(rows) == 1 and not rows[0].settings:
-        result, comparisons = prepared[0].run(folder, folder / "cache")
+        result, comparisons = prepared[0](folder, folder / "cache")
         return PipelineSummary(str(folder), len(result.records), measure, comparisons)
     results = [
-        step.run(folder / "rows" / row.folder, folder / "cache")[0] for row, step in zip(rows, prepared, strict=True)
+        step(folder / "rows" / row.folder, folder / "cache")[0] for row, step in zip(rows, prepared, strict=True)
     ]
     metric = "test perplexity (lower is better)" if text else "macro AUC (higher is better)"
     endpoints = write_rows_report(results, metric, folder, f"dpaudit-mix pipeline rows ({Path(path).stem})")

@@ -99,6 +99,8 @@ PIPELINE_KEYS = [
     ('proxy = "cnn"\nproxy_epochs_grid = [2, 0]', "proxy_epochs must be an integer >= 1"),
     ('proxies = ["cnn", "vit"]', "proxy must be one of logistic, cnn, got 'vit'"),
     ('protocols = ["per_task", "joint"]', "protocol must be one of"),
+    ("protocols = []", "protocols is empty"),
+    ("proxy_epochs_grid = []", "proxy_epochs_grid is empty"),
     ("rhos = []", "rhos is empty"),
     ("rhos = [0.1, 1.0]", "every rho in rhos must be in (0, 1), got 1.0"),
     ("rhos = [0.0]", "every rho in rhos must be in (0, 1)"),

@@ -16,7 +16,7 @@ from dpaudit_mix.errors import InputError
 from dpaudit_mix.lm.spec import TextPipelineSpec
 from dpaudit_mix.models import chargru as lm
 from dpaudit_mix.models.userdp import UserLevelSGD, clip_rows, noisy_mean, released_step, train, user_gradient
-from dpaudit_mix.randomness import Key
+from dpaudit_mix.randomness import Key, stream
 
 KEY = Key(0).child(test="lm")
 
@@ -165,7 +165,7 @@ def test_text_pipeline_end_to_end(tmp_path: Path) -> None:
 
 def _ragged_users(count: int, seed: int) -> list[torch.Tensor]:
     """Users of 1 to 8 random windows; every third user's last window is half padding."""
-    rng = np.random.default_rng(seed)
+    rng = stream(seed, "synthetic-inputs", test="ragged-users").numpy()
     users = []
     for u in range(count):
         windows = torch.from_numpy(rng.integers(0, V, (int(rng.integers(1, 9)), lm.WINDOW + 1)))

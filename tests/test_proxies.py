@@ -10,12 +10,12 @@ from dpaudit_mix.data import registry
 from dpaudit_mix.data.proxies import CLASSES, MAX_EPOCHS, PATIENCE, SMOOTHING, ProxySpec, train_proxy
 from dpaudit_mix.data.sources import PublicSource
 from dpaudit_mix.errors import InputError
-from dpaudit_mix.randomness import Key
+from dpaudit_mix.randomness import Key, stream
 
 
 def _digits(n: int, seed: int, noise: float) -> PublicSource:
     """Images whose class d lights a bar in row 2d (learnable), under Gaussian pixel noise."""
-    rng = np.random.default_rng(seed)
+    rng = stream(seed, "synthetic-inputs", test="proxies").numpy()
     labels = rng.integers(CLASSES, size=n)
     images = noise * rng.standard_normal((n, 28, 28))
     images[np.arange(n), 2 * labels + 4, 4:24] += 1.0

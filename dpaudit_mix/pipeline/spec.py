@@ -126,7 +126,6 @@ def check_shared_keys(spec: Any, methods: tuple[str, ...], scope: str = "") -> N
     )
     require(0 < spec.rho < 1, f"rho must be in (0, 1), got {spec.rho}")
     if spec.rhos is not None:
-        require(len(spec.rhos) >= 1, "rhos is empty: give at least one rho, or leave the key out")
         for rho in spec.rhos:
             require(0 < rho < 1, f"every rho in rhos must be in (0, 1), got {rho}")
     require(spec.composition in COMPOSITIONS, f"composition must be one of {COMPOSITIONS}, got {spec.composition!r}")
@@ -161,6 +160,8 @@ def variants(spec: SpecT) -> list[Variant[SpecT]]:
     A row is the spec with those single keys set and no list keys, validated like any spec;
     ``proxy_epochs`` belongs to the CNN rows of ``proxies`` (a logistic row leaves it out)."""
     given = [(key, single) for key, single in ROW_KEYS.items() if getattr(spec, key, None) is not None]
+    for key, _ in given:
+        require(len(getattr(spec, key)) >= 1, f"{key} is empty: give at least one value, or leave the key out")
     if not given:
         return []
     cleared = {key: None for key, _ in given}
