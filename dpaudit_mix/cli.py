@@ -15,18 +15,19 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from . import accounting
 from . import problem as problem_io
 from .atomic import check_output, write_json
-from .audit import BACKENDS
+from .backend import BACKENDS, Backend
 from .data import registry
 from .data.proxies import PROXIES
 from .errors import EXIT_BAD_INPUT, EXIT_FAULT, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_VIOLATION, InputError, require
 from .learner import LearnerConfig
+from .models.device import DEVICES
 
 # Each command imports what it needs when it runs: torch, opacus, pandas and seaborn take seconds
 # to load, and `--help` or `bound` should not wait for them (bench/startup.py measures this).
@@ -271,8 +272,9 @@ def cmd_recovery(args: argparse.Namespace) -> None:
     from .recovery.spec import load_recovery_spec
 
     spec = load_recovery_spec(args.spec)
-    out = check_output(args.out or Path("reports") / f"recovery-{Path(args.spec).stem}", folder=True)
-    result = run_recovery(spec)
+    with _backend(args) as backend:
+        out = check_output(args.out or Path("reports") / f"recovery-{Path(args.spec).stem}", folder=True)
+        result = run_recovery(spec, backend=backend)
     write_recovery_report(result, out)
     ks = result.k_scaling
     print(
@@ -283,17 +285,29 @@ def cmd_recovery(args: argparse.Namespace) -> None:
     )
 
 
+@contextlib.contextmanager
+def _backend(args: argparse.Namespace) -> Iterator[Backend]:
+    """The command's backend, connected (an unreachable scheduler is exit 2 before anything is
+    written) and closed when the command ends."""
+    backend = Backend.connect(args.backend, args.scheduler, args.workers)
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
 def cmd_pipeline(args: argparse.Namespace) -> None:
     from .experiments import run_pipeline_file
 
-    summary = run_pipeline_file(args.spec, args.out, secure=args.secure, workers=args.workers)
+    with _backend(args) as backend:
+        summary = run_pipeline_file(args.spec, args.out, secure=args.secure, backend=backend, device=args.device)
     print(json.dumps(summary.to_dict(), indent=2))
 
 
 def cmd_warmsyn(args: argparse.Namespace) -> None:
     from .experiments import run_warmsyn_file
 
-    print(json.dumps(run_warmsyn_file(args.spec, args.out).to_dict(), indent=2))
+    print(json.dumps(run_warmsyn_file(args.spec, args.out, device=args.device).to_dict(), indent=2))
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -318,6 +332,28 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print("dpaudit-mix: verification FAILED:\n  " + "\n  ".join(problems), file=sys.stderr)
         return EXIT_VIOLATION
     return 0
+
+
+def _add_backend(parser: argparse.ArgumentParser, what: str) -> None:
+    """--workers, --backend and --scheduler: where the command's independent {what} run (same results)."""
+    parser.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=1,
+        help=f"local processes running the {what} side by side (same results)",
+    )
+    parser.add_argument(
+        "--backend", choices=BACKENDS, default="local", help=f"run the {what} here or on a Dask cluster"
+    )
+    parser.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://host:8786 (with --backend dask)")
+
+
+def _add_device(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--device",
+        choices=DEVICES,
+        help=f"where {what} compute (default: the spec's device key, cpu); auto takes CUDA when present",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -452,6 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
     recovery = sub.add_parser("recovery", help="weight-recovery report: private λ against λ★ over ε × ρ and k")
     recovery.add_argument("spec")
     recovery.add_argument("--out", help="output folder (default reports/recovery-<spec name>)")
+    _add_backend(recovery, "cells")
     recovery.set_defaults(func=cmd_recovery)
 
     pipeline = sub.add_parser("pipeline", help="proxies → private mixture → pretrain → DP finetune → evaluate")
@@ -462,9 +499,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="every private noise and Poisson batch from the OS CSPRNG (not reproducible)",
     )
-    pipeline.add_argument(
-        "--workers", type=_positive_int, default=1, help="processes running the seeds side by side (same results)"
-    )
+    _add_backend(pipeline, "seeds")
+    _add_device(pipeline, "pretraining and finetuning")
     pipeline.set_defaults(func=cmd_pipeline)
 
     warmsyn = sub.add_parser(
@@ -472,6 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     warmsyn.add_argument("spec")
     warmsyn.add_argument("--out", help="output folder (default reports/warmsyn-<spec name>)")
+    _add_device(warmsyn, "the EDM, the warm-ups and the finetunes")
     warmsyn.set_defaults(func=cmd_warmsyn)
 
     verify_cmd = sub.add_parser(

@@ -5,19 +5,23 @@ and a run of it from spec file to report. The command line only parses, calls th
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from .atomic import check_output
+from .backend import Backend
 from .data import registry
+from .models.device import resolved
 from .specfile import parse_spec, read_spec_bytes, spec_table
 
 if TYPE_CHECKING:
     from .pipeline.rows import RowResult
     from .pipeline.spec import Variant
+
+SpecT = TypeVar("SpecT")
 
 #: the methods DP-MixMin is compared against in a pipeline's summary.
 COMPARED = ("uniform", "random_search", "nonprivate_mixmin")
@@ -37,6 +41,12 @@ class PipelineSummary:
         return {"out": self.out, "runs": self.runs, self.measure: self.comparisons}
 
 
+def with_device(spec: SpecT, device: str | None) -> SpecT:
+    """``spec`` with ``device`` (a flag) in place of its own, made concrete: ``cuda`` without a
+    GPU is an input error here, before any work."""
+    return resolved(spec if device is None else replace(spec, device=device))  # type: ignore[type-var]
+
+
 def _out(given: str | None, stem: str) -> Path:
     return check_output(given or Path("reports") / stem, folder=True)
 
@@ -51,7 +61,7 @@ _Prepared = Callable[[Path, Path], tuple["RowResult", dict[str, dict[float, floa
 
 
 def _prepare(
-    spec: Any, variant: Variant[Any], text: bool, secure: bool, progress: bool, workers: int, worlds: dict[str, Any]
+    spec: Any, variant: Variant[Any], text: bool, secure: bool, progress: bool, backend: Backend, worlds: dict[str, Any]
 ) -> _Prepared:
     """The image or the text track of ``spec``; bad input (an unreachable ε …) raises here."""
     from .pipeline.rows import RowResult, mixture_entries, write_mixtures
@@ -65,7 +75,7 @@ def _prepare(
         preflight(TextTrack(spec, world, secure), spec.epsilons)
 
         def run_text(out: Path, cache: Path) -> tuple[RowResult, dict[str, dict[float, float]]]:
-            records = [r.to_dict() for r in run_text_pipeline(spec, out, world, progress, secure, cache, workers)]
+            records = [r.to_dict() for r in run_text_pipeline(spec, out, world, progress, secure, cache, backend)]
             frame = write_text_report(records, spec, list(world.sources), user_counts(spec, world), out)
             write_mixtures(out, mixture_entries(records))
             scores = frame[["method", "epsilon", "seed", "perplexity"]].rename(columns={"perplexity": "value"})
@@ -89,7 +99,7 @@ def _prepare(
     preflight(image_track(spec, image_world, StageCache(Path()), False, secure), spec.epsilons)
 
     def run_image(out: Path, cache: Path) -> tuple[RowResult, dict[str, dict[float, float]]]:
-        runs = run_pipeline(spec, out, progress, image_world, secure, cache, workers)
+        runs = run_pipeline(spec, out, progress, image_world, secure, cache, backend)
         records = [r.to_dict() for r in runs]
         proxies = proxy_report(spec, image_world, cache)
         frame = write_pipeline_report(records, spec, proxies, out)
@@ -106,22 +116,28 @@ def _prepare(
 
 
 def run_pipeline_file(
-    path: str, out: str | None = None, secure: bool = False, progress: bool = True, workers: int = 1
+    path: str,
+    out: str | None = None,
+    secure: bool = False,
+    progress: bool = True,
+    backend: Backend | None = None,
+    device: str | None = None,
 ) -> PipelineSummary:
     """The pipeline of the spec at ``path`` on its world's track (image or text), then its report.
     A spec with list keys (``rhos`` …) runs once per row into ``OUT/rows/<row>/``, sharing one
     stage cache, and ``OUT`` gets the rows' report. Every input error (of any row) is raised
-    before anything is written. ``workers`` processes run the seeds side by side."""
+    before anything is written. ``backend`` runs the seeds side by side (the same results);
+    ``device`` replaces the spec's."""
     from .lm.spec import TextPipelineSpec
     from .pipeline.rows import write_rows_report
     from .pipeline.spec import PipelineSpec, Variant, variants
 
     content = read_spec_bytes(Path(path))
     text = is_text_world(spec_table(Path(path), content).get("world"))
-    spec = parse_spec(TextPipelineSpec if text else PipelineSpec, Path(path), content)
+    spec = with_device(parse_spec(TextPipelineSpec if text else PipelineSpec, Path(path), content), device)
     rows = variants(spec) or [Variant((), spec)]
     worlds: dict[str, Any] = {}
-    prepared = [_prepare(row.spec, row, text, secure, progress, workers, worlds) for row in rows]
+    prepared = [_prepare(row.spec, row, text, secure, progress, backend or Backend(), worlds) for row in rows]
     folder = _out(out, f"pipeline-{Path(path).stem}")
     measure = "dpmixmin_perplexity_reduction_vs" if text else "dpmixmin_minus"
     if len(rows) == 1 and not rows[0].settings:
@@ -147,13 +163,15 @@ class WarmSynSummary:
         return {"out": self.out, "runs": self.runs, "effects": self.effects}
 
 
-def run_warmsyn_file(path: str, out: str | None = None, progress: bool = True) -> WarmSynSummary:
-    """The WarmSyn ablation of the spec at ``path``, then its report."""
+def run_warmsyn_file(
+    path: str, out: str | None = None, progress: bool = True, device: str | None = None
+) -> WarmSynSummary:
+    """The WarmSyn ablation of the spec at ``path`` (on ``device`` if given), then its report."""
     from .synth.report import write_warmsyn_report
     from .synth.run import run_warmsyn
     from .synth.spec import load_warmsyn_spec
 
-    spec = load_warmsyn_spec(path)
+    spec = with_device(load_warmsyn_spec(path), device)
     folder = _out(out, f"warmsyn-{Path(path).stem}")
     result = run_warmsyn(spec, folder, progress)
     write_warmsyn_report(result, folder)

@@ -55,6 +55,9 @@ def refused(capsys, argv: list[str], message: str, workdir: Path, allowed: set[s
 
 # --- 2, 3, 4: typed specs, every float finite -------------------------------------------------------------
 
+QUICK = Path(__file__).parent.parent / "pipeline" / "quick.toml"
+WARMSYN = Path(__file__).parent.parent / "warmsyn" / "default.toml"
+
 AUDIT_KEYS = [
     ("runs = 2000.0", "runs = 2000.0: expected an integer"),
     ("steps = 100.0", "steps = 100.0: expected an integer"),
@@ -333,6 +336,48 @@ def test_output_paths_fail_before_any_work(capsys, tmp_path: Path, problem_file:
     ]
     for argv, message in cases:
         refused(capsys, argv, message, tmp_path)
+
+
+def test_backends_are_checked_before_anything_is_written(
+    capsys, monkeypatch, tmp_path: Path, problem_file: Path
+) -> None:
+    from dpaudit_mix import backend
+
+    monkeypatch.setattr(backend, "CONNECT_TIMEOUT_S", 1)
+    audit = tmp_path / "a.toml"
+    audit.write_text(f'problem = "{problem_file}"\nruns = 8\n')
+    recovery = tmp_path / "defaults.toml"
+    recovery.write_text("")
+    out = ["--out", str(tmp_path / "out")]
+    nowhere = ["--backend", "dask", "--scheduler", "tcp://127.0.0.1:1"]
+    cases = [
+        (["pipeline", str(QUICK), *nowhere, *out], "cannot reach the Dask scheduler at tcp://127.0.0.1:1"),
+        (["recovery", str(recovery), *nowhere, *out], "cannot reach the Dask scheduler"),
+        (["audit", str(audit), *nowhere, *out], "cannot reach the Dask scheduler"),
+        (["pipeline", str(QUICK), "--backend", "dask", *out], "--backend dask needs --scheduler ADDR"),
+        (["recovery", str(recovery), "--scheduler", "tcp://127.0.0.1:1", *out], "--scheduler needs --backend dask"),
+        (["audit", str(audit), "--scheduler", "tcp://127.0.0.1:1", *out], "--scheduler needs --backend dask"),
+    ]
+    for argv, message in cases:
+        refused(capsys, argv, message, tmp_path)
+
+
+def test_cuda_without_a_gpu_is_refused_before_any_work(capsys, monkeypatch, tmp_path: Path) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    spec = tmp_path / "gpu.toml"
+    spec.write_text('device = "cuda"\n')
+    out = ["--out", str(tmp_path / "out")]
+    for argv in (
+        ["pipeline", str(QUICK), "--device", "cuda", *out],
+        ["pipeline", str(spec), *out],
+        ["warmsyn", str(tmp_path / "gpu.toml"), *out],
+        ["warmsyn", str(WARMSYN), "--device", "cuda", *out],
+    ):
+        refused(capsys, argv, "device cuda: torch sees no CUDA GPU on this machine", tmp_path)
+    spec.write_text('device = "tpu"\n')
+    refused(capsys, ["pipeline", str(spec), *out], "device must be one of cpu, cuda, auto, got 'tpu'", tmp_path)
 
 
 @pytest.mark.skipif(AS_ROOT, reason="root may write anywhere")

@@ -18,7 +18,19 @@ PACKAGE = Path(__file__).parent.parent / "dpaudit_mix"
 #: module (or subpackage) → layer; a subpackage's modules inherit its layer unless named here.
 LAYERS: dict[str, int] = {
     **dict.fromkeys(
-        ["errors", "atomic", "cache", "resources", "specfile", "stats", "reporting", "alphabet", "randomness"], 0
+        [
+            "errors",
+            "atomic",
+            "cache",
+            "resources",
+            "specfile",
+            "stats",
+            "reporting",
+            "alphabet",
+            "randomness",
+            "backend",
+        ],
+        0,
     ),
     **dict.fromkeys(
         [

@@ -1,11 +1,13 @@
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from dpaudit_mix import accounting
+from dpaudit_mix.backend import Backend
 from dpaudit_mix.cli import main
 from dpaudit_mix.models import cnn
 from dpaudit_mix.pipeline.methods import LOSS_BOUND, _candidate_losses, choose
@@ -198,10 +200,29 @@ def test_tiny_factorial_runs_every_cell_and_tests_its_endpoints_across_rows(caps
     ]
 
 
-def test_workers_compute_the_same_results_as_one_process(tmp_path: Path) -> None:
+class _NothingToSend(Backend):
+    """A backend that fails if any task is sent to it."""
+
+    def unordered(self, fn: Any, items: Any, prefer: Any = "processes", shared: Any = ()) -> Any:
+        assert not items, f"{len(items)} finished seed(s) were sent to workers again"
+        yield from ()
+
+
+def test_workers_and_dask_compute_the_same_results_as_one_process(tmp_path: Path) -> None:
+    from dask.distributed import LocalCluster
+
     spec = PipelineSpec(methods=("dpmixmin", "uniform"), **{**TINY, "seeds": 2})
     one = _dicts(run_pipeline(spec, tmp_path / "one", progress=False))
-    assert _dicts(run_pipeline(spec, tmp_path / "two", progress=False, workers=2)) == one
+    assert _dicts(run_pipeline(spec, tmp_path / "two", progress=False, backend=Backend(2))) == one
+    # two tasks in one worker process's threads: the stages still run one at a time, on one thread
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:
+        dask = Backend.connect("dask", cluster.scheduler_address)
+        try:
+            assert _dicts(run_pipeline(spec, tmp_path / "dask", progress=False, backend=dask)) == one
+        finally:
+            dask.close()
+    # the workers' stages landed in the run's cache: a rerun sends nothing and reads the same runs
+    assert _dicts(run_pipeline(spec, tmp_path / "dask", progress=False, backend=_NothingToSend(2))) == one
 
 
 def test_rows_are_the_product_of_the_list_keys_and_each_a_valid_spec() -> None:

@@ -6,6 +6,7 @@ import pytest
 from scipy.stats import linregress
 from scipy.stats import t as t_dist
 
+from dpaudit_mix.backend import Backend
 from dpaudit_mix.cli import main
 from dpaudit_mix.errors import InputError
 from dpaudit_mix.problem import Problem, save
@@ -84,10 +85,20 @@ def test_more_budget_recovers_lambda_star_better(tmp_path: Path, problem_file: P
     assert cell[(0.3, 1.0)]["alpha_1e3"]["mean"] < cell[(0.3, 0.2)]["alpha_1e3"]["mean"]
 
 
-def test_same_seed_same_result(tmp_path: Path, problem_file: Path) -> None:
-    spec = load_recovery_spec(write_spec(tmp_path, problem_file), k_values=(), user_level_tasks=())
+def test_same_seed_same_result_on_workers_and_dask(tmp_path: Path, problem_file: Path) -> None:
+    from dask.distributed import LocalCluster
+
+    spec = load_recovery_spec(write_spec(tmp_path, problem_file))
     first = run_recovery(spec, progress=False)
-    assert first.cells and first == run_recovery(spec, progress=False)
+    assert first.cells and first.noiseless and first.k_scaling["cells"]
+    assert first == run_recovery(spec, progress=False)
+    assert first == run_recovery(spec, progress=False, backend=Backend(2))
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:
+        dask = Backend.connect("dask", cluster.scheduler_address)
+        try:
+            assert first == run_recovery(spec, progress=False, backend=dask)
+        finally:
+            dask.close()
 
 
 def test_mnist_tasks_and_shards(tmp_path: Path) -> None:

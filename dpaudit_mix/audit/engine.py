@@ -13,22 +13,19 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-from joblib import Parallel, delayed
 from tqdm import tqdm
 
 from .. import randomness
+from ..backend import Backend
 from ..cache import json_sha256
-from ..errors import InputError, present, require
+from ..errors import present, require
 from ..learner import BLOCK, default_threads
 from ..problem import Problem
 from ..resources import require_memory
-from . import BACKENDS
 from .attack import AttackResult
 from .chunks import ChunkStore
 from .mechanisms import mechanism
@@ -47,58 +44,11 @@ def _spec_hash(spec: AuditSpec, sigma: float, problem: Problem) -> str:
     return h.hexdigest()
 
 
-def _dask_client(scheduler: str | None) -> Any:
-    """A connected Dask client; checked before the audit writes anything."""
-    from dask.distributed import Client
-
-    require(scheduler is not None, "--backend dask needs --scheduler ADDR")
-    try:
-        return Client(scheduler, timeout="10s")
-    except (OSError, TimeoutError) as exc:
-        raise InputError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
-
-
 def _collect_chunk(
-    collect: Collector, setting: Setting, runs: np.ndarray, include: np.ndarray
+    collect: Collector, include: np.ndarray, setting: Setting, runs: np.ndarray
 ) -> dict[str, np.ndarray]:
     """One chunk's scores (module level, so Dask and worker processes can ship it)."""
     return collect(setting, runs, include[runs])
-
-
-def _run_chunks(
-    jobs: list[tuple[Setting, int, int]],
-    collect: Collector,
-    include: np.ndarray,
-    client: Any,
-    threads: int,
-    processes: bool,
-) -> Iterator[tuple[Setting, np.ndarray, dict[str, np.ndarray]]]:
-    """Yield finished chunks as they complete: locally (joblib threads for the numpy learner,
-    processes for Python-bound torch loops) or on a Dask cluster."""
-    if client is not None:
-        from dask.distributed import as_completed
-
-        with client:
-            futures = {}
-            for setting, start, stop in jobs:
-                runs = np.arange(start, stop)
-                futures[client.submit(_collect_chunk, collect, setting, runs, include, pure=False)] = (setting, runs)
-            for fut in as_completed(futures):
-                setting, runs = futures[fut]
-                yield setting, runs, fut.result()
-        return
-
-    def one(setting: Setting, start: int, stop: int) -> tuple[Setting, np.ndarray, dict[str, np.ndarray]]:
-        runs = np.arange(start, stop)
-        return setting, runs, _collect_chunk(collect, setting, runs, include)
-
-    if threads == 1:  # in this process, in order: what a caller patching the mechanism relies on
-        yield from (one(*job) for job in jobs)
-        return
-    # Threads share everything and numpy/BLAS release the GIL; processes get the collector pickled.
-    yield from Parallel(
-        n_jobs=threads, prefer="processes" if processes else "threads", return_as="generator_unordered"
-    )(delayed(one)(*job) for job in jobs)
 
 
 #: bytes per run the analysis holds besides the scores (16 per setting, kept for the report):
@@ -159,7 +109,6 @@ def run_audit(
     ``noise_multiplier`` replaces the calibrated σ the runs use (the claim stays the calibrated
     one); ``problem`` replaces the spec's problem (callers that build one in memory, like verification).
     """
-    require(backend in BACKENDS, f"unknown backend {backend!r}; choose from {BACKENDS}")
     require(
         noise_multiplier is None or (math.isfinite(noise_multiplier) and noise_multiplier >= 0),
         f"noise multiplier must be >= 0 and finite, got {noise_multiplier}",
@@ -173,7 +122,9 @@ def run_audit(
     include = assignments(spec)
     chunk = -(-spec.chunk_size // BLOCK) * BLOCK  # whole blocks, so floats do not depend on chunking
     bounds = [(start, min(start + chunk, spec.runs)) for start in range(0, spec.runs, chunk)]
-    client = _dask_client(scheduler) if backend == "dask" else None  # every check before the first write
+    # every check before the first write; local chunks run on joblib threads (numpy and BLAS
+    # release the GIL) or, for Python-bound torch loops, processes
+    runner = Backend.connect(backend, scheduler, threads)
     with ChunkStore(out, _spec_hash(spec, plan.noise_multiplier, full), THREATS) as store:
         # Collecting streams: a finished chunk goes to disk, and memory stays bounded by the chunk size.
         jobs = [(s, a, b) for s in settings for a, b in bounds if store.load(s.name, np.arange(a, b)) is None]
@@ -181,9 +132,18 @@ def run_audit(
         bar = tqdm(
             total=len(jobs), desc="audit chunks", unit="chunk", disable=not progress or not jobs, file=sys.stderr
         )
-        for s, runs, chunk_scores in _run_chunks(jobs, plan.collect, include, client, threads, plan.processes):
-            store.save(s.name, runs, chunk_scores)
-            bar.update()
+        chunks = [(s, np.arange(a, b)) for s, a, b in jobs]
+        try:
+            for i, chunk_scores in runner.unordered(
+                _collect_chunk,
+                chunks,
+                prefer="processes" if plan.processes else "threads",
+                shared=(plan.collect, include),
+            ):
+                store.save(jobs[i][0].name, chunks[i][1], chunk_scores)
+                bar.update()
+        finally:
+            runner.close()
         bar.close()
         scores = {s: _gather(store, s, bounds, spec.runs) for s in settings}
     claimed = claimed_tradeoff(spec.epsilon, spec.delta, plan.claimed_phases)

@@ -18,11 +18,13 @@ import numpy as np
 
 from .. import accounting
 from ..alphabet import V
+from ..backend import Backend
 from ..cache import content_key
 from ..data import registry
 from ..data.text import speeches, text_world
 from ..errors import present, require
 from ..models import chargru as lm
+from ..models import device
 from ..models.cnn import state_arrays
 from ..models.userdp import UserLevelSGD, train
 from ..pipeline.methods import Mixture
@@ -161,7 +163,9 @@ class TextTrack(MixingTrack):
                 [len(w) for w in sources], weights, spec.pretrain_windows, stage.stream("pretrain-sample").numpy()
             )
             data = np.concatenate([w[p] for w, p in zip(sources, picks, strict=True)])
-            return state_arrays(lm.pretrain(data, spec.pretrain_epochs, spec.pretrain_learning_rate, stage))
+            return state_arrays(
+                lm.pretrain(data, spec.pretrain_epochs, spec.pretrain_learning_rate, stage, device=spec.device)
+            )
 
         return self.pretrain_on(
             job, mixture, spec.pretrain_windows, spec.pretrain_epochs, spec.pretrain_learning_rate, train_lm
@@ -186,6 +190,7 @@ class TextTrack(MixingTrack):
             windows=spec.windows_per_user,
             secure=self.secure,
             **({"grid": grid, "rehearsal": spec.rehearsal_genre} if grid else {"lr": spec.finetune_learning_rate}),
+            **device.key_ids(spec.device),
         )
         stage = self.finetune_key(job)
 
@@ -193,7 +198,7 @@ class TextTrack(MixingTrack):
             return UserLevelSGD(q, spec.finetune_steps, sigma, spec.finetune_clip, learning_rate, spec.windows_per_user)
 
         def compute() -> dict[str, Any]:
-            model = lm.from_arrays(start, stage)
+            model = lm.from_arrays(start, stage).to(spec.device)
             before = lm.perplexity(model, world.test_windows)
             q, sigma = self.sigma(job.epsilon, prior)
 
@@ -205,13 +210,15 @@ class TextTrack(MixingTrack):
                     list(world.rehearsal_users),
                     config(q, sigma, candidate["learning_rate"]),
                     rehearsal,
+                    device=spec.device,
                 )
                 return lm.perplexity(tuned, world.rehearsal_test)
 
             candidates = [{"learning_rate": lr} for lr in (grid or (spec.finetune_learning_rate,))]
             choice = choose_by_rehearsal(candidates, rehearse, REHEARSAL, stage)
             settings = config(q, sigma, choice["learning_rate"])
-            train(model, [world.user_windows[u] for u in self.users], settings, None if self.secure else stage)
+            users = [world.user_windows[u] for u in self.users]
+            train(model, users, settings, None if self.secure else stage, device=spec.device)
             return {
                 "perplexity": lm.perplexity(model, world.test_windows),
                 "pretrained_perplexity": before,
@@ -230,11 +237,12 @@ def run_text_pipeline(
     progress: bool = True,
     secure: bool = False,
     cache: Path | None = None,
-    workers: int = 1,
+    backend: Backend | None = None,
 ) -> list[Run]:
     """Every (method, ε, seed): one run with test perplexity, λ and accounting; the stages are
-    cached under ``cache`` (default ``out/cache``; rows of one spec share one), computed by
-    ``workers`` processes side by side (the same results)."""
+    cached under ``cache`` (default ``out/cache``; rows of one spec share one), the seeds side by
+    side on ``backend`` (the same results)."""
+    spec = device.resolved(spec)
     track = TextTrack(spec, world or build_text_world(spec), secure)
     preflight(track, spec.epsilons)
-    return run_stages(track, StageCache(cache or out / "cache"), progress, secure, workers)
+    return run_stages(track, StageCache(cache or out / "cache"), progress, secure, backend)

@@ -48,6 +48,7 @@ class TextPipelineSpec:
     rehearsal_genre: str = "romances"
     protocol: str = "multiclass"  # the text world has one task (lm): per_task has nothing to split
     rhos: tuple[float, ...] | None = None  # rows: the pipeline once per split A fraction (paper Table 1)
+    device: str = "cpu"  # where pretraining and the user-level finetune compute: cpu, cuda, or auto
 
     def __post_init__(self) -> None:
         check_fields(self)

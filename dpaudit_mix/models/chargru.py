@@ -75,27 +75,29 @@ def from_arrays(arrays: dict[str, np.ndarray] | None, key: Key) -> CharGRU:
     return model
 
 
-def pretrain(data: np.ndarray, epochs: int, learning_rate: float, key: Key, batch: int = 64) -> CharGRU:
-    """Non-private training on λ-sampled public windows (Adam)."""
-    model = new_model(key)
+def pretrain(
+    data: np.ndarray, epochs: int, learning_rate: float, key: Key, batch: int = 64, device: str = "cpu"
+) -> CharGRU:
+    """Non-private training on λ-sampled public windows (Adam), on ``device``."""
+    model = new_model(key).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
     generator = key.stream("pretrain-shuffle").torch()
-    tensor = torch.from_numpy(data)
+    tensor = torch.from_numpy(data).to(device)
     model.train()
     for _ in range(epochs):
         for rows in torch.randperm(len(tensor), generator=generator).split(batch):
             optimizer.zero_grad()
-            window_loss(model, tensor[rows]).backward()
+            window_loss(model, tensor[rows.to(device)]).backward()
             optimizer.step()
     return model
 
 
 def perplexity(model: nn.Module, data: np.ndarray, batch: int = 512) -> float:
-    """exp(mean NLL per character) over every scored character of ``data``."""
+    """exp(mean NLL per character) over every scored character of ``data`` (on the model's device)."""
     model.eval()
     total, count = 0.0, 0
     with torch.no_grad():
-        for rows in torch.from_numpy(data).split(batch):
+        for rows in torch.from_numpy(data).to(next(model.parameters()).device).split(batch):
             total += float(window_nll(model, rows).sum())
             count += int((rows[:, 1:] >= 0).sum())
     return math.exp(total / count)

@@ -87,36 +87,39 @@ def _tensors(images: np.ndarray, labels: np.ndarray) -> TensorDataset:
 
 
 def train_epochs(
-    model: SmallCNN, images: np.ndarray, labels: np.ndarray, learning_rate: float, key: Key
+    model: SmallCNN, images: np.ndarray, labels: np.ndarray, learning_rate: float, key: Key, device: str = "cpu"
 ) -> Iterator[int]:
-    """Non-private training (Adam, batch 64), one epoch per step of the iterator; yields the
-    epochs done so far (the caller decides when to stop)."""
+    """Non-private training (Adam, batch 64) on ``device``, one epoch per step of the iterator;
+    yields the epochs done so far (the caller decides when to stop)."""
     generator = key.stream("pretrain-shuffle").torch()
     loader = DataLoader(_tensors(images, labels), batch_size=64, shuffle=True, generator=generator)
-    optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
+    optimizer = torch.optim.Adam(model.to(device).parameters(), lr=learning_rate)
     loss_fn = nn.CrossEntropyLoss()
     for epoch in itertools.count(1):
         model.train()
         for x, y in loader:
             optimizer.zero_grad()
-            loss_fn(model(x), y).backward()
+            loss_fn(model(x.to(device)), y.to(device)).backward()
             optimizer.step()
         yield epoch
 
 
-def pretrain(images: np.ndarray, labels: np.ndarray, epochs: int, learning_rate: float, key: Key) -> SmallCNN:
+def pretrain(
+    images: np.ndarray, labels: np.ndarray, epochs: int, learning_rate: float, key: Key, device: str = "cpu"
+) -> SmallCNN:
     """Non-private training on the λ-sampled public examples (Adam, batch 64)."""
     model = from_arrays(None, key)
-    for _ in itertools.islice(train_epochs(model, images, labels, learning_rate, key), epochs):
+    for _ in itertools.islice(train_epochs(model, images, labels, learning_rate, key, device), epochs):
         pass
     return model
 
 
 def class_probabilities(model: nn.Module, images: np.ndarray) -> np.ndarray:
-    """(n, classes) softmax outputs, as float64."""
+    """(n, classes) softmax outputs, as float64 (computed on the model's device)."""
     model.eval()
+    x = torch.from_numpy(images[:, None].astype(np.float32)).to(next(model.parameters()).device)
     with torch.no_grad():
-        return torch.softmax(model(torch.from_numpy(images[:, None].astype(np.float32))), dim=1).double().numpy()
+        return torch.softmax(model(x), dim=1).double().cpu().numpy()
 
 
 @dataclass(frozen=True)
@@ -192,17 +195,19 @@ def dp_finetune(
     clip: float,
     key: Key | None,
     prior: tuple[accounting.GaussianPhase, ...] = (),
+    device: str = "cpu",
 ) -> Finetuned:
     """DP-SGD finetuning with Poisson sampling at q = 1 / ⌈n / batch⌉ (Opacus' rate).
 
     Alone (no ``prior``), σ is Opacus' own calibration for (ε, δ) (:func:`opacus_sigma`); after a
     ``prior`` phase on the same data, σ comes from our accountant so that both compose to ε.
-    The steps are :func:`.opacus_sgd.train`'s (the code the ``opacus`` audit mechanism audits).
+    The steps are :func:`.opacus_sgd.train`'s (the code the ``opacus`` audit mechanism audits),
+    on ``device``.
     """
-    data = _tensors(images, labels)
+    data = TensorDataset(*(t.to(device) for t in _tensors(images, labels).tensors))
     batches = batches_per_epoch(len(data), batch)
     sigma = finetune_sigma(epsilon, delta, batches, epochs, prior)
-    private = opacus_sgd.make_private(model, len(data), batch, clip, sigma, learning_rate)
+    private = opacus_sgd.make_private(model.to(device), len(data), batch, clip, sigma, learning_rate)
     steps = opacus_sgd.train(private, data, epochs, _cross_entropy, key)
     return Finetuned(private.module, sigma, private.sample_rate, steps, private.epsilon(delta))
 

@@ -93,7 +93,7 @@ def to_model_space(images: np.ndarray) -> torch.Tensor:
 
 def to_images(x: torch.Tensor) -> np.ndarray:
     """Model space back to (n, 28, 28) in [0, 1] (nearest-neighbour upsampling)."""
-    small = ((x.clamp(-1, 1) + 1) / 2).numpy().reshape(-1, SIDE // POOL, SIDE // POOL)
+    small = ((x.clamp(-1, 1) + 1) / 2).cpu().numpy().reshape(-1, SIDE // POOL, SIDE // POOL)
     return np.repeat(np.repeat(small, POOL, axis=1), POOL, axis=2).astype(np.float32)
 
 
@@ -104,19 +104,20 @@ class TrainConfig:
     learning_rate: float = 1e-3
 
 
-def train(images: np.ndarray, labels: np.ndarray, config: TrainConfig, key: Key) -> MLPNet:
-    """Fit F_θ on the small public set with EDM's σ distribution and loss weighting."""
+def train(images: np.ndarray, labels: np.ndarray, config: TrainConfig, key: Key, device: str = "cpu") -> MLPNet:
+    """Fit F_θ on the small public set with EDM's σ distribution and loss weighting, on ``device``
+    (the draws stay on the CPU)."""
     generator = key.stream("edm-train").torch()
     y_all, c_all = to_model_space(images), torch.from_numpy(labels.astype(np.int64))
     with torch_scope(key.stream("model-init")):
-        net = MLPNet()
+        net = MLPNet().to(device)
     optimizer = torch.optim.Adam(net.parameters(), lr=config.learning_rate)
     net.train()
     for _ in range(config.steps):
         pick = torch.randint(len(c_all), (config.batch,), generator=generator)
-        y, c = y_all[pick], c_all[pick]
-        sigma = torch.exp(P_MEAN + P_STD * torch.randn(config.batch, generator=generator))
-        noisy = y + sigma[:, None] * torch.randn(y.shape, generator=generator)
+        y, c = y_all[pick].to(device), c_all[pick].to(device)
+        sigma = torch.exp(P_MEAN + P_STD * torch.randn(config.batch, generator=generator)).to(device)
+        noisy = y + sigma[:, None] * torch.randn(y.shape, generator=generator).to(device)
         loss = (loss_weight(sigma)[:, None] * (denoise(net, noisy, sigma, c) - y) ** 2).mean()
         optimizer.zero_grad()
         loss.backward()
@@ -127,11 +128,13 @@ def train(images: np.ndarray, labels: np.ndarray, config: TrainConfig, key: Key)
 
 @torch.no_grad()
 def sample(net: nn.Module, labels: np.ndarray, key: Key, steps: int = STEPS) -> np.ndarray:
-    """Heun's 2nd-order deterministic sampler (Algorithm 1) from x_0 ~ N(0, σ_max² I)."""
+    """Heun's 2nd-order deterministic sampler (Algorithm 1) from x_0 ~ N(0, σ_max² I), on the
+    network's device."""
     generator = key.stream("edm-sample").torch()
-    c = torch.from_numpy(labels.astype(np.int64))
-    t = sigma_steps(steps)
-    x = torch.randn(len(c), (SIDE // POOL) ** 2, generator=generator) * t[0]
+    device = next(net.parameters()).device
+    c = torch.from_numpy(labels.astype(np.int64)).to(device)
+    t = sigma_steps(steps).to(device)
+    x = torch.randn(len(c), (SIDE // POOL) ** 2, generator=generator).to(device) * t[0]
     for i in range(steps):
         sigma, nxt = t[i].expand(len(c)), t[i + 1]
         d = (x - denoise(net, x, sigma, c)) / t[i]

@@ -87,7 +87,7 @@ def own_noise(optimizer: Any, gaussians: RandomSource) -> None:
             optimizer.noise_multiplier = sigma
         for p in optimizer.params:
             noise = gaussians.standard_normal(tuple(p.grad.shape)) * (sigma * optimizer.max_grad_norm)
-            p.grad = p.grad + torch.from_numpy(noise).to(p.grad.dtype)
+            p.grad = p.grad + torch.from_numpy(noise).to(p.grad.device, p.grad.dtype)
 
     optimizer.add_noise = add_noise
 
@@ -95,10 +95,11 @@ def own_noise(optimizer: Any, gaussians: RandomSource) -> None:
 def poisson_batches(
     data: TensorDataset, sample_rate: float, count: int, draws: RandomSource
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """``count`` batches, each example in each independently with probability q (from ``draws``)."""
+    """``count`` batches, each example in each independently with probability q (from ``draws``),
+    on the data's device."""
     inputs, labels = data.tensors
     for _ in range(count):
-        rows = torch.from_numpy(np.flatnonzero(draws.random(len(labels)) < sample_rate))
+        rows = torch.from_numpy(np.flatnonzero(draws.random(len(labels)) < sample_rate)).to(labels.device)
         yield inputs[rows], labels[rows]
 
 

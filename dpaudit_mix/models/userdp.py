@@ -76,7 +76,8 @@ def per_user_gradients(model: nn.Module, users: list[torch.Tensor]) -> torch.Ten
     if isinstance(model, CharGRU) and users and len(trainable) == len(list(model.parameters())):
         return _char_gru_gradients(model, users)
     size = sum(p.numel() for p in trainable)
-    return torch.stack([user_gradient(model, u) for u in users]) if users else torch.zeros((0, size))
+    device = trainable[0].device
+    return torch.stack([user_gradient(model, u) for u in users]) if users else torch.zeros((0, size), device=device)
 
 
 def _char_gru_gradients(model: CharGRU, users: list[torch.Tensor]) -> torch.Tensor:
@@ -86,7 +87,8 @@ def _char_gru_gradients(model: CharGRU, users: list[torch.Tensor]) -> torch.Tens
     gradient is then Σ over that user's rows of (output gradient)ᵀ(input): one ``bmm`` per
     weight, the embedding's by ``index_add``. Gates follow ``nn.GRU``: r, z, n."""
     count, most = len(users), max(len(u) for u in users)
-    data = torch.full((count, most, WINDOW + 1), -1, dtype=torch.int64)
+    device = model.head.weight.device
+    data = torch.full((count, most, WINDOW + 1), -1, dtype=torch.int64, device=device)
     for i, u in enumerate(users):
         data[i, : len(u)] = u
     rows = count * most
@@ -96,7 +98,7 @@ def _char_gru_gradients(model: CharGRU, users: list[torch.Tensor]) -> torch.Tens
     x = emb[inputs].requires_grad_(True)  # (rows, L, E)
     gates_i = [x @ w.T + b for w, b in zip(w_ih.chunk(3), b_ih.chunk(3), strict=True)]  # r, z, n: (rows, L, H)
     steps = [g.unbind(1) for g in gates_i]
-    h = torch.zeros(rows, w_hh.shape[1], requires_grad=True)
+    h = torch.zeros(rows, w_hh.shape[1], device=device, requires_grad=True)
     hidden: list[torch.Tensor] = []
     previous: list[torch.Tensor] = []
     gates_h: tuple[list[torch.Tensor], ...] = ([], [], [])
@@ -126,8 +128,8 @@ def _char_gru_gradients(model: CharGRU, users: list[torch.Tensor]) -> torch.Tens
         return torch.bmm(per_user(d).transpose(1, 2), per_user(a.detach()))
 
     h_prev = torch.stack(previous, dim=1)
-    index = (torch.arange(count)[:, None] * V + inputs.reshape(count, -1)).reshape(-1)
-    g_emb = torch.zeros(count * V, emb.shape[1]).index_add_(0, index, d_x.reshape(-1, emb.shape[1]))
+    index = (torch.arange(count, device=device)[:, None] * V + inputs.reshape(count, -1)).reshape(-1)
+    g_emb = torch.zeros(count * V, emb.shape[1], device=device).index_add_(0, index, d_x.reshape(-1, emb.shape[1]))
     parts = [
         g_emb.reshape(count, -1),
         torch.cat([outer(d, x) for d in d_gi], dim=1),
@@ -153,7 +155,7 @@ def noisy_mean(per_user: torch.Tensor, config: UserLevelSGD, users: int, source:
     """
     size = per_user.shape[1]
     total = clip_rows(per_user, config.clip).sum(dim=0)
-    noise = torch.from_numpy(source.standard_normal(size)).to(total.dtype)
+    noise = torch.from_numpy(source.standard_normal(size)).to(total.device, total.dtype)
     return (total + config.noise_multiplier * config.clip * noise) / (config.sample_rate * users)
 
 
@@ -161,7 +163,7 @@ def _pick(windows: torch.Tensor, cap: int, source: RandomSource) -> torch.Tensor
     """At most ``cap`` of a user's windows, uniformly without replacement."""
     if len(windows) <= cap:
         return windows
-    return windows[torch.from_numpy(np.argsort(source.random(len(windows)))[:cap].copy())]
+    return windows[torch.from_numpy(np.argsort(source.random(len(windows)))[:cap].copy()).to(windows.device)]
 
 
 def released_step(
@@ -186,17 +188,19 @@ def train(
     config: UserLevelSGD,
     key: Key | None,
     observe: Callable[[torch.Tensor], None] | None = None,
+    device: str = "cpu",
 ) -> nn.Module:
     """T steps of user-level DP-SGD on ``user_windows`` (one array of windows per user), with
     Adam applied to the released noisy mean (post-processing). The user sampling and window picks
     come from ``key``'s "finetune-batches" stream, the noise from its "finetune-noise" stream; with
     ``key`` None, all of them from the OS CSPRNG (not reproducible). ``observe`` sees each step's
-    released noisy mean (what a white-box audit attacks)."""
+    released noisy mean (what a white-box audit attacks). The model trains on ``device``; the
+    draws stay on the CPU."""
     require(len(user_windows) >= 1, "user-level DP-SGD needs at least one user")
     batches = source(None if key is None else key.stream("finetune-batches"))
     noise = source(None if key is None else key.stream("finetune-noise"))
-    data = [torch.from_numpy(w) for w in user_windows]
-    params = [p for p in model.parameters() if p.requires_grad]
+    data = [torch.from_numpy(w).to(device) for w in user_windows]
+    params = [p for p in model.to(device).parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=config.learning_rate)
     model.train()
     for _ in range(config.steps):

@@ -21,8 +21,8 @@ SHIFT, ROTATION, SCALE, CUTOUT = 2 / 14, np.pi / 18, 0.1, 8  # shift in [−1, 1
 
 
 def augment(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """A random small affine map per image, then Cutout."""
-    n = x.shape[0]
+    """A random small affine map per image, then Cutout (drawn on the CPU, applied on x's device)."""
+    n, device = x.shape[0], x.device
 
     def uniform(scale: float) -> torch.Tensor:
         return (torch.rand(n, generator=generator) * 2 - 1) * scale
@@ -34,12 +34,13 @@ def augment(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     theta[:, 1, 0] = torch.sin(angle) / scale
     theta[:, 1, 1] = torch.cos(angle) / scale
     theta[:, 0, 2], theta[:, 1, 2] = uniform(SHIFT), uniform(SHIFT)
-    grid = nn.functional.affine_grid(theta, list(x.shape), align_corners=False)
+    grid = nn.functional.affine_grid(theta.to(device), list(x.shape), align_corners=False)
     out = nn.functional.grid_sample(x, grid, align_corners=False)
     side = x.shape[-1]
     rows = torch.randint(side - CUTOUT + 1, (n,), generator=generator)
     cols = torch.randint(side - CUTOUT + 1, (n,), generator=generator)
-    r, c = torch.arange(side)[None, :, None], torch.arange(side)[None, None, :]
+    rows, cols = rows.to(device), cols.to(device)
+    r, c = torch.arange(side, device=device)[None, :, None], torch.arange(side, device=device)[None, None, :]
     hole = (
         (r >= rows[:, None, None])
         & (r < rows[:, None, None] + CUTOUT)
@@ -83,18 +84,19 @@ class WarmUp:
     sam: bool = False
 
 
-def warm_up(images: np.ndarray, labels: np.ndarray, config: WarmUp, key: Key) -> SmallCNN:
-    """Non-private training of the pipeline's CNN on public (real or synthetic) images (SGD, momentum 0.9)."""
-    model = from_arrays(None, key)
+def warm_up(images: np.ndarray, labels: np.ndarray, config: WarmUp, key: Key, device: str = "cpu") -> SmallCNN:
+    """Non-private training of the pipeline's CNN on public (real or synthetic) images (SGD,
+    momentum 0.9), on ``device``."""
+    model = from_arrays(None, key).to(device)
     generator = key.stream("warmup").torch()
-    x_all = torch.from_numpy(images[:, None].astype(np.float32))
-    y_all = torch.from_numpy(labels.astype(np.int64))
+    x_all = torch.from_numpy(images[:, None].astype(np.float32)).to(device)
+    y_all = torch.from_numpy(labels.astype(np.int64)).to(device)
     base = torch.optim.SGD(model.parameters(), lr=config.learning_rate, momentum=0.9)
     sam = SAM(list(model.parameters()), base) if config.sam else None
     loss_fn = nn.CrossEntropyLoss()
     model.train()
     for _ in range(config.steps):
-        pick = torch.randint(len(y_all), (64,), generator=generator)
+        pick = torch.randint(len(y_all), (64,), generator=generator).to(device)
         x, y = x_all[pick], y_all[pick]
         if config.augment:
             x = augment(x, generator)

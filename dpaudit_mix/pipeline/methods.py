@@ -55,6 +55,8 @@ class MixingSpec(Protocol):
     def mix_learning_rate(self) -> float: ...
     @property
     def search_candidates(self) -> int: ...
+    @property
+    def device(self) -> str: ...  # where the track's models compute (it keys their stages off the CPU)
 
 
 @dataclass(frozen=True)

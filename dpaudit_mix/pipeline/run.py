@@ -17,15 +17,14 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import accounting
+from ..backend import Backend
 from ..cache import content_key
 from ..data import registry
 from ..data.proxies import DIGIT_TASKS, ProxySpec, accuracies, probabilities, task_log_likelihood, train_proxies
 from ..data.sources import PublicSource
 from ..errors import require
-from ..models import cnn
+from ..models import cnn, device
 from ..problem import Problem
-from ..problem import load as load_problem
-from ..problem import save as save_problem
 from ..randomness import Key, stream
 from .methods import Mixture
 from .spec import PipelineSpec
@@ -144,7 +143,7 @@ class ImageTrack(MixingTrack):
                 self.world, weights, spec.pretrain_examples, stage.stream("pretrain-sample").numpy()
             )
             return cnn.state_arrays(
-                cnn.pretrain(images, labels, spec.pretrain_epochs, spec.pretrain_learning_rate, stage)
+                cnn.pretrain(images, labels, spec.pretrain_epochs, spec.pretrain_learning_rate, stage, spec.device)
             )
 
         return self.pretrain_on(
@@ -170,6 +169,7 @@ class ImageTrack(MixingTrack):
             batch=spec.finetune_batch,
             clip=spec.finetune_clip,
             secure=self.secure,
+            **device.key_ids(spec.device),
         )
         stage = self.finetune_key(job)
         task = job.task
@@ -196,6 +196,7 @@ class ImageTrack(MixingTrack):
                 spec.finetune_clip,
                 rehearsal,
                 prior,
+                spec.device,
             )
             metrics = tuned.scored(world.validation.images[half:], world.validation.labels[half:], task)["metrics"]
             return metrics["macro_auc" if task == "multiclass" else "auc"]
@@ -215,6 +216,7 @@ class ImageTrack(MixingTrack):
                 spec.finetune_clip,
                 None if self.secure else stage,
                 prior,
+                spec.device,
             )
             return {**tuned.scored(world.test_images, world.test_labels, task), "finetune_choice": choice}
 
@@ -278,10 +280,8 @@ def image_track(spec: PipelineSpec, world: World, cache: StageCache, progress: b
         split_a = cache.get(
             "problem",
             content_key(split=split_key(spec), task=task),
-            "npz",
+            "problem",
             lambda: problem(world.split_a, "split A"),
-            lambda path, value: save_problem(value, path),
-            load_problem,
         )
         return split_a, problem(np.arange(len(world.train_labels)), "all training data")
 
@@ -295,17 +295,18 @@ def run_pipeline(
     world: World | None = None,
     secure: bool = False,
     cache_root: Path | None = None,
-    workers: int = 1,
+    backend: Backend | None = None,
 ) -> list[Run]:
     """Every (method, ε, seed) of the spec (and task, per task): one run each with metrics, λ and
     accounting. Stages are cached under ``cache_root`` (default ``out/cache``; rows share one);
-    ``workers`` processes compute the seeds side by side (the same results).
+    ``backend`` computes the seeds side by side (the same results).
 
     ``secure`` draws every private noise and Poisson batch from the OS CSPRNG: the run is then
     not reproducible, and its cached stages are kept apart from the seeded ones.
     """
+    spec = device.resolved(spec)
     world = world or build_world(spec)
     cache = StageCache(cache_root or out / "cache")
     track = image_track(spec, world, cache, progress, secure)
     preflight(track, spec.epsilons)  # before the proxies: an unreachable ε writes nothing
-    return run_stages(track, cache, progress, secure, workers)
+    return run_stages(track, cache, progress, secure, backend)

@@ -12,6 +12,7 @@ from ..data import registry
 from ..data.proxies import ProxySpec
 from ..errors import require
 from ..learner import LearnerConfig
+from ..models import device
 from ..resources import BYTES_PER_IMAGE, require_memory
 from ..specfile import Seed, check_fields, load_spec_file
 
@@ -64,6 +65,7 @@ class PipelineSpec:
     proxies: tuple[str, ...] | None = None  # proxy kinds
     proxy_epochs_grid: tuple[int, ...] | None = None  # cnn proxy epochs (paper Tables 3 and 5)
     protocols: tuple[str, ...] | None = None
+    device: str = "cpu"  # where pretraining and finetuning compute: cpu, cuda, or auto (cuda when present)
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -114,7 +116,8 @@ class PipelineSpec:
 
 def check_shared_keys(spec: Any, methods: tuple[str, ...], scope: str = "") -> None:
     """The keys the image and the text pipeline share: budgets, methods (from ``methods``), the
-    split A fraction, the composition and the mixture learner's settings."""
+    split A fraction, the composition, the mixture learner's settings and the device."""
+    device.check(spec.device)
     require(len(spec.epsilons) >= 1, "the ε grid is empty: give at least one epsilon")
     for eps in spec.epsilons:
         accounting.check_epsilon(eps)

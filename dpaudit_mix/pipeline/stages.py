@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -23,8 +24,11 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import accounting
+from .. import problem as problem_io
 from ..atomic import write_json
-from ..cache import cached, content_key, load_json, load_npz, save_npz
+from ..backend import Backend
+from ..cache import cached, content_key, load_json, load_npz, save_npz, sha256
+from ..models import device
 from ..problem import Problem
 from ..randomness import Key
 from .methods import LOSS_BOUND, PRIVATE_METHODS, MixingSpec, Mixture, choose, mix_epsilon, mixing_phase
@@ -117,16 +121,31 @@ class Run:
         }
 
 
+#: a stage's kind: its file extension, how it is saved and loaded.
+KINDS: dict[str, tuple[str, Callable[[Path, Any], None], Callable[[Path], Any]]] = {
+    "arrays": ("npz", save_npz, load_npz),
+    "json": ("json", write_json, load_json),
+    "problem": ("npz", lambda path, value: problem_io.save(value, path), problem_io.load),
+}
+
+
 class StageCache:
     """Finished stage outputs under ``root/<stage>/<key>.<ext>``, each reused only if it passes its
     checksum. A root that cannot be written is said once, then only read: the run holds its stages
-    in memory and finishes. Nothing is created before the first stage (a preflight writes nothing)."""
+    in memory and finishes. Nothing is created before the first stage (a preflight writes nothing).
 
-    def __init__(self, root: Path) -> None:
+    A worker's cache (``root`` None) only holds what it computes, in ``computed``: the worker
+    sends that back, and the parent offers it (:meth:`offer`) to the one cache where results land."""
+
+    def __init__(self, root: Path | None) -> None:
         self.root = root
+        self.computed: dict[tuple[str, str, str], Any] = {}  # (stage, key, kind) → value, in memory
+        self._offered: dict[tuple[str, str], Any] = {}
 
     @cached_property
     def writable(self) -> bool:
+        if self.root is None:
+            return False
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile(dir=self.root, prefix=".probe-"):
@@ -140,23 +159,49 @@ class StageCache:
             return False
         return True
 
-    def get(
-        self,
-        stage: str,
-        key: str,
-        ext: str,
-        compute: Callable[[], T],
-        save: Callable[[Path, T], None],
-        load: Callable[[Path], T],
-    ) -> T:
-        name = content_key(key=key, layout=LAYOUT)
-        return cached(self.root / stage / f"{name}.{ext}", compute, save, load, write=self.writable)
+    def _path(self, stage: str, key: str, kind: str) -> Path | None:
+        if self.root is None:
+            return None
+        return self.root / stage / f"{content_key(key=key, layout=LAYOUT)}.{KINDS[kind][0]}"
+
+    def get(self, stage: str, key: str, kind: str, compute: Callable[[], T]) -> T:
+        """The stage's output: checked from disk, else offered by a worker, else computed (and saved)."""
+        path = self._path(stage, key, kind)
+
+        def value() -> T:
+            if (stage, key) in self._offered:
+                return self._offered.pop((stage, key))
+            result = compute()
+            if path is None:
+                self.computed[(stage, key, kind)] = result
+            return result
+
+        if path is None:
+            return value()
+        _, save, load = KINDS[kind]
+        return cached(path, value, save, load, write=self.writable)
+
+    def has(self, stage: str, key: str, kind: str) -> bool:
+        """Whether the stage is on disk with its checksum (its output is not loaded)."""
+        path = self._path(stage, key, kind)
+        if path is None or not path.is_file():
+            return False
+        check = path.with_name(path.name + ".sha256")
+        return check.is_file() and check.read_text(encoding="utf-8").strip() == sha256(path)
+
+    def offer(self, stage: str, key: str, kind: str, value: Any) -> None:
+        """A worker's output: saved now when the cache is writable (a killed run keeps it), else
+        held until the stage is asked for."""
+        self._offered[(stage, key)] = value
+        if self.writable:
+            self.get(stage, key, kind, lambda: value)
+            self._offered.pop((stage, key), None)  # on disk now (or already was)
 
     def arrays(self, stage: str, step: Stage[Arrays]) -> Arrays:
-        return self.get(stage, step.key, "npz", step.compute, save_npz, load_npz)
+        return self.get(stage, step.key, "arrays", step.compute)
 
     def json(self, stage: str, step: Stage[Any]) -> Any:
-        return self.get(stage, step.key, "json", step.compute, write_json, load_json)
+        return self.get(stage, step.key, "json", step.compute)
 
 
 def release_privacy(
@@ -201,6 +246,11 @@ def preflight(track: Track, epsilons: Sequence[float]) -> None:
             track.calibrate(eps, prior)
 
 
+#: held while a process computes stages: torch's thread count is process-wide, so two stage
+#: computations in one process's threads (a Dask worker's) would reset it under each other.
+_ONE_THREAD = threading.Lock()
+
+
 @contextmanager
 def one_thread() -> Iterator[None]:
     """Stages compute on one thread (torch and BLAS): how a reduction is split across threads
@@ -209,18 +259,42 @@ def one_thread() -> Iterator[None]:
     import torch
     from threadpoolctl import threadpool_limits
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with threadpool_limits(1):
-            yield
-    finally:
-        torch.set_num_threads(before)
+    with _ONE_THREAD:
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            with threadpool_limits(1):
+                yield
+        finally:
+            torch.set_num_threads(before)
 
 
-def _warm(track: Track, root: Path, jobs: list[Job], secure: bool) -> None:
-    """A worker's share: its jobs' stages computed into the cache at ``root``."""
-    run_stages(track, StageCache(root), progress=False, secure=secure, jobs=jobs)
+def _prior(track: Track, mixture: Mixture) -> tuple[accounting.GaussianPhase, ...]:
+    """What the finetune composes after: the mixture's phase when it sees the mixing data too."""
+    return (mixture.phase,) if track.sequential and mixture.phase else ()
+
+
+def _finished(track: Track, cache: StageCache, jobs: list[Job], mixtures: dict[Job, Mixture]) -> bool:
+    """Whether every pretraining and finetune of ``jobs`` is on disk (a resumed run skips them)."""
+    for job in jobs:
+        pretraining = track.pretrain(job, mixtures[job])
+        if pretraining is not None and not cache.has("pretrain", pretraining.key, "arrays"):
+            return False
+        start_key = None if pretraining is None else pretraining.key
+        # the stage's key alone: its compute (which would need the pretrained weights) never runs
+        finetune = track.finetune(job, None, start_key, _prior(track, mixtures[job]))
+        if not cache.has("finetune", finetune.key, "json"):
+            return False
+    return True
+
+
+def _warm(track: Track, secure: bool, jobs: list[Job], mixtures: dict[Job, Mixture]) -> dict[tuple[str, str, str], Any]:
+    """A worker's share (module level, so joblib and Dask can ship it): its jobs' pretraining and
+    finetunes, on one thread, returned for the parent to put in the cache."""
+    cache = StageCache(None)
+    with one_thread():
+        _models(track, cache, jobs, mixtures, secure, progress=False)
+    return cache.computed
 
 
 def run_stages(
@@ -228,40 +302,42 @@ def run_stages(
     cache: StageCache,
     progress: bool = True,
     secure: bool = False,
-    workers: int = 1,
-    jobs: list[Job] | None = None,
+    backend: Backend | None = None,
 ) -> list[Run]:
-    """Every job of ``track`` (or ``jobs``), stage by stage; each stage's output is computed at
-    most once. ``workers`` > 1 computes the seeds' pretraining and finetuning in that many
-    processes (joblib), each seed's jobs in one, into the cache, which stays the one place
-    results land; the runs are then read from it, so they are the same as one process's (every stage runs on one
-    thread: :func:`one_thread`)."""
-    with one_thread():
-        return _run_stages(track, cache, progress, secure, workers, jobs)
-
-
-def _run_stages(
-    track: Track, cache: StageCache, progress: bool, secure: bool, workers: int, jobs: list[Job] | None
-) -> list[Run]:
+    """Every job of ``track``; each stage's output is computed at most once. The mixtures are
+    computed here first; with a parallel ``backend`` (local joblib processes or Dask) each seed's
+    unfinished pretraining and finetunes are then a task, whose outputs come back here and go
+    into the cache, which stays the one place results land; the runs are then read from it, so
+    they are the same as one process's (every stage runs on one thread: :func:`one_thread`)."""
+    backend = backend or Backend()
     show = {"disable": not progress, "file": sys.stderr}
-    jobs = track.jobs() if jobs is None else jobs
-    mixtures: dict[Job, Mixture] = {}
-    for job in tqdm(jobs, desc="mixtures", unit="λ", **show):
-        choice = track.mixture(job)
-        mixtures[job] = (
-            Mixture(None, None) if choice is None else Mixture.from_dict(cache.json("mixture", _as_dict(choice)))
-        )
-    if workers > 1 and cache.writable:  # the mixtures (and the proxies they need) are in the cache now
-        from joblib import Parallel, delayed
+    with one_thread():
+        jobs = track.jobs()
+        mixtures: dict[Job, Mixture] = {}
+        for job in tqdm(jobs, desc="mixtures", unit="λ", **show):
+            choice = track.mixture(job)
+            mixtures[job] = (
+                Mixture(None, None) if choice is None else Mixture.from_dict(cache.json("mixture", _as_dict(choice)))
+            )
+    if backend.parallel:
+        groups = [[job for job in jobs if job.seed == seed] for seed in sorted({job.seed for job in jobs})]
+        todo = [group for group in groups if not _finished(track, cache, group, mixtures)]
+        tasks = [(group, {job: mixtures[job] for job in group}) for group in todo]
+        bar = tqdm(total=len(tasks), desc=f"seeds ({backend.label})", unit="seed", **show)
+        for _, computed in backend.unordered(_warm, tasks, shared=(track, secure)):
+            for (stage, key, kind), value in computed.items():
+                cache.offer(stage, key, kind, value)
+            bar.update()
+        bar.close()
+    with one_thread():
+        return _models(track, cache, jobs, mixtures, secure, progress)
 
-        seeds = sorted({job.seed for job in jobs})
-        groups = [[job for job in jobs if job.seed == seed] for seed in seeds]
-        done = Parallel(n_jobs=workers, backend="loky", return_as="generator_unordered")(
-            delayed(_warm)(track, cache.root, group, secure) for group in groups
-        )
-        for _ in tqdm(done, total=len(groups), desc=f"seeds ({workers} workers)", unit="seed", **show):
-            pass
 
+def _models(
+    track: Track, cache: StageCache, jobs: list[Job], mixtures: dict[Job, Mixture], secure: bool, progress: bool
+) -> list[Run]:
+    """Each job's pretraining (shared by jobs with the same key) and DP finetune, with its privacy."""
+    show = {"disable": not progress, "file": sys.stderr}
     starts: dict[Job, str | None] = {}
     held: dict[str, Arrays] = {}  # computed or loaded once, never re-read: the cache may be unwritable
     for job in tqdm(jobs, desc="pretrain", unit="model", **show):
@@ -273,8 +349,8 @@ def _run_stages(
     runs = []
     for job in tqdm(jobs, desc="finetune", unit="model", **show):
         mixture, start = mixtures[job], starts[job]
-        prior = (mixture.phase,) if track.sequential and mixture.phase else ()
-        result = cache.json("finetune", track.finetune(job, None if start is None else held[start], start, prior))
+        finetune = track.finetune(job, None if start is None else held[start], start, _prior(track, mixture))
+        result = cache.json("finetune", finetune)
         phase = accounting.GaussianPhase(**result["finetune_phase"])
         runs.append(
             Run(
@@ -382,6 +458,7 @@ class MixingTrack:
             n=examples,
             epochs=epochs,
             lr=learning_rate,
+            **device.key_ids(self.spec.device),
         )
         return Stage(key, lambda: train(weights, Key(self.spec.seed).child(pretrain=key)))
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from ..backend import Backend
 from ..data import registry
 from ..errors import present, require
 from ..learner import fit, fit_losses
@@ -179,51 +180,72 @@ class RecoveryResult:
         return asdict(self)
 
 
-def run_recovery(spec: RecoverySpec, progress: bool = True) -> RecoveryResult:
-    """Every cell of the spec (recovery.json): the ε × ρ grid, user-level grid and k-scaling."""
+def _cell(
+    spec: RecoverySpec,
+    kind: str,
+    target: Target,
+    eps: float | None,
+    sigma: float,
+    rho: float,
+    user_level: bool,
+    rows: np.ndarray,
+) -> dict[str, Any]:
+    """One cell: ``spec.seeds`` DP-MixMin runs at σ on ``rows`` of the target's problem, scored
+    against λ★ (module level, so worker processes and Dask can ship it; its noise is its own stream)."""
+    config = spec.config(sigma, user_level)
+    data = target.problem.subset(rows)
+    noise = stream(
+        spec.seed,
+        "learner-noise",
+        recovery=kind,
+        task=target.task,
+        **spec.proxy_spec.ids,
+        k=len(target.lambda_star),
+        epsilon="none" if eps is None else eps,
+        rho=rho,
+        user_level=user_level,
+    )
+    weights = fit(data, config, spec.seeds, noise).weights
+    return {
+        "task": target.task,
+        "k": len(target.lambda_star),
+        "epsilon": eps,
+        "rho": rho,
+        "user_level": user_level,
+        "n": data.n,
+        "users": None if data.users is None else len(np.unique(data.users)),
+        "noise_multiplier": config.noise_multiplier,
+        **score(target, weights),
+    }
+
+
+def run_recovery(spec: RecoverySpec, progress: bool = True, backend: Backend | None = None) -> RecoveryResult:
+    """Every cell of the spec (recovery.json): the ε × ρ grid, user-level grid and k-scaling. The
+    cells are independent: ``backend`` runs them side by side, with the same results."""
     the_plan = plan(spec)
     spec = the_plan.spec
-    sigmas: dict[float | None, float] = {}
+    backend = backend or Backend()
     jobs = list(_cells(spec, the_plan))
     require_memory(
         len(jobs) * spec.seeds * BYTES_PER_CELL_RUN, f"recovery with seeds = {spec.seeds} over {len(jobs)} cells"
     )
-    cells: dict[str, list[dict[str, Any]]] = {"grid": [], "noiseless": [], "k": []}
+    sigmas = {eps: 0.0 if eps is None else spec.noise_multiplier(eps) for eps in {job[2] for job in jobs}}
     rows: dict[tuple[str, float, bool, int], np.ndarray] = {}
-    for kind, target, eps, rho, user_level in tqdm(
-        jobs, desc="recovery cells", unit="cell", disable=not progress, file=sys.stderr
-    ):
-        if eps not in sigmas:
-            sigmas[eps] = 0.0 if eps is None else spec.noise_multiplier(eps)
-        config = spec.config(sigmas[eps], user_level)
+    items = []
+    for kind, target, eps, rho, user_level in jobs:
         unit = (target.task, rho, user_level, target.problem.n)
         if unit not in rows:
             rows[unit] = _subset_rows(target.problem, rho, user_level, spec.seed)
-        data = target.problem.subset(rows[unit])
-        noise = stream(
-            spec.seed,
-            "learner-noise",
-            recovery=kind,
-            task=target.task,
-            **spec.proxy_spec.ids,
-            k=len(target.lambda_star),
-            epsilon="none" if eps is None else eps,
-            rho=rho,
-            user_level=user_level,
-        )
-        weights = fit(data, config, spec.seeds, noise).weights
-        cell = {
-            "task": target.task,
-            "k": len(target.lambda_star),
-            "epsilon": eps,
-            "rho": rho,
-            "user_level": user_level,
-            "n": data.n,
-            "users": None if data.users is None else len(np.unique(data.users)),
-            "noise_multiplier": config.noise_multiplier,
-            **score(target, weights),
-        }
-        cells[kind].append(cell)
+        items.append((kind, target, eps, sigmas[eps], rho, user_level, rows[unit]))
+    done: dict[int, dict[str, Any]] = {}
+    bar = tqdm(total=len(jobs), desc="recovery cells", unit="cell", disable=not progress, file=sys.stderr)
+    for i, cell in backend.unordered(_cell, items, shared=(spec,)):
+        done[i] = cell
+        bar.update()
+    bar.close()
+    cells: dict[str, list[dict[str, Any]]] = {"grid": [], "noiseless": [], "k": []}
+    for i, (kind, *_) in enumerate(jobs):
+        cells[kind].append(done[i])
     return RecoveryResult(
         spec={key: list(v) if isinstance(v, tuple) else v for key, v in vars(spec).items()},
         lambda_star={t.task: t.lambda_star.tolist() for t in the_plan.grid_targets},

@@ -18,7 +18,7 @@ import numpy as np
 from .. import accounting
 from ..cache import content_key
 from ..data import registry
-from ..models import cnn, edm
+from ..models import cnn, device, edm
 from ..models.warmup import WarmUp, warm_up
 from ..pipeline.methods import Mixture
 from ..pipeline.stages import Arrays, Job, Stage, StageCache, preflight, run_stages
@@ -70,7 +70,10 @@ class WarmSynTrack:
         return None
 
     def edm_key(self, run: int) -> str:
-        return content_key(base=self.base, run=run, steps=self.spec.edm_steps, size=self.spec.synthetic_size)
+        spec = self.spec
+        return content_key(
+            base=self.base, run=run, steps=spec.edm_steps, size=spec.synthetic_size, **device.key_ids(spec.device)
+        )
 
     def synthetic(self, run: int) -> Arrays:
         """Seed ``run``'s synthetic set: EDM samples of the real slice, computed or loaded once."""
@@ -78,7 +81,7 @@ class WarmSynTrack:
 
             def synthesise() -> Arrays:
                 stage = Key(self.spec.seed).child(warmsyn_seed=run)
-                net = edm.train(*self.real, edm.TrainConfig(steps=self.spec.edm_steps), stage)
+                net = edm.train(*self.real, edm.TrainConfig(steps=self.spec.edm_steps), stage, self.spec.device)
                 labels = np.arange(self.spec.synthetic_size) % edm.CLASSES
                 return {"images": edm.sample(net, labels, stage), "labels": labels}
 
@@ -98,12 +101,14 @@ class WarmSynTrack:
             lr=spec.warmup_learning_rate,
             augment=config.augment,
             sam=config.sam,
+            **device.key_ids(spec.device),
         )
         settings = WarmUp(spec.warmup_steps, spec.warmup_learning_rate, config.augment, config.sam)
 
         def compute() -> Arrays:
             data = self.real if source == "real" else (self.synthetic(run)["images"], self.synthetic(run)["labels"])
-            return cnn.state_arrays(warm_up(*data, settings, Key(spec.seed).child(warmsyn_seed=run, row=job.method)))
+            key = Key(spec.seed).child(warmsyn_seed=run, row=job.method)
+            return cnn.state_arrays(warm_up(*data, settings, key, spec.device))
 
         return Stage(key, compute)
 
@@ -122,6 +127,7 @@ class WarmSynTrack:
             batch=spec.finetune_batch,
             lr=spec.finetune_learning_rate,
             clip=spec.finetune_clip,
+            **device.key_ids(spec.device),
         )
 
         def compute() -> dict[str, Any]:
@@ -137,6 +143,7 @@ class WarmSynTrack:
                 spec.finetune_learning_rate,
                 spec.finetune_clip,
                 stage,
+                device=spec.device,
             )
             return tuned.scored(sensitive.test_images, sensitive.test_labels)
 
@@ -145,6 +152,7 @@ class WarmSynTrack:
 
 def run_warmsyn(spec: WarmSynSpec, out: Path, progress: bool = True) -> dict[str, Any]:
     """Every row × ε × seed of the ablation, and the synthetic sets' quality."""
+    spec = device.resolved(spec)
     track = WarmSynTrack(spec, StageCache(out / "cache"))
     preflight(track, spec.epsilons)  # before the EDM and the warm-ups: an unreachable ε writes nothing
     runs = run_stages(track, track.cache, progress)

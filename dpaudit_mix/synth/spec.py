@@ -9,6 +9,7 @@ from typing import Any
 from .. import accounting
 from ..data import registry
 from ..errors import require
+from ..models import device
 from ..resources import BYTES_PER_SYNTHETIC, require_memory
 from ..specfile import Seed, check_fields, load_spec_file
 
@@ -35,9 +36,11 @@ class WarmSynSpec:
     finetune_learning_rate: float = 0.1
     finetune_clip: float = 1.0
     sensitive_fraction: float = 1.0  # use this fraction of the sensitive training set (smaller = faster)
+    device: str = "cpu"  # where the EDM, the warm-ups and the finetunes compute: cpu, cuda, or auto
 
     def __post_init__(self) -> None:
         check_fields(self)
+        device.check(self.device)
         registry.image_world(self.world)
         require(
             1 <= self.public_size <= 250,
