@@ -9,6 +9,7 @@ writes anything, so an unreachable scheduler is one line and exit 2.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -18,6 +19,9 @@ from .errors import InputError, require
 R = TypeVar("R")
 
 BACKENDS = ("local", "dask")
+
+#: glibc's mallopt parameters, and the mmap threshold its dynamic default rises to (64-bit).
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX = -1, -3, 32 << 20
 
 #: how long a Dask scheduler may take to answer before the command gives up (exit 2).
 CONNECT_TIMEOUT_S = 10
@@ -32,6 +36,25 @@ def dask_client(scheduler: str | None) -> Any:
         return Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
     except (OSError, TimeoutError, ValueError) as exc:
         raise InputError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
+
+
+def _roomy_malloc() -> None:
+    """Dask's nannies start workers with ``MALLOC_TRIM_THRESHOLD_=65536``: glibc then returns
+    memory to the OS after nearly every free, and torch's stage loops, which allocate and free
+    activations at every step, ran 2.2× slower (a pipeline seed: 6.2 s against 2.8 s). Raise both
+    thresholds to where glibc's own dynamic default would take them; without glibc, nothing."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)
+    libc.mallopt(M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD_MAX)
+
+
+def _on_worker(fn: Callable[..., R], *args: Any) -> R:
+    """``fn(*args)`` on a Dask worker, its allocator set up first (:func:`_roomy_malloc`)."""
+    _roomy_malloc()
+    return fn(*args)
 
 
 @dataclass(frozen=True)
@@ -71,12 +94,15 @@ class Backend:
     ) -> Iterator[tuple[int, R]]:
         """``(i, fn(*shared, *items[i]))`` for every item, as each finishes. Local workers are
         joblib processes (``prefer="threads"`` for work that releases the GIL, like numpy's BLAS);
-        on Dask, ``shared`` (a world, a track) is sent to the cluster once, not with every task."""
+        on Dask, ``shared`` (a world, a track) is sent to every worker once, not with every task
+        (to every worker: data on one would draw every task to it)."""
         if self.client is not None:
             from dask.distributed import as_completed
 
-            common = self.client.scatter(list(shared), hash=False) if shared else []
-            futures = {self.client.submit(fn, *common, *args, pure=False): i for i, args in enumerate(items)}
+            common = self.client.scatter(list(shared), hash=False, broadcast=True) if shared else []
+            futures = {
+                self.client.submit(_on_worker, fn, *common, *args, pure=False): i for i, args in enumerate(items)
+            }
             for future in as_completed(futures):
                 yield futures[future], future.result()
             return

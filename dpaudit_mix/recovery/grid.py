@@ -182,6 +182,7 @@ class RecoveryResult:
 
 def _cell(
     spec: RecoverySpec,
+    threads: int | None,
     kind: str,
     target: Target,
     eps: float | None,
@@ -191,7 +192,8 @@ def _cell(
     rows: np.ndarray,
 ) -> dict[str, Any]:
     """One cell: ``spec.seeds`` DP-MixMin runs at σ on ``rows`` of the target's problem, scored
-    against λ★ (module level, so worker processes and Dask can ship it; its noise is its own stream)."""
+    against λ★ (module level, so worker processes and Dask can ship it; its noise is its own
+    stream). ``threads`` is the learner's (one per worker when cells run side by side)."""
     config = spec.config(sigma, user_level)
     data = target.problem.subset(rows)
     noise = stream(
@@ -205,7 +207,7 @@ def _cell(
         rho=rho,
         user_level=user_level,
     )
-    weights = fit(data, config, spec.seeds, noise).weights
+    weights = fit(data, config, spec.seeds, noise, threads=threads).weights
     return {
         "task": target.task,
         "k": len(target.lambda_star),
@@ -239,7 +241,7 @@ def run_recovery(spec: RecoverySpec, progress: bool = True, backend: Backend | N
         items.append((kind, target, eps, sigmas[eps], rho, user_level, rows[unit]))
     done: dict[int, dict[str, Any]] = {}
     bar = tqdm(total=len(jobs), desc="recovery cells", unit="cell", disable=not progress, file=sys.stderr)
-    for i, cell in backend.unordered(_cell, items, shared=(spec,)):
+    for i, cell in backend.unordered(_cell, items, shared=(spec, 1 if backend.parallel else None)):
         done[i] = cell
         bar.update()
     bar.close()
