@@ -3,8 +3,9 @@ pass against one backward pass per user (what the step did before), on the same 
 
 35 users of the text world (the text pipeline's expected users per step), each with up to 8
 windows, one thread (as pipeline stages run). Prints both per-step times from this one run and,
-on its last line, their ratio as `speed-up N×` (target ≥ 5×).
-Usage: python bench/userdp.py [--users 35] [--repeats 10]
+on its last line, their ratio as `speed-up N×` (target ≥ 5×). ``--profile`` also prints the
+share of each step spent in GEMMs (torch profiler, self CPU time): the batched step's floor.
+Usage: python bench/userdp.py [--users 35] [--repeats 10] [--profile]
 """
 
 from __future__ import annotations
@@ -30,10 +31,26 @@ def _seconds(step: object, repeats: int) -> float:
     return (time.perf_counter() - start) / repeats
 
 
+GEMMS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+
+
+def _gemm_share(step: object, repeats: int) -> tuple[float, float]:
+    """A step's profiled self CPU time and the part of it in GEMMs, in ms."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(repeats):
+            step()  # type: ignore[operator]
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events) / repeats / 1e3
+    return total, sum(e.self_cpu_time_total for e in events if e.key in GEMMS) / repeats / 1e3
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--users", type=int, default=35)
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--profile", action="store_true", help="print each step's GEMM share")
     args = parser.parse_args()
     torch.set_num_threads(1)
     world = build_text_world(TextPipelineSpec())
@@ -49,6 +66,13 @@ def main() -> None:
     print(f"{args.users} users, {sum(len(u) for u in users)} windows, 1 thread")
     print(f"per-user loop  {loop * 1e3:7.1f} ms per step")
     print(f"batched        {batched * 1e3:7.1f} ms per step   (max |Δ| {float(gap.abs().max()):.1e})")
+    if args.profile:
+        for name, step in (
+            ("per-user loop", lambda: [user_gradient(model, u) for u in users]),
+            ("batched", lambda: per_user_gradients(model, users)),
+        ):
+            total, gemm = _gemm_share(step, args.repeats)
+            print(f"{name:14s} profiled {total:7.1f} ms per step, GEMMs {gemm:6.1f} ms ({gemm / total:.0%})")
     print(f"speed-up {loop / batched:.1f}x")
 
 

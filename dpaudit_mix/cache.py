@@ -72,6 +72,12 @@ def user_state_dir() -> Path:
     return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "dpaudit-mix"
 
 
+def verified(path: Path) -> bool:
+    """Whether ``path`` exists and matches its SHA-256 sidecar (``path.sha256``)."""
+    check = path.with_name(path.name + ".sha256")
+    return path.is_file() and check.is_file() and check.read_text(encoding="utf-8").strip() == sha256(path)
+
+
 def cached(
     path: Path, compute: Callable[[], T], save: Callable[[Path, T], None], load: Callable[[Path], T], write: bool = True
 ) -> T:
@@ -80,7 +86,7 @@ def cached(
     check = path.with_name(path.name + ".sha256")
     if path.is_file():
         try:
-            require(check.is_file() and check.read_text(encoding="utf-8").strip() == sha256(path), "checksum mismatch")
+            require(verified(path), "checksum mismatch")
             return load(path)
         except (InputError, OSError, ValueError, KeyError, EOFError) as exc:
             print(f"dpaudit-mix: warning: cached {path} failed its check ({exc}); recomputing", file=sys.stderr)

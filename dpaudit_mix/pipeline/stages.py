@@ -27,7 +27,7 @@ from .. import accounting
 from .. import problem as problem_io
 from ..atomic import write_json
 from ..backend import Backend
-from ..cache import cached, content_key, load_json, load_npz, save_npz, sha256
+from ..cache import cached, content_key, load_json, load_npz, save_npz, verified
 from ..models import device
 from ..problem import Problem
 from ..randomness import Key
@@ -184,10 +184,7 @@ class StageCache:
     def has(self, stage: str, key: str, kind: str) -> bool:
         """Whether the stage is on disk with its checksum (its output is not loaded)."""
         path = self._path(stage, key, kind)
-        if path is None or not path.is_file():
-            return False
-        check = path.with_name(path.name + ".sha256")
-        return check.is_file() and check.read_text(encoding="utf-8").strip() == sha256(path)
+        return path is not None and verified(path)
 
     def offer(self, stage: str, key: str, kind: str, value: Any) -> None:
         """A worker's output: saved now when the cache is writable (a killed run keeps it), else
