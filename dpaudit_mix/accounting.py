@@ -12,7 +12,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,6 +20,7 @@ from scipy.optimize import brentq
 from scipy.stats import norm
 
 from .errors import InputError, require
+from .resources import bounded
 from .specfile import check_fields
 
 if TYPE_CHECKING:
@@ -69,12 +70,19 @@ class GaussianPhase:
         require(1 <= self.steps <= MAX_STEPS, f"steps T must be in [1, {MAX_STEPS:,}], got {self.steps}")
 
 
+def _is_real(value: object) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
 def check_epsilon(epsilon: float) -> None:
-    require(0 < epsilon <= MAX_EPSILON, f"epsilon must be in (0, {MAX_EPSILON:g}], got {epsilon}")
+    require(
+        _is_real(epsilon) and 0 < epsilon <= MAX_EPSILON,
+        f"epsilon must be in (0, {MAX_EPSILON:g}], got {epsilon!r}",
+    )
 
 
 def check_delta(delta: float) -> None:
-    require(0 < delta < 1, f"delta must be in (0, 1), got {delta}")
+    require(_is_real(delta) and 0 < delta < 1, f"delta must be in (0, 1), got {delta!r}")
 
 
 def _pld_accountant(phases: Sequence[GaussianPhase], interval: float | None = None) -> dp_accounting.pld.PLDAccountant:
@@ -101,15 +109,77 @@ def epsilon(phases: Sequence[GaussianPhase], delta: float, accountant: str = DEF
     check_delta(delta)
     require(accountant in ACCOUNTANTS, f"unknown accountant {accountant!r}; choose from {ACCOUNTANTS}")
     require(len(phases) >= 1, "nothing to account")
+    _check_phases(phases, accountant)
     try:
-        return _library_epsilon(phases, delta, accountant)
+        return _epsilon(tuple(phases), float(delta), accountant)
     except InputError:
         raise
     except (ValueError, ArithmeticError) as exc:  # a library's own numeric failure, not a traceback
         raise InputError(f"the {accountant} accountant failed on {list(phases)} at delta {delta:g}: {exc}") from None
 
 
+@lru_cache(maxsize=4096)
+def _epsilon(phases: tuple[GaussianPhase, ...], delta: float, accountant: str) -> float:
+    """:func:`epsilon` once per request (an audit asks the same of every result, calibration of
+    every σ it tries twice), in a :func:`~.resources.bounded` child."""
+    return bounded(
+        _library_epsilon, phases, delta, accountant, what=_what(accountant, phases, delta), errors=(DegenerateRequest,)
+    )
+
+
+def clear_caches() -> None:
+    """Forget every cached answer: what verify-accountant calls before and after a mutant patches
+    the accountant's primitives, so that neither sees the other's results."""
+    for cached_function in (_epsilon, _optimistic, _profile_curve, calibrate_once, epsilon_once):
+        cached_function.cache_clear()
+
+
+def _check_phases(phases: Sequence[GaussianPhase], accountant: str = "pld") -> None:
+    """Every phase a GaussianPhase; and the accountant's library imported here, in the parent, so
+    that each :func:`~.resources.bounded` child finds it loaded instead of importing it anew."""
+    import dp_accounting  # noqa: F401
+
+    if accountant in ("rdp", "prv"):
+        import opacus.accountants  # noqa: F401
+    require(
+        all(isinstance(p, GaussianPhase) for p in phases),
+        f"phases must be GaussianPhase(noise_multiplier, sample_rate, steps) values, got {list(phases)!r}",
+    )
+
+
+def _what(accountant: str, phases: Sequence[GaussianPhase], delta: float) -> str:
+    """A request, as a refusal names it."""
+    steps = "; ".join(f"sigma {p.noise_multiplier:g}, q {p.sample_rate:g}, T {p.steps}" for p in phases)
+    return f"the {accountant} accountant on {steps} at delta {delta:g}"
+
+
+#: a request whose RDP ε (an upper bound, within a small factor of the truth for Gaussians) is
+#: above this is refused by the PLD and PRV accountants: its noise is far too small to mean
+#: anything, and their discretised loss distributions grow without bound (σ = 0.01 asked 26 GiB).
+DEGENERATE_EPSILON = 10 * MAX_EPSILON
+#: the δ at which a privacy profile's request is checked for it.
+DEGENERATE_DELTA = 1e-5
+
+
+class DegenerateRequest(InputError):
+    """A mechanism so leaky that the PLD and PRV accountants would not finish (ε far above 100)."""
+
+
+def _refuse_degenerate(phases: Sequence[GaussianPhase], delta: float, accountant: str) -> None:
+    """Raise :class:`DegenerateRequest` when dp_accounting's RDP (fast, small) gives ε above
+    DEGENERATE_EPSILON: only then would a discretised accountant's memory and time explode."""
+    rough = _google_rdp(phases, delta)
+    if rough > DEGENERATE_EPSILON:
+        raise DegenerateRequest(
+            f"refused: {_what(accountant, phases, delta)}: its RDP epsilon is {rough:.4g}, above "
+            f"{DEGENERATE_EPSILON:g} (the noise is far too small to mean anything, and the accountant's memory "
+            "would grow without bound)"
+        )
+
+
 def _library_epsilon(phases: Sequence[GaussianPhase], delta: float, accountant: str) -> float:
+    if accountant != "rdp":
+        _refuse_degenerate(phases, delta, accountant)
     if accountant == "pld":
         return float(_pld_accountant(phases).get_epsilon(delta))
     from opacus.accountants import PRVAccountant, RDPAccountant  # loads torch: only when asked for
@@ -126,10 +196,15 @@ def _library_epsilon(phases: Sequence[GaussianPhase], delta: float, accountant: 
 def google_rdp_epsilon(phases: Sequence[GaussianPhase], delta: float) -> float:
     """ε from dp_accounting's RDP accountant: a second, independent RDP implementation to check
     opacus' against (it logs a warning per order it drops; those are silenced)."""
+    check_delta(delta)
+    _check_phases(phases)
+    return bounded(_google_rdp, phases, delta, what=_what("dp_accounting rdp", phases, delta))
+
+
+def _google_rdp(phases: Sequence[GaussianPhase], delta: float) -> float:
     import dp_accounting
     from absl import logging as absl_logging
 
-    check_delta(delta)
     verbosity = absl_logging.get_verbosity()
     absl_logging.set_verbosity(absl_logging.ERROR)
     try:
@@ -283,25 +358,61 @@ def privacy_profile(phases: Sequence[GaussianPhase], epsilons: np.ndarray) -> np
     (pessimistic: never below the true δ, so a trade-off curve built from it is never above the
     true one)."""
     require(len(phases) >= 1, "nothing to account")
-    return np.asarray(_pld_accountant(phases).get_delta(np.asarray(epsilons, dtype=float)), dtype=float)
+    _check_phases(phases)
+    grid = np.asarray(epsilons, dtype=float)
+
+    def compute() -> np.ndarray:
+        _refuse_degenerate(phases, DEGENERATE_DELTA, "pld")
+        return np.asarray(_pld_accountant(phases).get_delta(grid), dtype=float)
+
+    return bounded(
+        compute,
+        what=_what("pld", phases, DEGENERATE_DELTA) + " (its privacy profile)",
+        errors=(DegenerateRequest,),
+    )
 
 
-#: the discretisation of :func:`optimistic_epsilon`: 10× coarser than the accountant's (about 10× faster).
-OPTIMISTIC_INTERVAL = 1e-3
+#: :func:`optimistic_epsilon` rounds every step's privacy loss down to its grid, so its ε sits
+#: about T·Δ/2 below the true one (measured: exactly 0.05 at T = 1000, Δ = 1e-4); it picks Δ so
+#: that this shortfall is at most OPTIMISTIC_SHORTFALL of ε, within [OPTIMISTIC_FINEST, the
+#: accountant's own 1e-4].
+OPTIMISTIC_SHORTFALL = 0.005
+OPTIMISTIC_FINEST, OPTIMISTIC_COARSEST = 1e-5, 1e-4
+#: the discretisation of the quick pessimistic estimate that sizes Δ (connect-the-dots at 1e-3 is
+#: within 0.1% of the accountant's 1e-4 at T = 1000, ten times faster).
+QUICK_INTERVAL = 1e-3
 
 
 def optimistic_epsilon(phases: Sequence[GaussianPhase], delta: float) -> float:
     """ε at ``delta`` from dp_accounting's *optimistic* PLD of ``phases`` (never above the true ε):
-    what a lower bound may report as the ε of a mechanism it has shown to be at least that leaky."""
-    from dp_accounting.pld import privacy_loss_distribution as pld
+    what a lower bound may report as the ε of a mechanism it has shown to be at least that leaky.
 
+    Its grid Δ keeps the rounding shortfall (≈ ΣT·Δ/2) near OPTIMISTIC_SHORTFALL · ε."""
     check_delta(delta)
     require(len(phases) >= 1, "nothing to account")
+    _check_phases(phases)
+    return _optimistic(tuple(phases), float(delta))
+
+
+@lru_cache(maxsize=1024)
+def _optimistic(phases: tuple[GaussianPhase, ...], delta: float) -> float:
+    return bounded(
+        _optimistic_epsilon, phases, delta, what=_what("optimistic pld", phases, delta), errors=(DegenerateRequest,)
+    )
+
+
+def _optimistic_epsilon(phases: Sequence[GaussianPhase], delta: float) -> float:
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    _refuse_degenerate(phases, delta, "optimistic pld")
+    rough = float(_pld_accountant(phases, QUICK_INTERVAL).get_epsilon(delta))
+    steps = sum(p.steps for p in phases)
+    interval = min(OPTIMISTIC_COARSEST, max(OPTIMISTIC_FINEST, 2 * OPTIMISTIC_SHORTFALL * rough / steps))
     losses = [
         pld.from_gaussian_mechanism(
             p.noise_multiplier,
             pessimistic_estimate=False,
-            value_discretization_interval=OPTIMISTIC_INTERVAL,
+            value_discretization_interval=interval,
             sampling_prob=p.sample_rate,
             use_connect_dots=False,  # it supports only the pessimistic estimate
         ).self_compose(p.steps)
@@ -319,9 +430,28 @@ def privacy_profile_curve(
     """A grid of ε from 0 to ε(``delta_floor``) and δ(ε) on it, from one PLD of ``phases``
     (pessimistic, like :func:`privacy_profile`; ``interval`` as in :func:`_pld_accountant`)."""
     require(len(phases) >= 1, "nothing to account")
-    pld = _pld_accountant(phases, interval)
-    grid = np.linspace(0.0, float(pld.get_epsilon(delta_floor)), points)
-    return grid, np.asarray(pld.get_delta(grid), dtype=float)
+    _check_phases(phases)
+    return _profile_curve(tuple(phases), float(delta_floor), points, interval)
+
+
+@lru_cache(maxsize=1024)
+def _profile_curve(
+    phases: tuple[GaussianPhase, ...], delta_floor: float, points: int, interval: float | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`privacy_profile_curve` once per request (read-only arrays: the cache shares them)."""
+
+    def compute() -> tuple[np.ndarray, np.ndarray]:
+        _refuse_degenerate(phases, DEGENERATE_DELTA, "pld")
+        pld = _pld_accountant(phases, interval)
+        grid = np.linspace(0.0, float(pld.get_epsilon(delta_floor)), points)
+        return grid, np.asarray(pld.get_delta(grid), dtype=float)
+
+    grid, deltas = bounded(
+        compute, what=_what("pld", phases, delta_floor) + " (its privacy profile)", errors=(DegenerateRequest,)
+    )
+    grid.setflags(write=False)
+    deltas.setflags(write=False)
+    return grid, deltas
 
 
 def parallel(*costs: tuple[float, float]) -> tuple[float, float]:

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from . import npz
 from .atomic import write_npz, write_text
 from .errors import InputError, require
 
@@ -51,8 +52,9 @@ def load_json(path: Path) -> Any:
 
 
 def load_npz(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path, allow_pickle=False) as z:
-        return {name: z[name] for name in z.files}
+    """A cached ``.npz``, its headers checked before it is inflated (an entry is a file on disk
+    that anyone with write access may have replaced)."""
+    return npz.load(path, "cache entry")
 
 
 def save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:

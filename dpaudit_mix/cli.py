@@ -180,7 +180,7 @@ def cmd_bound(args: argparse.Namespace) -> None:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     from .audit.engine import run_audit
-    from .audit.report import write_report
+    from .audit.report import summary_verdict, write_report
     from .audit.spec import load_spec
 
     spec = load_spec(args.spec, problem=args.problem, runs=args.runs, epsilon=args.epsilon)
@@ -193,10 +193,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     write_report(outcome, out)
     print(json.dumps(outcome.summary.to_dict(), indent=2))
     if outcome.summary.violation:
-        print(
-            f"dpaudit-mix: VIOLATION: empirical epsilon exceeds the claimed {spec.epsilon:g}; see {out}/report.md",
-            file=sys.stderr,
-        )
+        print(f"dpaudit-mix: {summary_verdict(outcome.summary)}; see {out}/report.md", file=sys.stderr)
         return EXIT_VIOLATION
     if outcome.summary.inconclusive:
         print(
@@ -210,6 +207,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def cmd_audit_scores(args: argparse.Namespace) -> int:
     from .audit.score_file import audit_score_file, read_scores
+    from .audit.scores import verdict_line
 
     mechanism = (args.noise_multiplier, args.sample_rate, args.steps)
     require(
@@ -230,15 +228,22 @@ def cmd_audit_scores(args: argparse.Namespace) -> int:
         args.seed,
         args.label,
         out,
+        args.accountant,
     )
     print(json.dumps(result.to_dict(), indent=2))
+    see = f"; see {out}/report.md" if out else ""
+    for warning in result.warnings:
+        print(f"dpaudit-mix: warning: {warning}", file=sys.stderr)
     if result.violation:
+        print(f"dpaudit-mix: {verdict_line(result, args.epsilon)}{see}", file=sys.stderr)
+        return EXIT_VIOLATION
+    if result.inconclusive:
         print(
-            f"dpaudit-mix: VIOLATION: the scores exceed the claimed epsilon {args.epsilon:g}"
-            + (f"; see {out}/report.md" if out else ""),
+            f"dpaudit-mix: INCONCLUSIVE: the sigma=0 control stays within the claimed epsilon {args.epsilon:g}: "
+            f"this attack cannot see leakage, and its silence proves nothing{see}",
             file=sys.stderr,
         )
-        return EXIT_VIOLATION
+        return EXIT_INCONCLUSIVE
     return 0
 
 
@@ -249,7 +254,8 @@ def cmd_release(args: argparse.Namespace) -> int:
     try:
         published = release(args.spec, out, noise_multiplier=args.noise_multiplier)
     except Refused as refusal:
-        print(f"dpaudit-mix: release REFUSED ({refusal.stage}): {refusal.reason}", file=sys.stderr)
+        note = f"; {refusal.private}" if refusal.private else ""
+        print(f"dpaudit-mix: release REFUSED ({refusal.stage}): {refusal.reason}{note}", file=sys.stderr)
         return refusal.exit_code
     print(json.dumps(published.to_dict(), indent=2))
     return 0
@@ -457,6 +463,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     scores.add_argument("--sample-rate", type=_finite)
     scores.add_argument("--steps", type=_positive_int)
+    scores.add_argument(
+        "--accountant",
+        default=accounting.DEFAULT_ACCOUNTANT,
+        help="the accountant that calibrated sigma: --epsilon must be its epsilon for the phase (default pld)",
+    )
     scores.add_argument("--confidence", type=_finite, default=0.95)
     scores.add_argument("--threshold", default="bonferroni", help="bonferroni (default) or split")
     scores.add_argument("--seed", type=_seed, default=0, help="names the streams of the split and the bootstrap")

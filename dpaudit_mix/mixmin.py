@@ -14,6 +14,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from .errors import require
+from .problem import checked_logp, is_real
 
 #: the adaptive step never grows beyond this (an infinite step would make λ NaN).
 MAX_STEP = 1e6
@@ -69,8 +70,13 @@ def mixmin(
     decay only like 1/t. ``adaptive=False`` is plain EG with step ``learning_rate`` (the DP
     learner's update without noise).
     """
-    require(tol > 0, f"tol must be > 0, got {tol}")
-    p, _ = scaled_likelihoods(np.asarray(logp, dtype=np.float64))
+    for name, value in (("tol", tol), ("learning_rate", learning_rate)):
+        require(is_real(value) and 0 < value < np.inf, f"{name} must be a finite number > 0, got {value!r}")
+    require(
+        isinstance(max_iter, (int, np.integer)) and not isinstance(max_iter, bool) and max_iter >= 1,
+        f"max_iter must be an integer >= 1, got {max_iter!r}",
+    )
+    p, _ = scaled_likelihoods(checked_logp(logp))
     k = p.shape[1]
     log_lam = np.full(k, -np.log(k))
     lam = np.exp(log_lam)

@@ -9,12 +9,12 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from . import npz
 from .atomic import write_npz
 from .errors import InputError, present, require
 
@@ -57,6 +57,24 @@ class Problem:
         held = None if self.heldout_logp is None else self.heldout_logp[:, columns]
         names = tuple(self.sources[c] for c in columns)
         return Problem(self.logp[:, columns], names, self.users, held, self.task, self.meta, self.heldout_users)
+
+
+def is_real(value: object) -> bool:
+    """A real number (int or float, never bool): what a numeric argument must be before it is compared."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def checked_logp(logp: object, name: str = "logp") -> np.ndarray:
+    """``logp`` as a float64 (n, k) array of log-probabilities, k >= 2, or one InputError: what every
+    function taking a bare array checks, as the problem file's loader does."""
+    try:
+        array = np.asarray(logp)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be a 2-D array of numbers") from None
+    array = npz.numeric(array, name)
+    _check_logp(name, array, None)
+    require(array.shape[1] >= 2, f"a mixture needs k >= 2 sources, got k = {array.shape[1]}")
+    return array
 
 
 def _check_logp(name: str, logp: np.ndarray, k: int | None) -> None:
@@ -102,8 +120,7 @@ def _check_users(name: str, users: np.ndarray, rows: int) -> None:
 
 def _real(path: Path, name: str, array: np.ndarray) -> np.ndarray:
     """A log-likelihood array as float64: real floats and integers only (no bool, complex, text)."""
-    require(array.dtype.kind in "fiu", f"problem file {path}: '{name}' must hold real numbers, got dtype {array.dtype}")
-    return array.astype(np.float64, copy=False)
+    return npz.numeric(array, f"problem file {path}: '{name}'")
 
 
 def data_sha256(problem: Problem) -> str:
@@ -123,34 +140,18 @@ def data_sha256(problem: Problem) -> str:
 def read_bytes(path: str | os.PathLike[str]) -> bytes:
     """A problem file's bytes, read once: callers hash these and :func:`loads` them, so what is
     hashed is what is used even if the file is replaced meanwhile."""
-    path = Path(path)
-    require(path.is_file(), f"problem file not found: {path}")
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read problem file {path}: {exc.strerror or exc}") from None
+    return npz.read_file(Path(path), "problem file")
 
 
 def load(path: str | os.PathLike[str]) -> Problem:
-    """Load and validate a problem file; every failure is an :class:`InputError`."""
+    """Load and validate a problem file; every failure is an :class:`~.errors.InputError`."""
     return loads(read_bytes(path), Path(path))
 
 
 def loads(content: bytes, path: str | os.PathLike[str]) -> Problem:
     """Validate and decode the bytes of a problem file (``path`` names it in messages)."""
     path = Path(path)
-    try:
-        loaded = np.load(io.BytesIO(content), allow_pickle=False)
-        require(
-            isinstance(loaded, np.lib.npyio.NpzFile),
-            f"problem file {path} is a single .npy array, not an .npz archive of named arrays",
-        )
-        with loaded as z:
-            data = {key: z[key] for key in z.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        if isinstance(exc, InputError):
-            raise
-        raise InputError(f"cannot read problem file {path}: {exc}") from None
+    data = npz.loads(content, f"problem file {path}")
     for key in ("logp", "sources"):
         require(key in data, f"problem file {path} lacks the required array '{key}'")
     meta = {key[len("meta_") :]: str(value) for key, value in data.items() if key.startswith("meta_")}

@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-from .errors import require
+import io
+import os
+import resource
+import select
+import signal
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+import numpy as np
+
+from .errors import InputError, require
+
+T = TypeVar("T")
 
 
 def available_bytes() -> int | None:
@@ -36,3 +49,99 @@ def require_memory(needed: int, what: str) -> None:
             f"{what} needs about {needed / 2**30:.1f} GiB of memory and "
             f"{have / 2**30:.1f} GiB is available; ask for less",
         )
+
+
+#: a library computation run under :func:`bounded` may take this long by default.
+BOUNDED_SECONDS = 120.0
+#: and this much memory beyond what the process already maps (also at most half the available).
+BOUNDED_BYTES = 6 * 2**30
+
+
+def _mapped_bytes() -> int:
+    """The process's virtual size (VmSize), the base that RLIMIT_AS counts from."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("no VmSize in /proc/self/status")
+
+
+def bounded(
+    fn: Callable[..., T],
+    *args: Any,
+    what: str,
+    seconds: float = BOUNDED_SECONDS,
+    errors: tuple[type[InputError], ...] = (),
+) -> T:
+    """``fn(*args)`` under a deadline and a memory bound, in a forked child (Linux), so that a
+    library call that would grow without bound or never return is refused in one line instead.
+
+    The result comes back as an ``.npz`` over a pipe (a float, an array or a tuple of arrays:
+    never pickle). The child's InputError/ValueError/ArithmeticError come back with their message
+    and type (``errors``: InputError subclasses the parent raises as themselves); a MemoryError
+    or the deadline is an InputError naming ``what``.
+    """
+    if not hasattr(os, "fork"):  # pragma: no cover - not Linux: run unguarded
+        return fn(*args)
+    have = available_bytes()
+    budget = BOUNDED_BYTES if have is None else min(BOUNDED_BYTES, have // 2)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: compute, send, and leave without running the parent's exit handlers
+        os.close(read_end)
+        code = 0
+        try:
+            resource.setrlimit(resource.RLIMIT_AS, (_mapped_bytes() + budget, resource.RLIM_INFINITY))
+            value = fn(*args)
+            packed = value if isinstance(value, tuple) else (value,)
+            buffer = io.BytesIO()
+            np.savez(buffer, *[np.asarray(v) for v in packed], tuple=np.array(isinstance(value, tuple)))
+            message = b"ok\n" + buffer.getvalue()
+        except MemoryError:
+            message = b"memory\n"
+        except BaseException as exc:  # the parent decides what it means
+            label = "input" if isinstance(exc, InputError) else "value" if isinstance(exc, ValueError) else "error"
+            label = "arith" if isinstance(exc, ArithmeticError) else label
+            label = next((f"input{i}" for i, e in enumerate(errors) if isinstance(exc, e)), label)
+            message = f"{label}\n{exc}".encode()
+        try:
+            with os.fdopen(write_end, "wb") as pipe:
+                pipe.write(message)
+        except BaseException:
+            code = 1
+        os._exit(code)
+    os.close(write_end)
+    deadline = time.monotonic() + seconds
+    chunks: list[bytes] = []
+    with os.fdopen(read_end, "rb", buffering=0) as pipe:
+        while True:
+            left = deadline - time.monotonic()
+            ready = select.select([pipe], [], [], max(0.0, left))[0] if left > 0 else []
+            if not ready:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise InputError(f"{what} did not finish in {seconds:g} s; the request is degenerate or too large")
+            data = pipe.read(1 << 20)
+            if not data:
+                break
+            chunks.append(data)
+    os.waitpid(pid, 0)
+    kind, _, body = b"".join(chunks).partition(b"\n")
+    if kind == b"ok":
+        with np.load(io.BytesIO(body), allow_pickle=False) as z:
+            arrays = [z[f"arr_{i}"] for i in range(len(z.files) - 1)]
+            if bool(z["tuple"]):
+                return cast(T, tuple(arrays))
+            value = arrays[0]
+            return cast(T, value.item() if value.ndim == 0 else value)
+    text = body.decode(errors="replace")
+    if kind == b"memory":
+        raise InputError(f"{what} needs more than {budget / 2**30:.1f} GiB of memory; the request is degenerate")
+    if kind.startswith(b"input"):
+        index = kind[len(b"input") :]
+        raise (errors[int(index)] if index else InputError)(text)
+    if kind == b"value":
+        raise ValueError(text)
+    if kind == b"arith":
+        raise ArithmeticError(text)
+    raise InputError(f"{what} failed: {text or 'the computation died'}")

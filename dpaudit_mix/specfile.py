@@ -118,6 +118,8 @@ def _parse(path: Path, content: bytes) -> dict[str, Any]:
         return tomllib.loads(content.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot parse spec {path}: {exc}") from None
+    except RecursionError:  # tomllib recurses once per nested table or array
+        raise InputError(f"cannot parse spec {path}: it nests deeper than any spec does") from None
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -86,3 +86,45 @@ def test_calibration_reaches_small_epsilon(target: float, sample_rate: float, st
 def test_rdp_floor_is_named() -> None:
     with pytest.raises(InputError, match=r"the rdp accountant cannot certify epsilon 0\.05"):
         calibrate(0.05, 1e-5, 1.0, 100, "rdp")
+
+
+@pytest.mark.parametrize("accountant", ["pld", "prv"])
+def test_a_degenerate_request_is_refused_quickly(accountant: str) -> None:
+    """σ = 0.01 grew the PLD's memory without bound and asked PRV for 26 GiB; now one line, fast."""
+    import time
+
+    from dpaudit_mix.accounting import DegenerateRequest
+
+    start = time.perf_counter()
+    with pytest.raises(DegenerateRequest, match="its RDP epsilon is"):
+        epsilon([GaussianPhase(0.01, 0.1, 100)], 1e-5, accountant)
+    assert time.perf_counter() - start < 10
+
+
+def test_bounded_returns_values_and_refuses_what_overruns() -> None:
+    """The guard every accountant call runs under: values and tuples come back, errors keep their
+    type, and a computation past its deadline or its memory is an InputError naming it."""
+    import time
+
+    import numpy as np
+
+    from dpaudit_mix.resources import bounded
+
+    assert bounded(lambda: 2.5, what="x") == 2.5
+    grid, values = bounded(lambda: (np.arange(3.0), np.ones(2)), what="x")
+    assert grid.tolist() == [0.0, 1.0, 2.0] and values.tolist() == [1.0, 1.0]
+    with pytest.raises(ValueError, match="bad value"):
+        bounded(lambda: (_ for _ in ()).throw(ValueError("bad value")), what="x")
+    with pytest.raises(InputError, match=r"the sleeper did not finish in 0\.5 s"):
+        bounded(time.sleep, 30, what="the sleeper", seconds=0.5)
+    with pytest.raises(InputError, match="the hog needs more than"):
+        bounded(lambda: np.ones(2**40, dtype=np.uint8), what="the hog")
+
+
+@pytest.mark.parametrize("bad", [{"delta": "1e-5"}, {"delta": float("nan")}, {"delta": True}])
+def test_every_public_function_checks_its_types(bad: dict) -> None:
+    args = {"delta": 1e-5, **bad}
+    with pytest.raises(InputError, match="delta must be in"):
+        epsilon([GaussianPhase(1.0, 0.1, 10)], **args)
+    with pytest.raises(InputError, match="phases must be GaussianPhase"):
+        epsilon([(1.0, 0.1, 10)], 1e-5)  # type: ignore[list-item]

@@ -16,6 +16,8 @@ import dpaudit_mix
 from dpaudit_mix import accounting
 from dpaudit_mix.audit.engine import run_audit, score_label
 from dpaudit_mix.audit.report import write_report
+from dpaudit_mix.audit.score_file import read_scores
+from dpaudit_mix.audit.scores import verdict_line
 from dpaudit_mix.audit.spec import AuditSpec
 from dpaudit_mix.cli import main
 from dpaudit_mix.problem import Problem, save
@@ -62,6 +64,7 @@ def test_audit_scores_on_an_audits_scores_gives_its_results_exactly(
                 threshold=threshold,
                 seed=spec.seed,
                 label=label,
+                confidence=written["confidence_per_result"],
             )
         expected = {k: v for k, v in entry.items() if k not in ("canary", "threat", "noise")}
         assert json.loads(json.dumps(result.to_dict())) == expected
@@ -109,7 +112,7 @@ def test_a_csv_gives_what_the_npz_gives(capsys, tmp_path: Path) -> None:
         ({"in_scores": [1.0], "out_scores": [0.0, 1.0]}, "at least 2 scores"),
         ({"in_scores": [1.0, 2.0]}, "lacks out_scores"),
         ("score,label\n1.0,1\n2.0,1\n", "scores labelled 0 needs at least 2"),
-        ("value,member\n1.0,1\n", "needs the columns score and label"),
+        ("value,member\n1.0,1\n", "needs exactly one 'score' column"),
         ("score,label\n1.0,yes\n2.0,0\n", "label must be 1 (canary in) or 0"),
         ("score,label\nhigh,1\n2.0,0\n", "every score must be a number"),
     ],
@@ -145,3 +148,102 @@ def test_the_library_surface_is_small_and_lazy() -> None:
     )
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]"
+
+
+def _draw(name: str, **ids: object) -> np.random.Generator:
+    return stream(0, "simulated-scores", test=name, **ids).numpy()
+
+
+def test_the_stated_epsilon_must_be_what_the_phases_spend() -> None:
+    """One claim: ε = 1 with phases worth ε ≈ 100, or ε = 50 with phases worth 1.8, is refused."""
+    rng = _draw("claim")
+    scores = rng.normal(0, 1, 100), rng.normal(0, 1, 100)
+    for epsilon, phase in (
+        (1.0, accounting.GaussianPhase(0.3, 0.1, 100)),
+        (50.0, accounting.GaussianPhase(1, 0.01, 1000)),
+    ):
+        with pytest.raises(ValueError, match="is not what the phases spend"):
+            dpaudit_mix.audit_scores(*scores, epsilon=epsilon, delta=DELTA, phases=[phase])
+    honest = accounting.GaussianPhase(accounting.calibrate(1.0, DELTA, 0.1, 100), 0.1, 100)
+    assert not dpaudit_mix.audit_scores(*scores, epsilon=1.0, delta=DELTA, phases=[honest]).gdp_is_bound
+
+
+def test_gaussian_numbers_are_a_bound_only_when_full_batch_is_stated() -> None:
+    rng = _draw("gdp-label")
+    scores = rng.normal(0.2, 1, 500), rng.normal(0, 1, 500)
+    assert not dpaudit_mix.audit_scores(*scores, epsilon=1.0, delta=DELTA).gdp_is_bound
+    full = accounting.GaussianPhase(accounting.calibrate(1.0, DELTA, 1.0, 10), 1.0, 10)
+    assert dpaudit_mix.audit_scores(*scores, epsilon=1.0, delta=DELTA, phases=[full]).gdp_is_bound
+
+
+def test_a_blind_attack_is_inconclusive_and_a_flipped_one_is_warned() -> None:
+    """σ = 0 control scores that the attack cannot tell apart make the result inconclusive; a
+    control that leaks plainly does not; an AUROC below ½ is warned about."""
+    rng = _draw("blind")
+    weak = rng.normal(0.05, 1, 2000), rng.normal(0, 1, 2000)
+    blind = dpaudit_mix.audit_scores(*weak, epsilon=1.0, delta=DELTA, control_in=weak[0], control_out=weak[1])
+    assert blind.inconclusive and not blind.violation and blind.to_dict()["inconclusive"]
+    seen = rng.normal(8, 1, 2000), rng.normal(0, 1, 2000)
+    sighted = dpaudit_mix.audit_scores(*weak, epsilon=1.0, delta=DELTA, control_in=seen[0], control_out=seen[1])
+    assert not sighted.inconclusive and sighted.control is not None and sighted.control.violation
+    flipped = dpaudit_mix.audit_scores(rng.normal(-1, 1, 2000), rng.normal(0, 1, 2000), epsilon=1.0, delta=DELTA)
+    assert flipped.auroc < 0.5 and any("below 1/2" in w for w in flipped.warnings)
+    with pytest.raises(ValueError, match="together"):
+        dpaudit_mix.audit_scores(*weak, epsilon=1.0, delta=DELTA, control_in=weak[0])
+
+
+def test_the_power_line_is_the_bound_of_an_error_free_attack() -> None:
+    """epsilon_lower_bound_max is what perfectly separated scores certify; 20 runs cannot fail at all."""
+    rng = _draw("power")
+    separated = dpaudit_mix.audit_scores(rng.normal(50, 1, 1000), rng.normal(0, 1, 1000), epsilon=1.0, delta=DELTA)
+    assert separated.epsilon_lower_bound == pytest.approx(separated.epsilon_lower_bound_max)
+    few = dpaudit_mix.audit_scores(rng.normal(50, 1, 10), rng.normal(0, 1, 10), epsilon=1.0, delta=DELTA)
+    assert not few.curve_detectable and not few.violation and any("cannot fail" in w for w in few.warnings)
+
+
+def test_the_command_takes_control_scores_and_exits_4_when_blind(capsys, tmp_path: Path) -> None:
+    rng = _draw("blind-cli")
+    path = tmp_path / "s.npz"
+    same = {k: rng.normal(0, 1, 500) for k in ("in_scores", "out_scores", "control_in", "control_out")}
+    np.savez(path, **same)
+    assert main(["audit-scores", str(path), "--epsilon", "1", "--delta", str(DELTA)]) == 4
+    assert "INCONCLUSIVE" in capsys.readouterr().err
+
+
+def test_other_dp_mechanisms_fail_the_curve_not_epsilon() -> None:
+    """Mechanisms that are (ε, δ)-DP but not the claimed Gaussian: a plain Gaussian exactly
+    (1, 1e-5)-DP against a Poisson claim of the same (1, 1e-5), the Laplace mechanism and
+    randomized response at pure ε = 1. The curve test may fire (it tests the mechanism); the
+    strict bound never says ε is violated."""
+    rng = _draw("other-mechanisms")
+    n = 100_000
+    mu = accounting.gdp_mu_of_epsilon(1.0, DELTA)
+    poisson = accounting.GaussianPhase(accounting.calibrate(1.0, DELTA, 0.01, 100), 0.01, 100)
+    keep = 1 / (1 + np.e)  # randomized response: report the bit flipped with probability 1/(1 + e^ε)
+    cases = [
+        (rng.normal(mu, 1, n), rng.normal(0, 1, n), [poisson]),
+        (rng.laplace(1, 1, n), rng.laplace(0, 1, n), None),
+        ((rng.random(n) > keep).astype(float), (rng.random(n) < keep).astype(float), None),
+    ]
+    for scores_in, scores_out, phases in cases:
+        result = dpaudit_mix.audit_scores(scores_in, scores_out, epsilon=1.0, delta=DELTA, phases=phases)
+        assert not result.epsilon_violation and result.epsilon_lower_bound <= 1.0
+        assert result.verdict in ("curve_violated", "none") and not result.gdp_is_bound
+    gaussian = dpaudit_mix.audit_scores(cases[0][0], cases[0][1], epsilon=1.0, delta=DELTA, phases=[poisson])
+    laplace = dpaudit_mix.audit_scores(cases[1][0], cases[1][1], epsilon=1.0, delta=DELTA)
+    assert gaussian.verdict == laplace.verdict == "curve_violated"
+    assert "(curve violated)" in verdict_line(laplace, 1.0) and "(ε violated)" not in verdict_line(laplace, 1.0)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("score,label,score\n1,1,5\n2,0,6\n3,1,7\n4,0,8\n", "exactly one 'score' column, found 2"),
+        ("score,label\n1,1\n2\n3,0\n4,1\n", "line 3 has not 2 fields"),
+    ],
+)
+def test_a_csv_is_read_by_its_one_header(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "s.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        read_scores(path)

@@ -13,7 +13,7 @@ from dpaudit_mix.audit.engine import run_audit
 from dpaudit_mix.audit.mechanisms.dpsgd import dirac_score
 from dpaudit_mix.audit.profile import epsilon_lower_bound_profile, profile_tradeoff
 from dpaudit_mix.audit.spec import AuditSpec
-from dpaudit_mix.problem import save
+from dpaudit_mix.problem import Problem, save
 from dpaudit_mix.verify.checks import dpsgd_probe_problem
 
 from .conftest import random_problem
@@ -145,3 +145,28 @@ def test_user_level_dpsgd_divides_by_the_public_user_count() -> None:
         draws = stream(0, "finetune-batches", test="divisor")
         update = userdp.released_step(probe, canary, config, draws.numpy(), draws.numpy())
         assert float(update[0]) == pytest.approx(expected)  # w is the probe's first weight
+
+
+@pytest.mark.parametrize("k", [47, 48])
+def test_a_user_level_canary_that_is_not_isolated_is_refused_at_plan_time(k: int) -> None:
+    """At k = 47 the canary's code collided with a real source's (1 + 46 = 47): the canary was no
+    longer a coordinate no other user touches, and the audit reported as usual."""
+    from dpaudit_mix.audit.mechanisms.dpsgd import UserDPSGDMechanism
+
+    rng = np.random.default_rng(k)
+    prob = Problem(
+        np.log(rng.uniform(0.05, 1, (60, k))), tuple(f"s{i}" for i in range(k)), users=np.repeat(np.arange(20), 3)
+    )
+    spec = AuditSpec(
+        mechanism="user-dpsgd",
+        problem="p.npz",
+        epsilon=4.0,
+        rho=1.0,
+        sample_rate=0.25,
+        steps=4,
+        user_level=True,
+        canaries=("max_clip",),
+        runs=64,
+    )
+    with pytest.raises(ValueError, match="the canary must be a code no other user's window holds"):
+        UserDPSGDMechanism().plan(spec, prob, prob, None)

@@ -126,7 +126,7 @@ def test_a_problem_swapped_during_the_release_is_not_what_is_released(
     out = tmp_path / "r"
     assert main(["release", str(write_spec(tmp_path, problem_file)), "--out", str(out)]) == 0
     manifest = json.loads((out / "release.json").read_text())
-    audit = json.loads((out / "audit" / "audit.json").read_text())
+    audit = json.loads((gate.work_folder(manifest["inputs"]) / "audit.json").read_text())
     assert audit["problem"]["n_mixing"] == manifest["audit"]["problem"]["n_mixing"] == 60
     import hashlib
 

@@ -294,13 +294,13 @@ def bad_problems(folder: Path) -> list[tuple[Path, str]]:
     npy = folder / "renamed.npz"
     np.save(folder / "renamed.npy", good["logp"])
     (folder / "renamed.npy").rename(npy)
-    out.append((npy, "a single .npy array, not an .npz archive"))
+    out.append((npy, "a single .npy array (np.save), not an .npz archive"))
     truncated = folder / "truncated.npz"
     truncated.write_bytes((folder / "bool.npz").read_bytes()[:40])
-    out.append((truncated, "cannot read problem file"))
+    out.append((truncated, "is not an .npz archive (no zip directory)"))
     empty = folder / "empty.npz"
     empty.write_bytes(b"")
-    out.append((empty, "cannot read problem file"))
+    out.append((empty, "is empty"))
     return out
 
 

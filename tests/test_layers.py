@@ -20,6 +20,7 @@ LAYERS: dict[str, int] = {
     **dict.fromkeys(
         [
             "errors",
+            "npz",
             "atomic",
             "cache",
             "resources",

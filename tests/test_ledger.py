@@ -40,7 +40,7 @@ def test_reserve_commit_withdraw(tmp_path: Path) -> None:
     path = tmp_path / "ledger.json"
     one = _reserve(path)
     two = _reserve(path)
-    ledger.commit(path, one, tmp_path / "release.json", "a" * 64)
+    ledger.commit(path, one, "a" * 64)
     ledger.withdraw(path, two)
     (entry,) = ledger.read(path)
     assert entry.id == one and entry.status == "released" and entry.manifest_sha256 == "a" * 64

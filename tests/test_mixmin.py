@@ -64,3 +64,21 @@ def test_adaptive_step_reaches_a_vertex_optimum_in_few_iterations() -> None:
     assert fast.gap <= 1e-9 and fast.weights[0] > 0.99
     assert fast.iterations < 1_000 and plain.gap > 100 * fast.gap
     assert abs(fast.loss - _scipy_optimum(logp)) <= 1e-6
+
+
+@pytest.mark.parametrize(
+    "logp, message",
+    [
+        (np.full((10, 3), np.nan), "NaN or infinite"),
+        (np.zeros((0, 3)), "no examples"),
+        (np.zeros((5, 1)), "k >= 2"),
+        (np.zeros(5), "2-D array"),
+        (np.zeros((5, 3), dtype=complex), "real numbers"),
+        ([["a", "b"], ["c", "d"]], "real numbers"),
+        (np.ones((5, 3)), "positive log-likelihood"),
+    ],
+)
+def test_bad_logp_is_refused_before_any_step(logp, message: str) -> None:
+    """A λ from NaN (after 110 s) or from no examples at all was a silent wrong answer."""
+    with pytest.raises(ValueError, match=message):
+        mixmin(logp)

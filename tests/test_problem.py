@@ -56,7 +56,7 @@ def test_missing_and_corrupt_files(tmp_path: Path) -> None:
         load(tmp_path / "absent.npz")
     bad = tmp_path / "bad.npz"
     bad.write_bytes(b"not a zip archive")
-    with pytest.raises(InputError, match="cannot read"):
+    with pytest.raises(InputError, match="a text file"):
         load(bad)
     np.savez(tmp_path / "nologp.npz", sources=np.array(["a", "b"]))
     with pytest.raises(InputError, match="lacks the required array 'logp'"):

@@ -1,6 +1,7 @@
 """The release gate: honest releases pass and re-verify; leaks, tampering and budget are refused."""
 
 import json
+import os
 from pathlib import Path
 
 import dp_accounting
@@ -8,7 +9,7 @@ import pytest
 
 from dpaudit_mix import accounting, learner
 from dpaudit_mix.cli import main
-from dpaudit_mix.problem import Problem, save
+from dpaudit_mix.problem import Problem, load, save
 from dpaudit_mix.release import gate, ledger
 
 from .conftest import random_problem
@@ -146,3 +147,51 @@ def test_check_release_on_garbage(tmp_path: Path, capsys) -> None:
     bad.write_text("{not json")
     assert main(["check-release", str(bad)]) == 2
     assert main(["check-release", str(tmp_path / "missing.json")]) == 2
+
+
+def test_a_release_folder_holds_only_what_may_be_published(tmp_path: Path, problem_file: Path) -> None:
+    """Published or refused, the folder holds no sensitive array (no problem file, no audit
+    scores or chunks) and no absolute path; check-release finds the problem from the manifest's
+    relative path, and an embedded problem by rebuilding it."""
+    out = tmp_path / "r"
+    assert main(["release", str(write_spec(tmp_path, problem_file)), "--out", str(out)]) == 0
+    refused = tmp_path / "refused"
+    sigma = accounting.calibrate(EPS, DELTA, 1.0, STEPS)
+    spec = write_spec(tmp_path, problem_file, name="leak.toml")
+    assert main(["release", str(spec), "--out", str(refused), "--noise-multiplier", str(sigma / 2)]) == 3
+    published = {p.name for p in out.rglob("*")}
+    card = {"release.md", "release.html", "lambda.png", "tradeoff.png", ".release.figures"}
+    assert published == {"release.json", *card}
+    assert {p.name for p in refused.rglob("*")} <= {"refused.json", "tradeoff.png"}
+    logp = load(problem_file).logp
+    cache = os.environ["DPAUDIT_MIX_CACHE"]
+    needles = [p.encode() for p in (str(tmp_path), cache)] + [logp[0, 0].tobytes(), repr(float(logp[0, 0])).encode()]
+    for folder in (out, refused):
+        for path in folder.rglob("*"):
+            assert not any(needle in path.read_bytes() for needle in needles), path
+    assert json.loads((out / "release.json").read_text())["inputs"]["problem"] == "../p.npz"
+    assert str(tmp_path) not in (tmp_path / "ledger.json").read_text()
+    assert gate.check_release(out / "release.json") == []
+
+
+def test_an_embedded_release_is_rechecked_by_rebuilding_its_problem(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        "\n".join(
+            [
+                'problem = "mnist"',
+                'task = "digit-3"',
+                f"epsilon = {EPS}",
+                f"delta = {DELTA}",
+                f"steps = {STEPS}",
+                "audit_runs = 2000",
+                "chunk_size = 1024",
+                f'ledger = "{tmp_path / "ledger.json"}"',
+            ]
+        )
+    )
+    out = tmp_path / "r"
+    assert main(["release", str(spec), "--out", str(out)]) == 0
+    assert not (out / "problem.npz").exists()
+    assert json.loads((out / "release.json").read_text())["inputs"]["problem"] == "embedded:mnist"
+    assert gate.check_release(out / "release.json") == []

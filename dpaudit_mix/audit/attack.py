@@ -65,6 +65,15 @@ class AttackResult:
     points: tuple[CPPoint, ...]
     candidates: int  # the number of thresholds α was shared over (1 for split)
     evaluated: np.ndarray  # the runs the bounds were counted on (bool per run): all, or EVAL for split
+    point_confidence: float  # the confidence of each CP point (α shared over the candidates)
+
+    def perfect_point(self) -> tuple[float, float]:
+        """The CP point of a test with no error at all on the counted runs: the best any threshold
+        attack could show from this many runs (the audit's power)."""
+        fpr, fnr = cp_upper(
+            np.array(0), np.array(0), self.strict.negatives, self.strict.positives, self.point_confidence
+        )
+        return float(fpr), float(fnr)
 
     def profile_violation(self, claimed: TradeOff) -> bool:
         fpr = np.array([p.fpr_upper for p in self.points])
@@ -140,15 +149,25 @@ def attack(
             1 - (1 - confidence) / 2,
         )
         points: tuple[CPPoint, ...] = (gdp,)
-        shared, evaluated = 1, ~select
+        shared, evaluated, level = 1, ~select, 1 - (1 - confidence) / 2
     else:
         s_in, s_out = scores[include], scores[~include]
         thresholds, fp = _candidates(s_out)
         shared, evaluated = len(thresholds), np.ones(len(scores), dtype=bool)
-        points = _points(s_in, s_out, thresholds, 1 - (1 - confidence) / shared, fp)
+        level = 1 - (1 - confidence) / shared
+        points = _points(s_in, s_out, thresholds, level, fp)
         strict = max(points, key=lambda p: _strict(p, delta))
         gdp = max(points, key=_mu)
     mu = _mu(gdp)
     return AttackResult(
-        strategy, strict, gdp, _strict(strict, delta), mu, gdp_epsilon_of_mu(mu, delta), points, shared, evaluated
+        strategy,
+        strict,
+        gdp,
+        _strict(strict, delta),
+        mu,
+        gdp_epsilon_of_mu(mu, delta),
+        points,
+        shared,
+        evaluated,
+        level,
     )

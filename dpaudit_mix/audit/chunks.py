@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from .. import npz
 from ..atomic import write_npz
 from ..cache import sha256
-from ..errors import require
+from ..errors import InputError, require
 
 FORMAT = "dpaudit-mix audit chunks v2: one npz per chunk (runs, scores, audit_id); manifest.jsonl lines"
 
@@ -63,8 +64,9 @@ class ChunkStore:
         lines = self.manifest.read_text(encoding="utf-8").splitlines() if self.manifest.is_file() else []
         try:
             header = json.loads(lines[0]) if lines else {}
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             header = {}
+        header = header if isinstance(header, dict) else {}
         if header.get("audit_id") != self.audit_id:
             # Another audit's chunks (it is not running: we hold the lock), or a damaged manifest.
             if lines:
@@ -77,7 +79,7 @@ class ChunkStore:
             try:
                 entry = json.loads(line)
                 self.entries[entry["file"]] = entry
-            except (json.JSONDecodeError, KeyError, TypeError):
+            except (json.JSONDecodeError, KeyError, TypeError, RecursionError):
                 continue  # a line cut short by a kill: its chunk is simply recomputed
 
     def _write_line(self, record: dict[str, Any], truncate: bool = False) -> None:
@@ -109,9 +111,8 @@ class ChunkStore:
         if (entry.get("start"), entry.get("stop")) != (int(runs[0]), int(runs[-1]) + 1):
             return "manifest run range mismatch"
         try:
-            with np.load(path, allow_pickle=False) as z:
-                data = {key: z[key] for key in z.files}
-        except (OSError, ValueError, EOFError) as exc:
+            data = npz.load(path, "audit chunk")
+        except InputError as exc:  # a damaged, foreign or oversized chunk is recomputed
             return f"unreadable: {exc}"
         if str(data.get("audit_id", "")) != self.audit_id:
             return "belongs to another audit"

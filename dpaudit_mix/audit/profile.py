@@ -15,7 +15,7 @@ from σ: a σ or accountant bug must not move the yardstick it is measured with.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, cast
 
@@ -94,13 +94,43 @@ def profile_tradeoff(phases: Sequence[accounting.GaussianPhase], interval: float
     return ProfileTradeOff(tuple(grid.tolist()), tuple(deltas.tolist()))
 
 
-#: the bisection's curves use a PLD discretisation 100× coarser than the accountant's (about 40×
+#: the search's curves use a PLD discretisation 10× coarser than the accountant's (about 8×
 #: faster to build): still pessimistic, so each is a lower envelope of its true curve and a
-#: point below it is below the true curve too.
-BISECTION_INTERVAL = 1e-2
-#: the bracket of the bisection: σ at least MIN_SIGMA (below it PLDs grow slow and ε′ is large
+#: point below it is below the true curve too; and with connect-the-dots its ε is within 0.1%
+#: of the accountant's at T = 1000 (1e-2 was 6% off there, and under-reported ε′ by as much).
+BISECTION_INTERVAL = 1e-3
+#: a first, cheap search on curves 100× coarser (about 8× faster again) only places the fine
+#: one: its answer is a start, never a verdict (every bound rests on fine curves alone).
+SCOUT_INTERVAL, SCOUT_RATIO = 1e-2, 1.02
+#: the bracket of the search: σ at least MIN_SIGMA (below it PLDs grow slow and ε′ is large
 #: anyway) and at most MAX_SCALE times the claimed one; it stops when the ends are within RATIO.
-BISECTION_MIN_SIGMA, BISECTION_MAX_SCALE, BISECTION_RATIO = 0.3, 64.0, 1.02
+BISECTION_MIN_SIGMA, BISECTION_MAX_SCALE, BISECTION_RATIO = 0.3, 64.0, 1.005
+#: the fine search's first step from the scout's answer (the scout's c★ sits a few % high).
+FINE_STEP = 1.05
+
+
+def _threshold(
+    violated: Callable[[float], bool], start: float, step: float, floor: float, ratio: float
+) -> tuple[float, float] | None:
+    """(low, high) within ``ratio`` with violated(high) and not violated(low), stepping by ``step``
+    from ``start`` and then bisecting in log c; (floor, floor) when violated down to ``floor``;
+    None when not violated up to BISECTION_MAX_SCALE. The curves rise with c, so one threshold."""
+    if violated(start):
+        high, low = start, max(start / step, floor)
+        while violated(low):
+            if low <= floor:
+                return floor, floor
+            high, low = low, max(low / step, floor)
+    else:
+        low, high = start, min(start * step, BISECTION_MAX_SCALE)
+        while not violated(high):
+            if high >= BISECTION_MAX_SCALE:
+                return None
+            low, high = high, min(high * step, BISECTION_MAX_SCALE)
+    while high / low > ratio:
+        middle = math.sqrt(low * high)
+        low, high = (low, middle) if violated(middle) else (middle, high)
+    return low, high
 
 
 def epsilon_lower_bound_profile(
@@ -109,33 +139,21 @@ def epsilon_lower_bound_profile(
     """The largest ε′ whose calibrated curve of the same shape the CP points still violate.
 
     The family is ``phases`` with every σ scaled by one factor c (same q and T): its curves rise
-    with c, so the points violate exactly the curves of c above some c★, bracketed by doubling
-    from the claim (c = 1) and bisected in log c. ε′ is the optimistic PLD's ε at ``delta`` of
-    the violated end (never above its true ε): a rigorous lower bound for any q (for q = 1 it is
-    the GDP bound, up to the bisection's resolution). 0 when even MAX_SCALE times the claimed σ
-    is not violated.
+    with c, so the points violate exactly the curves of c above some c★. A scout on coarse
+    curves places c★; the fine search steps from there and bisects in log c. ε′ is the
+    optimistic PLD's ε at ``delta`` of the violated end (never above its true ε): a rigorous
+    lower bound on the ε of that family, for any q (for q = 1 it is the GDP bound, up to the
+    search's resolution). 0 when even MAX_SCALE times the claimed σ is not violated.
     """
 
     def scaled(c: float) -> list[accounting.GaussianPhase]:
         return [replace(p, noise_multiplier=p.noise_multiplier * c) for p in phases]
 
-    def violated(c: float) -> bool:
-        return bool(np.any(profile_tradeoff(scaled(c), BISECTION_INTERVAL).violated(fpr_ub, fnr_ub)))
+    def violated_at(interval: float) -> Callable[[float], bool]:
+        return lambda c: bool(np.any(profile_tradeoff(scaled(c), interval).violated(fpr_ub, fnr_ub)))
 
     floor = min(1.0, BISECTION_MIN_SIGMA / min(p.noise_multiplier for p in phases))
-    if violated(1.0):
-        high, low = 1.0, max(0.5, floor)
-        while violated(low):
-            if low <= floor:
-                return accounting.optimistic_epsilon(scaled(low), delta)  # violated down to the floor
-            high, low = low, max(low / 2, floor)
-    else:
-        low, high = 1.0, 2.0
-        while not violated(high):
-            if high >= BISECTION_MAX_SCALE:
-                return 0.0
-            low, high = high, high * 2
-    while high / low > BISECTION_RATIO:
-        middle = math.sqrt(low * high)
-        low, high = (low, middle) if violated(middle) else (middle, high)
-    return accounting.optimistic_epsilon(scaled(high), delta)
+    scout = _threshold(violated_at(SCOUT_INTERVAL), 1.0, 2.0, floor, SCOUT_RATIO)
+    start, step = (BISECTION_MAX_SCALE, 2.0) if scout is None else (scout[1], FINE_STEP)
+    fine = _threshold(violated_at(BISECTION_INTERVAL), start, step, floor, BISECTION_RATIO)
+    return 0.0 if fine is None else accounting.optimistic_epsilon(scaled(fine[1]), delta)

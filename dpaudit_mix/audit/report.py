@@ -15,6 +15,7 @@ from .attack import AttackResult
 from .engine import AuditOutcome, score_label
 from .profile import TradeOff
 from .result import AuditSummary
+from .scores import power_line
 
 
 def _label(canary: str, threat: str, noise: bool) -> str:
@@ -154,13 +155,31 @@ def _table(summary: AuditSummary) -> list[list[str]]:
     return rows
 
 
+def summary_verdict(summary: AuditSummary) -> str:
+    """The audit's verdict in one line, naming the test that fired (see :func:`.scores.verdict_line`)."""
+    eps = summary.claimed_epsilon
+    private = [r for r in summary.results if r.noise]
+    if any(r.epsilon_violation for r in private):
+        worst = max(private, key=lambda r: r.epsilon_lower_bound)
+        return (
+            f"VIOLATION (ε violated): {worst.name}'s strict lower bound ε_LB = {worst.epsilon_lower_bound:.3f} "
+            "exceeds the "
+            f"claimed ε = {eps:g}; the mechanism or its accounting is broken"
+        )
+    if summary.violation:
+        worst = max(private, key=lambda r: r.epsilon_lower_bound_profile)
+        return (
+            f"VIOLATION (curve violated): a CP point of {worst.name} lies below the claimed trade-off curve "
+            f"({summary.claimed_tradeoff['kind']}): the mechanism is not the claimed one (its σ-scaled family's "
+            f"ε_LB is {worst.epsilon_lower_bound_profile:.3f}; no strict ε_LB exceeds ε = {eps:g})"
+        )
+    return ""
+
+
 def _verdict(summary: AuditSummary) -> str:
     eps = summary.claimed_epsilon
     if summary.violation:
-        return (
-            f"VIOLATION: a private result's CP point lies below the claimed trade-off curve, or its strict ε_LB "
-            f"exceeds the claimed ε = {eps:g}; the mechanism or its accounting is broken."
-        )
+        return summary_verdict(summary) + "."
     if summary.inconclusive:
         return (
             f"INCONCLUSIVE: the σ = 0 control(s) {', '.join(summary.blind_controls)} stay within the claimed "
@@ -181,7 +200,8 @@ def write_report(outcome: AuditOutcome, out: Path) -> None:
         f"Mechanism {summary.mechanism} on problem {summary.problem['name']} / {summary.problem['task']} ({data}); "
         f"claimed (ε, δ) = ({summary.claimed_epsilon:g}, {summary.delta:g}); σ = "
         f"{summary.noise_multiplier:.4g} (calibrated {summary.calibrated_noise_multiplier:.4g}); "
-        f"{summary.confidence:.0%} Clopper–Pearson, thresholds chosen by '{summary.threshold_strategy}'. "
+        f"Clopper–Pearson at {summary.confidence_per_result:.4g} per result, so that the verdict over every "
+        f"private result holds at {summary.confidence:.0%}; thresholds chosen by '{summary.threshold_strategy}'. "
         f"ε_LB is the strict (ε, δ) bound; μ_LB and ε_LB (GDP) assume a Gaussian trade-off curve: "
         + (
             "a bound here (full batch)"
@@ -189,10 +209,16 @@ def write_report(outcome: AuditOutcome, out: Path) -> None:
             else "NOT a bound here (Poisson sampling: the subsampled Gaussian is not a Gaussian trade-off)"
         )
         + f"; 'profile' compares the CP points with the claimed trade-off curve "
-        f"({summary.claimed_tradeoff['kind']}), a rigorous test, and ε_LB (profile) is the largest ε′ whose "
-        "curve of the same q and T (σ scaled) they still violate: a bound for any q."
+        f"({summary.claimed_tradeoff['kind']}), a rigorous test of the claimed mechanism (a violation says it is "
+        "not that mechanism, not that ε is exceeded), and ε_LB (profile) is the largest ε′ whose curve of the "
+        "same q and T (σ scaled) they still violate: a lower bound on the ε of that family, for any q."
     )
-    blocks: list[Block] = [("p", head), ("strong", _verdict(summary)), ("table", _table(summary))]
+    blocks: list[Block] = [("p", head), ("strong", _verdict(summary))]
+    private = [r for r in summary.results if r.noise]
+    if private:
+        blocks.append(("p", power_line(private[0])))
+    blocks += [("p", f"Warning ({r.name}): {w}.") for r in private for w in r.warnings]
+    blocks.append(("table", _table(summary)))
     blocks += [("figure", path) for path in _figures(outcome, out)]
     write_pages(out, "dpaudit-mix audit", blocks)
     for (canary, threat, noise), attacked in outcome.attacks.items():  # for audit_scores / audit-scores

@@ -51,7 +51,8 @@ class AuditSummary:
     calibrated_noise_multiplier: float
     problem: dict[str, Any]
     canaries: dict[str, Any]
-    confidence: float
+    confidence: float  # the audit's verdict holds at this level
+    confidence_per_result: float  # each result's level: the α shared over the private results
     threshold_strategy: str
     claimed_tradeoff: dict[str, Any]
     seed: int
@@ -70,6 +71,7 @@ class AuditSummary:
             "problem": self.problem,
             "canaries": self.canaries,
             "confidence": self.confidence,
+            "confidence_per_result": self.confidence_per_result,
             "threshold_strategy": self.threshold_strategy,
             "claimed_tradeoff": self.claimed_tradeoff,
             "seed": self.seed,

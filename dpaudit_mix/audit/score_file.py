@@ -10,54 +10,72 @@ from __future__ import annotations
 
 import csv
 import io
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from .. import accounting
+from .. import accounting, npz
 from ..atomic import check_output, write_json
 from ..errors import InputError, require
 from ..reporting import Block, save_figure, write_pages
 from .report import tradeoff_figure
-from .scores import AuditResult, analyse, checked_claim, checked_scores
+from .scores import AuditResult, analyse, checked_claim, checked_scores, power_line, verdict_line, with_control
+
+#: the arrays an ``.npz`` score file may hold: the audited canary's scores, and optionally the
+#: σ = 0 control's (the same attack on runs without noise), which tells a blind attack apart.
+NPZ_KEYS = ("in_scores", "out_scores", "control_in", "control_out")
 
 
-def read_scores(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(in_scores, out_scores) from ``path``, each checked (finite, at least two)."""
-    require(path.is_file(), f"scores file not found: {path}")
+def read_scores(path: Path) -> dict[str, np.ndarray]:
+    """The scores in ``path`` by :data:`NPZ_KEYS` name (``control_*`` only where given), each
+    checked (real numbers, finite, at least two)."""
+    npz.check_file(path, "scores file")
+    require(
+        path.suffix in (".npz", ".csv"), f"{path}: scores come as .npz (in_scores, out_scores) or .csv (score, label)"
+    )
+    content = npz.read_file(path, "scores file")
     if path.suffix == ".npz":
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                missing = [key for key in ("in_scores", "out_scores") if key not in data.files]
-                require(not missing, f"{path} lacks {' and '.join(missing)} (an .npz needs in_scores and out_scores)")
-                raw_in, raw_out = data["in_scores"], data["out_scores"]
-        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-            if isinstance(exc, InputError):
-                raise
-            raise InputError(f"cannot read {path} as .npz: {exc}") from None
-        return checked_scores(raw_in, "in_scores"), checked_scores(raw_out, "out_scores")
-    require(path.suffix == ".csv", f"{path}: scores come as .npz (in_scores, out_scores) or .csv (score, label)")
+        data = npz.loads(content, f"scores file {path}")
+        missing = [key for key in NPZ_KEYS[:2] if key not in data]
+        require(not missing, f"{path} lacks {' and '.join(missing)} (an .npz needs in_scores and out_scores)")
+        require(("control_in" in data) == ("control_out" in data), f"{path}: control_in and control_out come together")
+        return {key: checked_scores(data[key], key) for key in NPZ_KEYS if key in data}
+    return _read_csv(path, content)
+
+
+def _read_csv(path: Path, content: bytes) -> dict[str, np.ndarray]:
+    """A CSV with one ``score`` and one ``label`` column (other columns are ignored)."""
     try:
-        rows = list(csv.DictReader(io.StringIO(path.read_text(encoding="utf-8"))))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        table = list(csv.reader(io.StringIO(content.decode("utf-8"))))
+    except (UnicodeDecodeError, csv.Error) as exc:
         raise InputError(f"cannot read {path} as .csv: {exc}") from None
-    require(bool(rows) and {"score", "label"} <= set(rows[0]), f"{path} needs the columns score and label")
-    labels = [row["label"].strip() for row in rows]
-    bad = sorted({label for label in labels if label not in ("0", "1")})
+    require(len(table) >= 2, f"{path} needs a header row (score,label) and at least one row of scores")
+    header = [name.strip() for name in table[0]]
+    for name in ("score", "label"):
+        count = header.count(name)
+        require(count == 1, f"{path} needs exactly one '{name}' column, found {count}")
+    at_score, at_label = header.index("score"), header.index("label")
+    rows = table[1:]
+    short = [i + 2 for i, row in enumerate(rows) if len(row) != len(header)]
+    require(not short, f"{path}: line {short[0] if short else 0} has not {len(header)} fields like the header")
+    labels = np.array([row[at_label].strip() for row in rows])
+    bad = sorted({str(label) for label in labels if label not in ("0", "1")})
     require(not bad, f"{path}: label must be 1 (canary in) or 0 (out), got {', '.join(bad[:3])}")
     try:
-        scores = np.array([float(row["score"]) for row in rows])
-    except (TypeError, ValueError):
+        scores = np.array([float(row[at_score]) for row in rows])
+    except ValueError:
         raise InputError(f"{path}: every score must be a number") from None
-    member = np.array(labels) == "1"
-    return checked_scores(scores[member], "scores labelled 1"), checked_scores(scores[~member], "scores labelled 0")
+    member = labels == "1"
+    return {
+        "in_scores": checked_scores(scores[member], "scores labelled 1"),
+        "out_scores": checked_scores(scores[~member], "scores labelled 0"),
+    }
 
 
 def audit_score_file(
     path: Path,
-    scores: tuple[np.ndarray, np.ndarray],
+    scores: dict[str, np.ndarray],
     epsilon: float,
     delta: float,
     phases: Sequence[accounting.GaussianPhase] | None = None,
@@ -66,38 +84,52 @@ def audit_score_file(
     seed: int = 0,
     label: str = "scores",
     out: Path | None = None,
+    accountant: str = accounting.DEFAULT_ACCOUNTANT,
 ) -> AuditResult:
-    """:func:`.scores.audit_scores` on ``scores`` (in, out), as :func:`read_scores` read them from
-    ``path`` (read once: the caller checks them before it makes ``out``); with ``out``, the report there."""
-    scores_in, scores_out = scores
-    claimed = checked_claim(epsilon, delta, phases, confidence, threshold)
+    """:func:`.scores.audit_scores` on ``scores`` as :func:`read_scores` read them from ``path``
+    (read once: the caller checks them before it makes ``out``); with ``out``, the report there."""
+    claimed = checked_claim(epsilon, delta, phases, confidence, threshold, accountant)
     if out is not None:  # every input checked first: a refused audit makes no folder
         out = check_output(out, folder=True, inputs=[path])
-    result, found = analyse(scores_in, scores_out, epsilon, delta, claimed, phases, confidence, threshold, seed, label)
+    args = (epsilon, delta, claimed, phases, confidence, threshold, seed, label)
+    result, found = analyse(scores["in_scores"], scores["out_scores"], *args)
+    if "control_in" in scores:
+        result = with_control(result, scores["control_in"], scores["control_out"], *args)
     if out is not None:
         figure = save_figure(tradeoff_figure(claimed, epsilon, {label: found}), out / "tradeoff.png")
         mechanism = "; ".join(
             f"σ = {p.noise_multiplier:.4g}, q = {p.sample_rate:g}, T = {p.steps}" for p in phases or ()
         )
-        claim = f"claimed (ε, δ) = ({epsilon:g}, {delta:g}) " + (f"for {mechanism}" if mechanism else "as μ-GDP")
-        verdict = (
-            "VIOLATION: the scores certify more leakage than the claim allows."
-            if result.violation
-            else "No violation: every CP point lies on or above the claimed trade-off curve, and the strict ε_LB "
-            "is at most the claimed ε."
+        claim = f"claimed (ε, δ) = ({epsilon:g}, {delta:g}) " + (
+            f"for {mechanism}" if mechanism else "as μ-GDP (no phases given)"
+        )
+        gdp = (
+            "a bound here (every phase stated full batch)."
+            if result.gdp_is_bound
+            else "NOT a bound here (no full-batch phases stated: the Gaussian curve is assumed, not known)."
+        )
+        control = (
+            "No σ = 0 control scores were given, so a blind attack would pass in silence."
+            if result.control is None
+            else f"σ = 0 control: {verdict_line(result.control, epsilon)}"
+            + (" INCONCLUSIVE: even the control stays within the claim." if result.inconclusive else "")
         )
         blocks: list[Block] = [
             (
                 "p",
-                f"Scores from {path}: {len(scores_in)} canary-in, {len(scores_out)} canary-out runs; {claim}; "
-                f"{confidence:.0%} Clopper–Pearson, thresholds by '{threshold}'. μ_LB and ε_LB (GDP) are "
-                + ("a bound here (full batch)." if result.gdp_is_bound else "NOT a bound here (Poisson sampling)."),
+                f"Scores from {path.name}: {len(scores['in_scores'])} canary-in, {len(scores['out_scores'])} "
+                f"canary-out runs; {claim}; {confidence:.0%} Clopper–Pearson, thresholds by '{threshold}'. "
+                f"μ_LB and ε_LB (GDP) are {gdp} ε_LB (profile) is a lower bound on the ε of the claimed "
+                "mechanism's σ-scaled family (same q and T), not on any mechanism's ε.",
             ),
-            ("strong", verdict),
+            ("strong", verdict_line(result, epsilon)),
+            ("p", power_line(result)),
+            ("p", control),
+            *(("p", f"Warning: {w}.") for w in result.warnings),
             (
                 "table",
                 [
-                    ["ε_LB", "μ_LB", "ε_LB (GDP)", "ε_LB (profile)", "profile", "AUROC [95% CI]"],
+                    ["ε_LB", "μ_LB", "ε_LB (GDP)", "ε_LB (profile)", "curve", "AUROC [95% CI]"],
                     [
                         f"{result.epsilon_lower_bound:.3f}",
                         f"{result.mu_lower_bound:.3f}",
@@ -119,7 +151,7 @@ def audit_score_file(
                 "confidence": confidence,
                 "threshold_strategy": threshold,
                 "claimed_tradeoff": claimed.describe(),
-                "scores": str(path),
+                "scores": path.name,
                 **result.to_dict(),
             },
         )

@@ -3,30 +3,45 @@
 The attack (:mod:`.attack`) picks thresholds, the Clopper–Pearson points bound its error rates,
 and the verdict compares them with the claim: the strict (ε, δ) bound against ε, and every CP
 point against the claimed trade-off curve (:mod:`.profile`). The Gaussian (μ-GDP) numbers are a
-bound only for full-batch mechanisms; under Poisson sampling they assume a Gaussian trade-off
-that the subsampled mechanism does not have, and are labelled so (``gdp_is_bound``).
+bound only for a mechanism the caller states is full batch; under Poisson sampling (or unstated)
+they assume a Gaussian trade-off the mechanism may not have, and are labelled so
+(``gdp_is_bound``). Each verdict names the test that fired (:func:`verdict_line`), and each
+result states its power: what an attack with no error could certify from as many runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from .. import accounting
+from .. import accounting, npz
 from ..errors import InputError, require
 from ..randomness import stream
 from .attack import STRATEGIES, AttackResult, attack
+from .bounds import strict_epsilon
 from .diagnostics import diagnose
 from .profile import GaussianTradeOff, TradeOff, claimed_tradeoff, epsilon_lower_bound_profile
+
+#: what a result's verdict says, in the order they outrank each other.
+VERDICTS = ("epsilon_violated", "curve_violated", "none")
 
 
 @dataclass(frozen=True)
 class AuditResult:
-    """What a membership attack on one set of scores certifies, at ``confidence``, about a claim."""
+    """What a membership attack on one set of scores certifies, at ``confidence``, about a claim.
+
+    Two tests, and they say different things. The strict bound tests the (ε, δ) claim itself:
+    ``epsilon_violation`` means no (ε, δ)-DP mechanism could have produced these counts. The
+    curve test (``profile_violation``) tests the claimed *mechanism*: its trade-off curve (μ-GDP,
+    or the PLD profile of the phases) is violated, so the mechanism is not the claimed (σ, q, T)
+    Gaussian; it may still be (ε, δ)-DP (a Laplace mechanism at pure ε is, and fails the
+    Gaussian curve). ``epsilon_lower_bound_profile`` is a lower bound on the ε of the σ-scaled
+    family of the claimed mechanism, not on the ε of an arbitrary one.
+    """
 
     runs: int  # canary-in plus canary-out scores
     epsilon_lower_bound: float  # strict (ε, δ) lower bound (Kairouz et al., Thm 2.1), at the strict threshold
@@ -34,10 +49,10 @@ class AuditResult:
     fnr_upper: float
     mu_lower_bound: float  # μ of the Gaussian trade-off the best CP point rules out
     epsilon_lower_bound_gdp: float  # μ_LB as (ε, δ): a bound only when gdp_is_bound
-    gdp_is_bound: bool  # True for a full-batch claim; under Poisson sampling μ-GDP is an assumption
-    epsilon_lower_bound_profile: float  # largest ε′ of the claim's σ-scaled curves the CP points violate (any q)
+    gdp_is_bound: bool  # True only when the caller states every phase is full batch (q = 1)
+    epsilon_lower_bound_profile: float  # largest ε′ of the claim's σ-scaled curves the CP points violate
     claimed_mu: float | None  # the claim as μ-GDP (full batch only)
-    profile_violation: bool  # a CP point lies below the claimed trade-off curve (rigorous, any q)
+    profile_violation: bool  # a CP point lies below the claimed trade-off curve: not the claimed mechanism
     gdp_fpr_upper: float
     gdp_fnr_upper: float
     threshold: float  # the strict bound's threshold ("score ≥ threshold" says "in")
@@ -47,7 +62,22 @@ class AuditResult:
     auroc: float
     auroc_ci: tuple[float, float]
     tpr_at_fpr: dict[str, float]
-    violation: bool  # ε_LB above the claimed ε, or a profile violation
+    epsilon_violation: bool  # the strict ε_LB exceeds the claimed ε: (ε, δ) itself is violated
+    epsilon_lower_bound_max: float  # power: the strict ε_LB of an attack with no error on these runs
+    curve_detectable: bool  # power: that error-free attack's CP point lies below the claimed curve
+    warnings: tuple[str, ...]  # what makes silence weak evidence (a worse-than-chance attack, no power)
+    control: AuditResult | None  # the σ = 0 control's result, when its scores were given
+    violation: bool  # epsilon_violation or profile_violation
+
+    @property
+    def verdict(self) -> str:
+        """One of :data:`VERDICTS`: the strongest claim the counts support."""
+        return "epsilon_violated" if self.epsilon_violation else "curve_violated" if self.profile_violation else "none"
+
+    @property
+    def inconclusive(self) -> bool:
+        """A σ = 0 control was given and even it stays within the claim: the attack is blind."""
+        return self.control is not None and not self.control.violation
 
     def to_dict(self) -> dict[str, Any]:
         """audit.json's fields for one result (``exceeds_claim`` is ``violation``)."""
@@ -62,6 +92,11 @@ class AuditResult:
             "epsilon_lower_bound_profile": self.epsilon_lower_bound_profile,
             **({} if self.claimed_mu is None else {"claimed_mu": self.claimed_mu}),
             "profile_violation": self.profile_violation,
+            "epsilon_violation": self.epsilon_violation,
+            "verdict": self.verdict,
+            "epsilon_lower_bound_max": self.epsilon_lower_bound_max,
+            "curve_detectable": self.curve_detectable,
+            "warnings": list(self.warnings),
             "gdp_fpr_upper": self.gdp_fpr_upper,
             "gdp_fnr_upper": self.gdp_fnr_upper,
             "threshold": self.threshold,
@@ -72,20 +107,84 @@ class AuditResult:
             "auroc_ci": list(self.auroc_ci),
             "tpr_at_fpr": dict(self.tpr_at_fpr),
         }
+        if self.control is not None:
+            data |= {"control": self.control.to_dict(), "inconclusive": self.inconclusive}
         return {**data, "exceeds_claim": self.violation}
+
+
+def verdict_line(result: AuditResult, epsilon: float) -> str:
+    """The verdict in words: what the test that fired shows, and what it does not."""
+    if result.epsilon_violation:
+        return (
+            f"VIOLATION (ε violated): the strict lower bound ε_LB = {result.epsilon_lower_bound:.3f} exceeds the "
+            "claimed "
+            f"ε = {epsilon:g}; no (ε, δ)-DP mechanism produces these counts."
+        )
+    if result.profile_violation:
+        return (
+            "VIOLATION (curve violated): a CP point lies below the claimed mechanism's trade-off curve, so the "
+            "mechanism is "
+            f"not the claimed one (its σ-scaled family's ε_LB is {result.epsilon_lower_bound_profile:.3f}); the "
+            f"(ε, δ) claim itself is not shown violated (strict ε_LB {result.epsilon_lower_bound:.3f} ≤ {epsilon:g})."
+        )
+    return (
+        "No violation: every CP point lies on or above the claimed trade-off curve, and the strict ε_LB "
+        f"{result.epsilon_lower_bound:.3f} is at most the claimed ε."
+    )
+
+
+def power_line(result: AuditResult) -> str:
+    """What this many runs could show at best (an attack with no error at all)."""
+    curve = "could" if result.curve_detectable else "could NOT"
+    return (
+        f"Power: from {result.runs} runs an attack with no error at all certifies a strict ε_LB of at most "
+        f"{result.epsilon_lower_bound_max:.3f}, and {curve} fall below the claimed curve."
+    )
 
 
 def checked_scores(scores: npt.ArrayLike, name: str) -> np.ndarray:
     """One class's scores as a 1-D float array: finite, at least two (else one clear InputError)."""
     try:
-        values = np.asarray(scores, dtype=np.float64)
+        raw = np.asarray(scores)
     except (TypeError, ValueError):
         raise InputError(f"{name} must be numbers") from None
+    values = npz.numeric(raw, name)
     require(values.ndim == 1, f"{name} must be a 1-D array of scores, got shape {values.shape}")
     require(len(values) >= 2, f"{name} needs at least 2 scores, got {len(values)}")
     bad = int(np.sum(~np.isfinite(values)))
     require(bad == 0, f"{name}: {bad} of {len(values)} scores are NaN or infinite")
     return values
+
+
+#: how far the stated ε may sit from the calibrating accountant's ε of the stated phases: our
+#: calibration lands in [0.99 ε, ε] (verify-accountant's round trip), Opacus' within 0.01 of ε.
+CLAIM_ABS_TOLERANCE, CLAIM_REL_TOLERANCE = 0.01, 0.01
+
+
+def check_claim(
+    epsilon: float,
+    delta: float,
+    phases: Sequence[accounting.GaussianPhase] | None,
+    accountant: str = accounting.DEFAULT_ACCOUNTANT,
+) -> None:
+    """The claim is one thing: with phases, the stated ε must be ``accountant``'s ε for them (the
+    accountant that calibrated σ; accountants disagree most at large ε: Opacus' PRV puts ε = 16
+    where PLD puts 10.8).
+
+    Otherwise a call labelled ε = 1 would test the curve of phases worth ε = 97 (or flag a
+    "violation" of ε = 50 by phases worth 2)."""
+    accounting.check_epsilon(epsilon)
+    accounting.check_delta(delta)
+    if not phases:
+        return
+    spent = accounting.epsilon(phases, delta, accountant)
+    require(
+        abs(spent - epsilon) <= CLAIM_ABS_TOLERANCE + CLAIM_REL_TOLERANCE * epsilon,
+        f"the claimed epsilon {epsilon:g} is not what the phases spend: the {accountant} "
+        f"accountant gives epsilon {spent:.4g} at delta {delta:g} for "
+        + "; ".join(f"sigma {p.noise_multiplier:.4g}, q {p.sample_rate:g}, T {p.steps}" for p in phases)
+        + " (state the epsilon the mechanism was calibrated to, and its phases)",
+    )
 
 
 def checked_claim(
@@ -94,14 +193,37 @@ def checked_claim(
     phases: Sequence[accounting.GaussianPhase] | None,
     confidence: float,
     threshold: str,
+    accountant: str = accounting.DEFAULT_ACCOUNTANT,
 ) -> TradeOff:
     """The claimed trade-off curve, after checking every setting of the audit (one InputError for
     the first bad one)."""
-    accounting.check_epsilon(epsilon)
-    accounting.check_delta(delta)
     require(0 < confidence < 1, f"confidence must be in (0, 1), got {confidence}")
     require(threshold in STRATEGIES, f"unknown threshold strategy {threshold!r}; choose from {STRATEGIES}")
+    check_claim(epsilon, delta, phases, accountant)
     return claimed_tradeoff(epsilon, delta, phases)
+
+
+def full_batch(phases: Sequence[accounting.GaussianPhase] | None) -> bool:
+    """Whether the caller stated that every phase is full batch: only then is the Gaussian (μ-GDP)
+    curve the mechanism's own, and μ_LB a bound. Without phases the package cannot know."""
+    return bool(phases) and all(p.sample_rate == 1.0 for p in phases or ())
+
+
+def _warnings(auroc: float, epsilon: float, max_epsilon: float, detectable: bool) -> tuple[str, ...]:
+    said = []
+    if auroc < 0.5:
+        said.append(
+            f"AUROC {auroc:.3f} is below 1/2: the attack does worse than chance (are the scores' signs flipped? "
+            "larger must mean 'canary in'); its silence proves nothing"
+        )
+    if not detectable:
+        said.append("with this many runs no attack can fall below the claimed curve: the audit cannot fail")
+    elif max_epsilon <= epsilon:
+        said.append(
+            f"with this many runs the strict bound cannot exceed {max_epsilon:.3f} <= the claimed epsilon: "
+            "only the curve test can fire"
+        )
+    return tuple(said)
 
 
 def analyse(
@@ -120,9 +242,10 @@ def analyse(
 
     Runs are in-scores then out-scores; ``split`` draws its SELECT half, and the AUROC bootstrap
     its resamples, from streams named by ``seed`` and ``label``. ``phases`` are the claim's
-    Gaussian phases (None: a μ-GDP claim, the Gaussian numbers are then bounds).
+    Gaussian phases (None: a μ-GDP claim, whose Gaussian numbers are then not known to be bounds).
+    ``confidence`` holds for this one result: an audit of several shares its α over them.
     """
-    gdp_is_bound = not phases or all(p.sample_rate == 1.0 for p in phases)
+    gdp_is_bound = full_batch(phases)
     scores = np.concatenate([scores_in, scores_out])
     include = np.arange(len(scores)) < len(scores_in)
     select = stream(seed, "audit-assignment", scores=label, runs=len(scores)).numpy().permutation(len(scores))
@@ -131,12 +254,16 @@ def analyse(
     profile_violation = found.profile_violation(claimed)
     profile_bound = (
         found.epsilon_lower_bound_gdp
-        if gdp_is_bound or not phases
+        if not phases or gdp_is_bound
         else epsilon_lower_bound_profile(
             phases, [p.fpr_upper for p in found.points], [p.fnr_upper for p in found.points], delta
         )
     )
+    perfect = found.perfect_point()
+    max_epsilon = float(strict_epsilon(*perfect, delta))
+    detectable = bool(np.any(claimed.violated(np.array([perfect[0]]), np.array([perfect[1]]))))
     strict, gdp = found.strict, found.gdp
+    epsilon_violation = found.epsilon_lower_bound > epsilon
     result = AuditResult(
         runs=len(scores),
         epsilon_lower_bound=found.epsilon_lower_bound,
@@ -157,9 +284,35 @@ def analyse(
         auroc=diag.auroc,
         auroc_ci=diag.auroc_ci,
         tpr_at_fpr=diag.tpr_at_fpr,
-        violation=found.epsilon_lower_bound > epsilon or profile_violation,
+        epsilon_violation=epsilon_violation,
+        epsilon_lower_bound_max=max_epsilon,
+        curve_detectable=detectable,
+        warnings=_warnings(diag.auroc, epsilon, max_epsilon, detectable),
+        control=None,
+        violation=epsilon_violation or profile_violation,
     )
     return result, found
+
+
+def with_control(
+    result: AuditResult,
+    control_in: np.ndarray,
+    control_out: np.ndarray,
+    epsilon: float,
+    delta: float,
+    claimed: TradeOff,
+    phases: Sequence[accounting.GaussianPhase] | None,
+    confidence: float,
+    threshold: str,
+    seed: int,
+    label: str,
+) -> AuditResult:
+    """``result`` with its σ = 0 control analysed the same way: a control that stays within the
+    claim makes the result inconclusive (the runs, canary or attack cannot see leakage)."""
+    control, _ = analyse(
+        control_in, control_out, epsilon, delta, claimed, phases, confidence, threshold, seed, f"{label}-control"
+    )
+    return replace(result, control=control)
 
 
 def audit_scores(
@@ -173,15 +326,29 @@ def audit_scores(
     threshold: str = "bonferroni",
     seed: int = 0,
     label: str = "scores",
+    control_in: npt.ArrayLike | None = None,
+    control_out: npt.ArrayLike | None = None,
+    accountant: str = accounting.DEFAULT_ACCOUNTANT,
 ) -> AuditResult:
     """Audit a claimed (ε, δ) from membership scores (larger = canary more likely in).
 
     ``in_scores`` come from runs trained with the canary, ``out_scores`` from runs without it.
-    ``phases`` are the mechanism's Gaussian phases (σ, q, T) as its accountant calibrated them:
-    the claimed trade-off curve is then their PLD profile when any q < 1; without them, or at
-    full batch, it is μ-GDP with μ from ε. ``seed`` and ``label`` name the streams the split
-    strategy and the AUROC bootstrap draw from (same inputs, same result).
+    ``phases`` are the mechanism's Gaussian phases (σ, q, T) as its accountant calibrated them,
+    and ``epsilon`` must be what they spend under ``accountant`` (the one that calibrated σ):
+    the claimed trade-off curve is then their PLD
+    profile (μ-GDP when every q = 1). Without phases the claim is μ-GDP from ε, which the package
+    cannot know to be the mechanism's own (``gdp_is_bound`` is False). ``control_in`` and
+    ``control_out`` are the same attack's scores on σ = 0 runs: given, a control that stays
+    within the claim makes the result ``inconclusive``. ``seed`` and ``label`` name the streams
+    the split strategy and the AUROC bootstrap draw from (same inputs, same result).
     """
     scores_in, scores_out = checked_scores(in_scores, "in_scores"), checked_scores(out_scores, "out_scores")
-    claimed = checked_claim(epsilon, delta, phases, confidence, threshold)
-    return analyse(scores_in, scores_out, epsilon, delta, claimed, phases, confidence, threshold, seed, label)[0]
+    require((control_in is None) == (control_out is None), "give control_in and control_out together, or neither")
+    controls = None
+    if control_in is not None and control_out is not None:
+        controls = checked_scores(control_in, "control_in"), checked_scores(control_out, "control_out")
+    claimed = checked_claim(epsilon, delta, phases, confidence, threshold, accountant)
+    result = analyse(scores_in, scores_out, epsilon, delta, claimed, phases, confidence, threshold, seed, label)[0]
+    if controls is None:
+        return result
+    return with_control(result, *controls, epsilon, delta, claimed, phases, confidence, threshold, seed, label)

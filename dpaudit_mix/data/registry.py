@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -147,8 +148,8 @@ def _save(path: Path, value: Probabilities) -> None:
 
 
 def _load(path: Path) -> Probabilities:
-    with np.load(path, allow_pickle=False) as z:
-        return (tuple(str(n) for n in z["names"]), *(z[part] for part in PARTS))
+    arrays = load_npz(path)
+    return cast(Probabilities, (tuple(str(n) for n in arrays["names"]), *(arrays[part] for part in PARTS)))
 
 
 @lru_cache(maxsize=4)

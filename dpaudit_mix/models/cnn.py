@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from .. import accounting
 from ..errors import InputError
 from ..randomness import Key, torch_scope
+from ..resources import bounded
 from . import opacus_sgd
 
 CLASSES = 10
@@ -149,16 +150,26 @@ class Finetuned:
 @cache
 def opacus_sigma(epsilon: float, delta: float, sample_rate: float, epochs: int) -> float:
     """The σ that Opacus' ``make_private_with_epsilon`` picks (its PRV calibration, same call), once
-    per setting: it takes seconds, and every seed, method and row of a run asks for the same few."""
+    per setting: it takes seconds, and every seed, method and row of a run asks for the same few.
+    Under a deadline: at a target PRV cannot reach, Opacus doubles σ to 10⁶ with a slow PRV call
+    each (about a minute at ε = 1e-6) before it gives up."""
     from opacus.accountants.utils import get_noise_multiplier
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # opacus' RDP note on its largest order
-        return float(
-            get_noise_multiplier(
-                target_epsilon=epsilon, target_delta=delta, sample_rate=sample_rate, epochs=epochs, accountant="prv"
+    def compute() -> float:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # opacus' RDP note on its largest order
+            return float(
+                get_noise_multiplier(
+                    target_epsilon=epsilon, target_delta=delta, sample_rate=sample_rate, epochs=epochs, accountant="prv"
+                )
             )
-        )
+
+    what = f"Opacus' PRV calibration of epsilon {epsilon:g} at delta {delta:g}, q {sample_rate:g}, {epochs} epochs"
+    return bounded(compute, what=what, seconds=OPACUS_CALIBRATION_SECONDS)
+
+
+#: how long Opacus' own calibration may take (it takes under a second where it succeeds).
+OPACUS_CALIBRATION_SECONDS = 10.0
 
 
 def finetune_sigma(

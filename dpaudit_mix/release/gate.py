@@ -11,6 +11,7 @@ and nothing that holds λ.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -24,9 +25,9 @@ from .. import __version__, accounting
 from .. import problem as problem_io
 from ..atomic import check_output, write_bytes, write_json
 from ..audit.engine import run_audit
-from ..audit.report import write_report
+from ..audit.report import summary_verdict, write_report
 from ..audit.spec import AuditSpec
-from ..cache import json_sha256, sha256, sha256_bytes
+from ..cache import json_sha256, sha256_bytes, user_cache_dir
 from ..data import registry
 from ..errors import EXIT_BAD_INPUT, EXIT_VIOLATION, InputError, require
 from ..learner import LearnerConfig, fit
@@ -41,15 +42,16 @@ from .spec import ReleaseSpec
 #: the verification level run before every release (tests swap in a smaller one).
 VERIFY_LEVEL = QUICK
 #: the card a release writes beside release.json (it shows λ).
-CARD = ("release.md", "release.html", "lambda.png")
+CARD = ("release.md", "release.html", "lambda.png", "tradeoff.png")
 
 
 class Refused(Exception):
     """A check failed (exit 3) or the input is bad (exit 2); ``stage`` says where."""
 
-    def __init__(self, stage: str, reason: str, exit_code: int = EXIT_VIOLATION) -> None:
+    def __init__(self, stage: str, reason: str, exit_code: int = EXIT_VIOLATION, private: str = "") -> None:
         super().__init__(reason)
         self.stage, self.reason, self.exit_code = stage, reason, exit_code
+        self.private = private  # said to the user, never written into the (publishable) folder
 
 
 @dataclass(frozen=True)
@@ -79,16 +81,36 @@ def manifest_digest(manifest: dict[str, Any]) -> str:
     return json_sha256(body, compact=True).hexdigest()
 
 
-def _problem_bytes(spec: ReleaseSpec, out: Path) -> tuple[Path, bytes]:
-    """The problem released on, as bytes read once: the spec's file, or the embedded problem
-    (saved in ``out`` for check-release, from the same bytes)."""
+def _problem_bytes(spec: ReleaseSpec, out: Path) -> tuple[str, bytes]:
+    """The problem released on, as bytes read once, and the public name the manifest gives it:
+    ``embedded:NAME`` (rebuilt by check-release) or the file's :func:`public_path`. The problem
+    itself never enters the release folder: its rows are the sensitive data."""
     if spec.problem in registry.PROBLEMS:
-        content = problem_io.dumps(registry.build(spec.problem, spec.task))
-        path = out / "problem.npz"
-        write_bytes(path, content)
-        return path, content
+        return f"embedded:{spec.problem}", problem_io.dumps(registry.build(spec.problem, spec.task))
     path = registry.problem_path(spec.problem)
-    return path, problem_io.read_bytes(path)
+    return public_path(path, out), problem_io.read_bytes(path)
+
+
+def public_path(path: Path, out: Path) -> str:
+    """A file as a published manifest may name it: relative to the release folder ``out`` when it
+    lies under that folder's parent (check-release finds it from there), else by its name alone:
+    a machine's absolute paths, and the folders above, are not for publication."""
+    relative = Path(os.path.relpath(path.resolve(), out.resolve()))
+    return str(relative) if relative.parts[:2].count("..") <= 1 and not relative.is_absolute() else path.name
+
+
+def _public_spec(spec: ReleaseSpec, problem: str, out: Path) -> dict[str, Any]:
+    """The spec as the manifest publishes it: its paths as :func:`public_path` gives them (the
+    spec's exact bytes are bound by ``inputs.spec_sha256``)."""
+    ledger_name = public_path(Path(spec.ledger), out) if spec.ledger else ""
+    return {**asdict(spec), "problem": problem, "ledger": ledger_name}
+
+
+def work_folder(inputs: dict[str, str]) -> Path:
+    """Where the release's audit keeps its runs' scores, chunks and report: private (they are
+    thousands of seeded runs on the sensitive data), outside the release folder, in the user
+    cache, keyed by the problem and spec digests so that a rerun resumes its chunks."""
+    return user_cache_dir() / "release-audits" / f"{inputs['problem_sha256'][:16]}-{inputs['spec_sha256'][:16]}"
 
 
 def _card(manifest: dict[str, Any], out: Path) -> None:
@@ -135,7 +157,7 @@ def _card(manifest: dict[str, Any], out: Path) -> None:
             f"{'VIOLATION' if audit['violation'] else 'no violation'}.",
         ),
         ("table", rows),
-        ("figure", out / "audit" / "tradeoff.png"),
+        ("figure", out / "tradeoff.png"),
         ("figure", save_figure(fig, out / "lambda.png")),
     ]
     write_pages(out, "dpaudit-mix release", blocks, name="release")
@@ -150,17 +172,17 @@ def _release(
     noise_multiplier: float | None,
     progress: bool,
 ) -> dict[str, Any]:
-    path, content = _problem_bytes(spec, out)
-    prob = problem_io.loads(content, path)  # these bytes are hashed, audited, fitted and released
+    name, content = _problem_bytes(spec, out)
+    prob = problem_io.loads(content, Path(name))  # these bytes are hashed, audited, fitted and released
     require(not spec.user_level or prob.users is not None, "user_level = true needs a problem file with 'users'")
     calibrated = accounting.calibrate(spec.epsilon, spec.delta, spec.sample_rate, spec.steps, spec.accountant)
     sigma = calibrated if noise_multiplier is None else noise_multiplier
     require(np.isfinite(sigma) and sigma > 0, f"noise multiplier must be finite and > 0, got {sigma}")
     inputs = {
-        "problem_path": str(path.resolve()),
+        "problem": name,
         "problem_sha256": sha256_bytes(content),
         "data_sha256": problem_io.data_sha256(prob),
-        "spec_path": str(spec_path.resolve()),
+        "spec": public_path(spec_path, out),
         "spec_sha256": sha256_bytes(spec_bytes),
         "package_version": __version__,
     }
@@ -181,24 +203,23 @@ def _release(
         raise Refused(
             "budget",
             f"this release would bring the epsilon spent on this data from {over.before:.4g} "
-            f"to {over.after:.4g} (PLD, delta {spec.delta:g}), over budget_epsilon {spec.budget_epsilon:g} "
-            f"(ledger {ledger_path})",
+            f"to {over.after:.4g} (PLD, delta {spec.delta:g}), over budget_epsilon {spec.budget_epsilon:g}",
+            private=f"the ledger is {ledger_path}",
         ) from None
     try:
-        manifest = _checked_release(spec, prob, path, inputs, phase, calibrated, out, progress)
+        manifest = _checked_release(spec, prob, inputs, phase, calibrated, out, progress)
     except (Refused, InputError):
         ledger.withdraw(ledger_path, reservation)  # refused: nothing published, nothing spent
         raise
     # Only now is λ published; a crash before the commit leaves the reservation counted.
     write_json(out / "release.json", manifest)
-    ledger.commit(ledger_path, reservation, (out / "release.json").resolve(), manifest["manifest_sha256"])
+    ledger.commit(ledger_path, reservation, manifest["manifest_sha256"])
     return manifest
 
 
 def _checked_release(
     spec: ReleaseSpec,
     prob: Problem,
-    path: Path,
     inputs: dict[str, str],
     phase: accounting.GaussianPhase,
     calibrated: float,
@@ -212,7 +233,7 @@ def _checked_release(
     if failures(verification):
         raise Refused("verify", "verify-accountant failed: " + "; ".join(failures(verification)))
     audit_spec = AuditSpec(
-        problem=str(path),
+        problem=spec.problem if spec.problem in registry.PROBLEMS else inputs["problem"],
         task=prob.task or spec.task,
         epsilon=spec.epsilon,
         delta=spec.delta,
@@ -232,16 +253,16 @@ def _checked_release(
         threshold=spec.threshold,
         chunk_size=spec.chunk_size,
     )
-    outcome = run_audit(audit_spec, out / "audit", noise_multiplier=sigma, progress=progress, problem=prob)
-    write_report(outcome, out / "audit")
+    work = work_folder(inputs)
+    outcome = run_audit(audit_spec, work, noise_multiplier=sigma, progress=progress, problem=prob)
+    write_report(outcome, work)
+    write_bytes(out / "tradeoff.png", (work / "tradeoff.png").read_bytes())  # counts only: publishable
     audit = outcome.summary
     if audit.violation:
-        worst = max(audit.results, key=lambda r: r.mu_lower_bound)
         raise Refused(
             "audit",
-            f"the audit of this exact configuration found a VIOLATION of the claimed epsilon "
-            f"{spec.epsilon:g} ({worst.canary} canary: mu_LB {worst.mu_lower_bound:.3f}, GDP eps_LB "
-            f"{worst.epsilon_lower_bound_gdp:.3f}); see {out / 'audit' / 'report.md'}",
+            f"the audit of this exact configuration found: {summary_verdict(audit)}",
+            private=f"its private report is {work / 'report.md'}",
         )
     config = LearnerConfig(
         steps=spec.steps,
@@ -272,7 +293,7 @@ def _checked_release(
         "task": prob.task,
         "claim": claim,
         "inputs": inputs,
-        "spec": asdict(spec),
+        "spec": _public_spec(spec, inputs["problem"], out),
         "verification": {"level": verification["level"], "passed": True, "seconds": verification["seconds"]},
         "audit": {
             "violation": audit.violation,
@@ -287,11 +308,15 @@ def _checked_release(
                         "mu_lower_bound",
                         "epsilon_lower_bound_gdp",
                         "profile_violation",
+                        "epsilon_violation",
+                        "verdict",
+                        "epsilon_lower_bound_max",
                     )
                 }
                 for r in audit.results
             ],
             "confidence": audit.confidence,
+            "confidence_per_result": audit.confidence_per_result,
             "threshold_strategy": audit.threshold_strategy,
             "claimed_tradeoff": audit.claimed_tradeoff,
             "noise_multiplier": audit.noise_multiplier,
@@ -344,7 +369,7 @@ def release(
                     "stage": refusal.stage,
                     "reason": refusal.reason,
                     "exit_code": refusal.exit_code,
-                    "spec": str(spec_path),
+                    "spec": public_path(spec_path, out),
                     "timestamp": _now(),
                 },
             )
@@ -373,8 +398,8 @@ def _read_manifest(path: Path) -> tuple[dict[str, Any], accounting.GaussianPhase
     """The manifest, its phase and its accountant, every field the checks read type-checked first."""
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError, OSError) as exc:
-        raise InputError(f"{path} is not a release manifest: {exc}") from None
+    except (ValueError, UnicodeDecodeError, OSError, RecursionError) as exc:
+        raise InputError(f"{path} is not a release manifest: {exc!r}") from None
     where = f"release manifest {path}"
     claim = _field(manifest, "claim", (dict,), where)
     for key in ("inputs", "audit", "verification"):
@@ -382,7 +407,7 @@ def _read_manifest(path: Path) -> tuple[dict[str, Any], accounting.GaussianPhase
     for key in ("weights", "sources"):
         _field(manifest, key, (list,), where)
     _field(manifest["inputs"], "problem_sha256", (str,), f"{where}, inputs")
-    _field(manifest["inputs"], "problem_path", (str,), f"{where}, inputs")
+    _field(manifest["inputs"], "problem", (str,), f"{where}, inputs")
     for key in ("epsilon", "delta", "noise_multiplier", "sample_rate"):
         _field(claim, key, (int, float), f"{where}, claim")
     _field(claim, "steps", (int,), f"{where}, claim")
@@ -437,9 +462,29 @@ def check_release(manifest_path: str | Path, problem: str | Path | None = None) 
         problems.append(f"{len(weights)} weights for {len(sources)} sources (one weight per source, k >= 2)")
     if not numeric or any(w < 0 for w in weights) or abs(sum(weights) - 1) > 1e-6:
         problems.append("the released weights are not a point of the simplex (finite, >= 0, summing to 1)")
-    path = Path(problem) if problem is not None else Path(inputs["problem_path"])
-    if not path.is_file():
-        problems.append(f"problem file {path} not found")
-    elif sha256(path) != inputs["problem_sha256"]:
-        problems.append(f"problem file {path} does not match the released problem's sha256")
+    problems += _problem_mismatch(inputs["problem"], manifest, manifest_path.parent, problem, inputs["problem_sha256"])
     return problems
+
+
+def _problem_mismatch(
+    name: str, manifest: dict[str, Any], folder: Path, problem: str | Path | None, digest: str
+) -> list[str]:
+    """Whether the released-on problem's bytes are the ones the manifest names: ``problem`` when
+    given, else the embedded problem rebuilt, else the file at the manifest's path (relative to
+    the release ``folder``)."""
+    if problem is None and name.startswith("embedded:"):
+        embedded = name[len("embedded:") :]
+        require(embedded in registry.PROBLEMS, f"the manifest names an unknown embedded problem {embedded!r}")
+        spec = manifest.get("spec")
+        task = spec.get("task") if isinstance(spec, dict) else None
+        if not isinstance(task, str):
+            return ["the manifest's spec has no task to rebuild its embedded problem with"]
+        if sha256_bytes(problem_io.dumps(registry.build(embedded, task))) != digest:
+            return [f"the embedded problem {embedded} / {task} rebuilt here does not match the released sha256"]
+        return []
+    path = Path(problem) if problem is not None else folder / name
+    if not path.is_file():
+        return [f"problem file {path} not found (give it with --problem)"]
+    if sha256_bytes(problem_io.read_bytes(path)) != digest:
+        return [f"problem file {path} does not match the released problem's sha256"]
+    return []

@@ -129,8 +129,8 @@ def _entry(raw: object, where: str) -> Entry:
 def _parse(path: Path, text: str) -> list[Entry]:
     try:
         body = json.loads(text)
-    except ValueError as exc:
-        raise InputError(f"the privacy ledger {path} is not JSON ({exc}); refusing to guess what was spent") from None
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"the privacy ledger {path} is not JSON ({exc!r}); refusing to guess what was spent") from None
     require(
         isinstance(body, dict) and isinstance(body.get("releases"), list),
         f"the privacy ledger {path} has no 'releases' list; refusing to guess what was spent",
@@ -268,8 +268,9 @@ def _find(entries: list[Entry], reservation: str, path: Path) -> int:
     return where[0]
 
 
-def commit(path: Path, reservation: str, manifest: Path, manifest_sha256: str) -> None:
-    """The reservation becomes the release's entry, naming its manifest and the manifest's digest."""
+def commit(path: Path, reservation: str, manifest_sha256: str) -> None:
+    """The reservation becomes the release's entry, naming its manifest by digest (a path would
+    record where a machine keeps its files; the digest is what identifies the release)."""
     with _locked(path) as real:
         entries = read(real)
         i = _find(entries, reservation, path)
@@ -277,7 +278,6 @@ def commit(path: Path, reservation: str, manifest: Path, manifest_sha256: str) -
             **{
                 **asdict(entries[i]),
                 "status": "released",
-                "manifest": str(manifest),
                 "manifest_sha256": manifest_sha256,
             }
         )

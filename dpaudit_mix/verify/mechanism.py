@@ -52,10 +52,14 @@ class Mechanism:
 
     @contextmanager
     def active(self) -> Iterator[None]:
-        with ExitStack() as stack:
-            for module, attribute, replacement in self.patches:
-                stack.enter_context(mock.patch.object(module, attribute, replacement))
-            yield
+        accounting.clear_caches()  # no answer computed before the patches may serve under them
+        try:
+            with ExitStack() as stack:
+                for module, attribute, replacement in self.patches:
+                    stack.enter_context(mock.patch.object(module, attribute, replacement))
+                yield
+        finally:
+            accounting.clear_caches()  # nor one computed under them after
 
 
 HONEST = Mechanism("honest", "the package as shipped")

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ...accounting import GaussianPhase
+from ...accounting import DEFAULT_ACCOUNTANT, GaussianPhase
 from ...problem import Problem
 from ..spec import AuditSpec
 
@@ -46,6 +46,7 @@ class Plan:
     problem: dict[str, Any]  # audit.json's description of the data D
     canaries: dict[str, Any]  # audit.json's description of each canary
     processes: bool  # chunks run in worker processes (Python-bound torch loops), not threads
+    accountant: str = DEFAULT_ACCOUNTANT  # the accountant that calibrated σ: the claim's ε is its ε
 
     @property
     def calibrated_noise_multiplier(self) -> float:

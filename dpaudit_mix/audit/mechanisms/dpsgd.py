@@ -157,11 +157,14 @@ class OpacusMechanism:
             "choose rho or sample_rate so that n >= 1/q",
         )
         epochs = spec.steps // batches
+        dataset = opacus_dataset(data)
+        require(
+            bool(torch.all(dataset.tensors[0][:, -1] == 0)),
+            "mechanism opacus: an example of D reaches the canary's feature; the canary would not be isolated",
+        )
         calibrated = cnn.finetune_sigma(spec.epsilon, spec.delta, batches, epochs)
         sigma = calibrated if noise_multiplier is None else noise_multiplier
-        collector = OpacusCollector(
-            opacus_dataset(data), batch, epochs, sigma, spec.clip, spec.learning_rate, spec.seed
-        )
+        collector = OpacusCollector(dataset, batch, epochs, sigma, spec.clip, spec.learning_rate, spec.seed)
         return Plan(
             collect=collector,
             claimed_phases=(accounting.GaussianPhase(calibrated, spec.sample_rate, spec.steps),),
@@ -169,6 +172,7 @@ class OpacusMechanism:
             problem={"name": spec.problem, "task": full.task, "examples": data.n, "batch": batch, "epochs": epochs},
             canaries={"max_clip": _dirac_info(spec.clip)},
             processes=True,
+            accountant="prv",  # Opacus' own calibration (finetune_sigma)
         )
 
 
@@ -218,6 +222,13 @@ def user_windows(data: Problem) -> list[np.ndarray]:
     return [codes[users == u] for u in np.unique(users)]
 
 
+def isolated_canary(users: list[np.ndarray]) -> None:
+    """The audit's validity rests on the canary's code being one no user of D holds (its weight w
+    is then reached by the canary alone): asserted on the windows themselves, for every k."""
+    clash = sum(int(np.any(windows == CANARY_CODE)) for windows in users)
+    require(clash == 0, f"mechanism user-dpsgd: {clash} users of D hold the canary's code {CANARY_CODE}")
+
+
 @dataclass(frozen=True)
 class UserCollector:
     users: tuple[np.ndarray, ...]
@@ -254,9 +265,16 @@ class UserDPSGDMechanism:
             data.users is not None,
             f"mechanism user-dpsgd needs a problem with users (e.g. shakespeare-users); {spec.problem} has none",
         )
+        require(
+            data.k < CANARY_CODE,
+            f"mechanism user-dpsgd: the probe codes D's {data.k} sources as 1..{data.k} and the canary as "
+            f"{CANARY_CODE}, so it needs k <= {CANARY_CODE - 1} sources (got k = {data.k}): the canary must be a "
+            "code no other user's window holds",
+        )
+        users = user_windows(data)
+        isolated_canary(users)
         calibrated = accounting.calibrate(spec.epsilon, spec.delta, spec.sample_rate, spec.steps)
         sigma = calibrated if noise_multiplier is None else noise_multiplier
-        users = user_windows(data)
         config = userdp.UserLevelSGD(
             spec.sample_rate, spec.steps, sigma, spec.clip, spec.learning_rate, users=len(users)
         )
