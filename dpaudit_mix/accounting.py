@@ -167,7 +167,11 @@ class DegenerateRequest(InputError):
 
 def _refuse_degenerate(phases: Sequence[GaussianPhase], delta: float, accountant: str) -> None:
     """Raise :class:`DegenerateRequest` when dp_accounting's RDP (fast, small) gives ε above
-    DEGENERATE_EPSILON: only then would a discretised accountant's memory and time explode."""
+    DEGENERATE_EPSILON: only then would a discretised accountant's memory and time explode. The
+    full-batch GDP ε (analytic) screens first: it bounds every q's ε from above."""
+    full_batch_mu = float(np.sqrt(sum(p.steps / p.noise_multiplier**2 for p in phases)))
+    if gdp_epsilon_of_mu(full_batch_mu, delta) <= DEGENERATE_EPSILON:
+        return  # exact for full batch, and Poisson sampling only lowers ε: no RDP needed
     rough = _google_rdp(phases, delta)
     if rough > DEGENERATE_EPSILON:
         raise DegenerateRequest(

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import accounting
+from . import accounting, owned
 from . import problem as problem_io
 from .atomic import check_output, write_json
 from .backend import BACKENDS, Backend
@@ -187,10 +187,11 @@ def cmd_audit(args: argparse.Namespace) -> int:
     out = check_output(
         args.out or Path("reports") / Path(args.spec).stem, folder=True, inputs=[args.spec, args.problem]
     )
-    outcome = run_audit(
-        spec, out, noise_multiplier=args.noise_multiplier, backend=args.backend, scheduler=args.scheduler
-    )
-    write_report(outcome, out)
+    with owned.folder_lock(out, "audit"):  # one command writes a folder: never two audits' results mixed
+        outcome = run_audit(
+            spec, out, noise_multiplier=args.noise_multiplier, backend=args.backend, scheduler=args.scheduler
+        )
+        write_report(outcome, out)
     print(json.dumps(outcome.summary.to_dict(), indent=2))
     if outcome.summary.violation:
         print(f"dpaudit-mix: {summary_verdict(outcome.summary)}; see {out}/report.md", file=sys.stderr)
@@ -270,6 +271,31 @@ def cmd_check_release(args: argparse.Namespace) -> int:
         print("dpaudit-mix: check-release FAILED:\n  " + "\n  ".join(problems), file=sys.stderr)
         return EXIT_VIOLATION
     return 0
+
+
+def cmd_ledger(args: argparse.Namespace) -> None:
+    """``ledger show``: every data set with its cap, δ and ε spent; ``ledger set-budget DATA
+    --epsilon X`` (or ``--no-cap``): the one way to change a cap, logged in the ledger."""
+    from datetime import UTC, datetime
+
+    from .release import ledger
+
+    path = Path(args.ledger) if args.ledger else ledger.default_path()
+    if args.action == "set-budget":
+        require(args.data is not None, "set-budget needs the data set's digest (see `dpaudit-mix ledger show`)")
+        require((args.epsilon is None) != args.no_cap, "give --epsilon X or --no-cap")
+        stamp = datetime.now(UTC).isoformat(timespec="seconds")
+        ledger.set_budget(path, args.data, None if args.no_cap else args.epsilon, stamp)
+    datasets, entries = ledger.read_state(path)
+    shown = {
+        key: {
+            **fixed.to_dict(),
+            "spent_epsilon": ledger.spent(entries, key, "", fixed.delta),
+            "releases": sum(e.data_sha256 == key for e in entries),
+        }
+        for key, fixed in datasets.items()
+    }
+    _emit({"ledger": str(path), "datasets": shown}, None)
 
 
 def cmd_recovery(args: argparse.Namespace) -> None:
@@ -495,6 +521,14 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("manifest")
     check.add_argument("--problem", help="the problem file to check against (default: the path in the manifest)")
     check.set_defaults(func=cmd_check_release)
+
+    book = sub.add_parser("ledger", help="the privacy ledger: show each data set's cap and spend, or change a cap")
+    book.add_argument("action", choices=("show", "set-budget"))
+    book.add_argument("data", nargs="?", help="set-budget: the data set's digest (8+ characters of it)")
+    book.add_argument("--epsilon", type=_finite, help="set-budget: the new cap")
+    book.add_argument("--no-cap", action="store_true", help="set-budget: remove the cap")
+    book.add_argument("--ledger", help="the ledger file (default: $DPAUDIT_MIX_LEDGER, else the user state folder)")
+    book.set_defaults(func=cmd_ledger)
 
     recovery = sub.add_parser("recovery", help="weight-recovery report: private λ against λ★ over ε × ρ and k")
     recovery.add_argument("spec")

@@ -123,9 +123,52 @@ def _real(path: Path, name: str, array: np.ndarray) -> np.ndarray:
     return npz.numeric(array, f"problem file {path}: '{name}'")
 
 
+#: the identity of the data keeps this many bits of each log-likelihood (float32): a float64
+#: moved by one ulp, or stored as float32, is the same data.
+IDENTITY_DTYPE = np.float32
+
+
 def data_sha256(problem: Problem) -> str:
-    """The identity of the data a mixture is fitted on: ``logp`` and ``users`` (shape, values),
-    whatever file or extra arrays carry them. The privacy budget belongs to this."""
+    """The identity of the data a mixture is fitted on, which the privacy budget belongs to: the
+    multiset of its rows, each (its log-likelihoods as float32, columns in a canonical order of
+    their sorted values; its user), users known only by the multiset of their rows. So it
+    survives row order, source (column) order and names, float dtype and one-ulp moves, user
+    relabelling, and any file, task or extra arrays that carry them. It does not survive other
+    proxies (other log-likelihoods), or added, removed or duplicated rows: those are other data
+    as far as the ledger can tell.
+    """
+    raw = problem.logp.astype(IDENTITY_DTYPE)
+    order = sorted(range(problem.k), key=lambda c: np.sort(raw[:, c]).tobytes())  # whatever the row order
+    values = np.ascontiguousarray(raw[:, order])
+    digest = hashlib.sha256(f"v3 {problem.n}x{problem.k} ".encode())
+    if problem.users is None:
+        digest.update(b"no users")
+        labels = np.zeros(problem.n, dtype=np.int64)
+    else:
+        labels = _canonical_users(values, problem.users)
+        digest.update(f"{len(np.unique(problem.users))} users".encode())
+    rows = np.lexsort((labels, *values.T[::-1]))  # by values, then by canonical user
+    digest.update(values[rows].tobytes())
+    digest.update(labels[rows].tobytes())
+    return digest.hexdigest()
+
+
+def _canonical_users(values: np.ndarray, users: np.ndarray) -> np.ndarray:
+    """Each row's user as the rank of that user's signature (the sha256 of their sorted rows)."""
+    ids, which = np.unique(users, return_inverse=True)
+    grouped = np.argsort(which, kind="stable")
+    ends = np.searchsorted(which[grouped], np.arange(1, len(ids) + 1))
+    signatures = []
+    for start, end in zip([0, *ends[:-1]], ends, strict=True):
+        mine = values[grouped[start:end]]
+        signatures.append(hashlib.sha256(mine[np.lexsort(mine.T[::-1])].tobytes()).digest())
+    rank = {signature: i for i, signature in enumerate(sorted(set(signatures)))}
+    return np.array([rank[signatures[u]] for u in which], dtype=np.int64)
+
+
+def exact_data_sha256(problem: Problem) -> str:
+    """The identity ledgers before 0.2.0's canonical one used (exact ``logp`` and ``users``):
+    read, so that what those releases spent keeps counting."""
     digest = hashlib.sha256()
     for array in (problem.logp.astype(np.float64), problem.users):
         if array is None:

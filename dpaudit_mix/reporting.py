@@ -18,6 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from . import owned
 from .atomic import atomic_path, write_text
 
 Block = tuple[str, Any]
@@ -72,15 +73,10 @@ def _html(title: str, blocks: list[Block]) -> str:
 def write_pages(out: Path, title: str, blocks: list[Block], name: str = "report") -> None:
     """NAME.md and NAME.html in ``out``.
 
-    The figures each page shows are recorded in ``.NAME.figures``; a rerun into the same folder
-    deletes the last run's figures it no longer shows, so no stale figure sits beside the report.
+    The figures each page shows are recorded with their digests (:mod:`.owned`); a rerun into
+    the same folder removes the last run's figures it no longer shows, where they are still what
+    it wrote, so no stale figure sits beside the report and no one else's file is touched.
     """
-    record = out / f".{name}.figures"
-    figures = sorted(os.path.relpath(value, out) for kind, value in blocks if kind == "figure")
-    old = record.read_text(encoding="utf-8").splitlines() if record.is_file() else []
     write_text(out / f"{name}.md", _markdown(title, blocks, out))
     write_text(out / f"{name}.html", _html(title, blocks))
-    write_text(record, "".join(f"{f}\n" for f in figures))
-    for stale in set(old) - set(figures):
-        if not os.path.isabs(stale) and ".." not in Path(stale).parts:  # only what this page wrote
-            (out / stale).unlink(missing_ok=True)
+    owned.replace(out, name, [Path(value) for kind, value in blocks if kind == "figure"])

@@ -524,3 +524,49 @@ def test_a_user_level_audit_of_regrouped_users_never_reuses_chunks(tmp_path: Pat
     run_audit(spec, tmp_path / "out", progress=False, problem=first)
     fresh = run_audit(spec, tmp_path / "fresh", progress=False, problem=regrouped).summary
     assert run_audit(spec, tmp_path / "out", progress=False, problem=regrouped).summary == fresh
+
+
+def test_an_audit_deletes_only_what_it_wrote_and_never_through_a_symlink(capsys, tmp_path: Path) -> None:
+    """A user's .npz in DIR/chunks survives a fresh audit there; DIR/chunks as a symlink is
+    refused (nothing in its target touched); a forged figure record cannot make a rerun delete a
+    file outside DIR; a rerun without controls removes the last run's control scores."""
+    spec = tmp_path / "a.toml"
+    spec.write_text('problem = "mnist"\nrho = 0.05\nsteps = 10\nruns = 128\nchunk_size = 64\ncanaries = ["max_clip"]\n')
+    out = tmp_path / "out"
+    (out / "chunks").mkdir(parents=True)
+    mine = out / "chunks" / "mine.npz"
+    np.savez(mine, x=np.arange(3))
+    assert main(["audit", str(spec), "--out", str(out)]) in (0, 4)
+    assert mine.is_file() and len(list((out / "scores").glob("*control.npz"))) == 2
+    outside = tmp_path / "keep"
+    outside.mkdir()
+    (outside / "precious.npz").write_bytes(b"user data")
+    (out / ".report.owned").write_text(f"{'0' * 64} ../keep/precious.npz\n")
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "chunks").symlink_to(outside)
+    assert main(["audit", str(spec), "--out", str(linked)]) == 2
+    assert "symbolic link" in capsys.readouterr().err
+    spec.write_text(spec.read_text() + "controls = false\n")
+    assert main(["audit", str(spec), "--out", str(out)]) == 0
+    assert (outside / "precious.npz").read_bytes() == b"user data" and mine.is_file()
+    assert list((out / "scores").glob("*control.npz")) == []
+
+
+def test_a_second_command_on_a_folder_in_use_is_refused(capsys, tmp_path: Path) -> None:
+    from dpaudit_mix import owned
+
+    spec = tmp_path / "a.toml"
+    spec.write_text('problem = "mnist"\nrho = 0.05\nsteps = 10\nruns = 128\ncanaries = ["max_clip"]\n')
+    out = tmp_path / "out"
+    with owned.folder_lock(out, "audit"):  # as a first audit would hold it, from another process
+        import subprocess
+        import sys
+
+        second = subprocess.run(
+            [sys.executable, "-m", "dpaudit_mix.cli", "audit", str(spec), "--out", str(out)],
+            capture_output=True,
+            text=True,
+        )
+    assert second.returncode == 2 and "another dpaudit-mix command is writing" in second.stderr
+    assert not (out / "audit.json").exists()

@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
         [
             "errors",
             "npz",
+            "owned",
             "atomic",
             "cache",
             "resources",

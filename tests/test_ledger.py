@@ -203,3 +203,64 @@ def test_v1_entries_keep_counting(tmp_path: Path) -> None:
     )
     (entry,) = ledger.read(path)
     assert entry.status == "released" and ledger.spent([entry], "d" * 64, "f" * 64, DELTA) > 0
+
+
+def test_the_cap_and_delta_belong_to_the_data_not_the_spec(tmp_path: Path) -> None:
+    """The first release fixes the data's cap and δ: a spec with another cap, or none after a cap
+    was set, cannot spend more; a release at another δ is refused; set-budget changes the cap,
+    logged; a withdrawn first reservation fixes nothing."""
+    path = tmp_path / "ledger.json"
+    first = _reserve(path, budget=BUDGET_FOR_ONE)
+    with pytest.raises(ledger.Conflict, match="a spec cannot change it"):
+        _reserve(path, budget=10 * BUDGET_FOR_ONE)
+    with pytest.raises(ledger.OverBudget):
+        _reserve(path)  # no cap in the spec: the data's cap still holds
+    with pytest.raises(ledger.Conflict, match="accounted at delta 1e-05"):
+        ledger.reserve(
+            path,
+            data_sha256="d" * 64,
+            problem_sha256="f" * 64,
+            epsilon=1.0,
+            delta=0.5,
+            phase=PHASE,
+            user_level=False,
+            timestamp="t",
+            budget=None,
+        )
+    changed = ledger.set_budget(path, "d" * 12, 10 * BUDGET_FOR_ONE, "t2")
+    assert changed.budget_epsilon == 10 * BUDGET_FOR_ONE and changed.changes[-1]["from"] == BUDGET_FOR_ONE
+    _reserve(path)
+    assert ledger.standing(path, "d" * 64, "f" * 64)[1] == 10 * BUDGET_FOR_ONE
+    fresh = tmp_path / "fresh.json"
+    ledger.withdraw(fresh, _reserve(fresh, budget=BUDGET_FOR_ONE, data="e" * 64))
+    _reserve(fresh, budget=50.0, data="e" * 64)  # the refused first release fixed nothing
+    assert ledger.read(path)[0].id == first
+
+
+def test_row_order_dtype_and_column_order_are_the_same_data() -> None:
+    base = random_problem(60, 4, seed=5)
+    rows = np.random.default_rng(0).permutation(60)
+    columns = [2, 0, 3, 1]
+    same = [
+        Problem(base.logp[rows], base.sources),
+        Problem(base.logp[:, columns], tuple(base.sources[c] for c in columns)),
+        Problem(np.nextafter(base.logp, 0.0), base.sources),
+        Problem(base.logp.astype(np.float32), base.sources),
+    ]
+    assert {data_sha256(p) for p in same} == {data_sha256(base)}
+    users = np.arange(60) // 3
+    with_users = Problem(base.logp, base.sources, users=users)
+    relabelled = Problem(base.logp[rows], base.sources, users=(users * 7 + 11)[rows])
+    assert data_sha256(with_users) == data_sha256(relabelled) != data_sha256(base)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "folder"])
+def test_a_ledger_path_that_is_not_a_regular_file_is_refused_before_it_is_opened(tmp_path: Path, kind: str) -> None:
+    import os
+
+    path = {"fifo": tmp_path / "fifo", "device": Path("/dev/full"), "folder": tmp_path}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    with pytest.raises(InputError, match="is not a regular file"):
+        _reserve(path)
+    assert not Path("/dev/full.lock").exists()

@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 import dp_accounting
+import numpy as np
 import pytest
 
 from dpaudit_mix import accounting, learner
@@ -160,7 +161,7 @@ def test_a_release_folder_holds_only_what_may_be_published(tmp_path: Path, probl
     spec = write_spec(tmp_path, problem_file, name="leak.toml")
     assert main(["release", str(spec), "--out", str(refused), "--noise-multiplier", str(sigma / 2)]) == 3
     published = {p.name for p in out.rglob("*")}
-    card = {"release.md", "release.html", "lambda.png", "tradeoff.png", ".release.figures"}
+    card = {"release.md", "release.html", "lambda.png", "tradeoff.png", ".release.owned"}
     assert published == {"release.json", *card}
     assert {p.name for p in refused.rglob("*")} <= {"refused.json", "tradeoff.png"}
     logp = load(problem_file).logp
@@ -195,3 +196,33 @@ def test_an_embedded_release_is_rechecked_by_rebuilding_its_problem(tmp_path: Pa
     assert not (out / "problem.npz").exists()
     assert json.loads((out / "release.json").read_text())["inputs"]["problem"] == "embedded:mnist"
     assert gate.check_release(out / "release.json") == []
+
+
+def test_a_data_sets_budget_cannot_be_walked_around(tmp_path: Path, problem_file: Path, capsys) -> None:
+    """After a release with budget_epsilon 1.2: a spec with a larger cap, one with none, one at
+    δ = 0.5, and the same rows in another order (as float32, sources reordered) are all refused;
+    the card and stdout say what was spent of what."""
+    first = write_spec(tmp_path, problem_file, budget_epsilon=1.2)
+    assert main(["release", str(first), "--out", str(tmp_path / "first")]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["budget_epsilon"] == 1.2 and 0.99 <= printed["spent_epsilon"] <= 1.0
+    assert "of 1.2 on this data" in (tmp_path / "first" / "release.md").read_text()
+    prob = load(problem_file)
+    rows = np.random.default_rng(0).permutation(prob.n)
+    moved = tmp_path / "moved.npz"
+    save(
+        Problem(
+            prob.logp[rows][:, ::-1].astype(np.float32), prob.sources[::-1], heldout_logp=prob.heldout_logp[:, ::-1]
+        ),
+        moved,
+    )
+    attempts = {
+        "larger cap": write_spec(tmp_path, problem_file, "larger.toml", budget_epsilon=100.0),
+        "no cap": write_spec(tmp_path, problem_file, "none.toml"),
+        "delta 0.5": write_spec(tmp_path, problem_file, "delta.toml", delta=0.5),
+        "moved rows": write_spec(tmp_path, moved, "moved.toml"),
+    }
+    for name, spec in attempts.items():
+        assert main(["release", str(spec), "--out", str(tmp_path / name.replace(" ", "-"))]) == 3, name
+        assert "REFUSED (budget)" in capsys.readouterr().err, name
+    assert len(ledger.read(tmp_path / "ledger.json")) == 1

@@ -39,6 +39,9 @@ class ChunkStore:
         self._lock: int | None = None
 
     def __enter__(self) -> ChunkStore:
+        require(
+            not self.root.is_symlink(), f"{self.root} is a symbolic link; an audit keeps its chunks in a real folder"
+        )
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o666)
         try:
@@ -68,19 +71,33 @@ class ChunkStore:
             header = {}
         header = header if isinstance(header, dict) else {}
         if header.get("audit_id") != self.audit_id:
-            # Another audit's chunks (it is not running: we hold the lock), or a damaged manifest.
+            # Another audit's chunks (it is not running: we hold the lock), or a damaged manifest:
+            # remove only the chunks its manifest lists that are still what it wrote, never a
+            # user's file (a damaged manifest lists none: its chunks are overwritten as recomputed).
             if lines:
-                self.rejected.append("the chunks of a different audit or a damaged manifest (all cleared)")
-            for stale in self.root.glob("*.npz"):
-                stale.unlink()
+                self.rejected.append("the chunks of a different audit or a damaged manifest (its own chunks cleared)")
+            for entry in self._listed(lines[1:]):
+                stale = self.root / str(entry.get("file", ""))
+                ours = stale.parent == self.root and stale.is_file() and not stale.is_symlink()
+                if ours and sha256(stale) == entry.get("sha256"):
+                    stale.unlink()
             self._write_line({"audit_id": self.audit_id, "format": FORMAT}, truncate=True)
             return
-        for line in lines[1:]:
+        for entry in self._listed(lines[1:]):
+            self.entries[str(entry["file"])] = entry
+
+    @staticmethod
+    def _listed(lines: list[str]) -> list[dict[str, Any]]:
+        """The manifest's chunk entries (a line cut short by a kill is skipped: recomputed)."""
+        entries = []
+        for line in lines:
             try:
                 entry = json.loads(line)
-                self.entries[entry["file"]] = entry
-            except (json.JSONDecodeError, KeyError, TypeError, RecursionError):
-                continue  # a line cut short by a kill: its chunk is simply recomputed
+            except (json.JSONDecodeError, RecursionError):
+                continue
+            if isinstance(entry, dict) and isinstance(entry.get("file"), str) and "/" not in entry["file"]:
+                entries.append(entry)
+        return entries
 
     def _write_line(self, record: dict[str, Any], truncate: bool = False) -> None:
         with open(self.manifest, "w" if truncate else "a") as f:

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from .. import owned
 from ..atomic import write_json, write_npz
 from ..reporting import Block, save_figure, write_pages
 from .attack import AttackResult
@@ -221,10 +222,10 @@ def write_report(outcome: AuditOutcome, out: Path) -> None:
     blocks.append(("table", _table(summary)))
     blocks += [("figure", path) for path in _figures(outcome, out)]
     write_pages(out, "dpaudit-mix audit", blocks)
+    scores = []
     for (canary, threat, noise), attacked in outcome.attacks.items():  # for audit_scores / audit-scores
-        write_npz(
-            out / "scores" / f"{score_label(canary, threat, noise)}.npz",
-            in_scores=attacked.scores_in,
-            out_scores=attacked.scores_out,
-        )
+        path = out / "scores" / f"{score_label(canary, threat, noise)}.npz"
+        write_npz(path, in_scores=attacked.scores_in, out_scores=attacked.scores_out)
+        scores.append(path)
+    owned.replace(out, "scores", scores)  # a setting the last run had and this one has not: its file goes
     write_json(out / "audit.json", summary.to_dict())

@@ -37,7 +37,7 @@ from ..specfile import parse_spec, read_spec_bytes
 from ..verify.checks import QUICK
 from ..verify.suite import failures, verify
 from . import ledger
-from .spec import ReleaseSpec
+from .spec import MIN_AUDIT_RUNS, ReleaseSpec
 
 #: the verification level run before every release (tests swap in a smaller one).
 VERIFY_LEVEL = QUICK
@@ -72,6 +72,8 @@ class Published:
             "epsilon": claim["epsilon"],
             "delta": claim["delta"],
             "manifest_sha256": self.manifest["manifest_sha256"],
+            "spent_epsilon": self.manifest["budget"]["spent_epsilon"],
+            "budget_epsilon": self.manifest["budget"]["budget_epsilon"],
         }
 
 
@@ -123,7 +125,8 @@ def _card(manifest: dict[str, Any], out: Path) -> None:
     ax.set(yticks=y, yticklabels=sources, xlabel="mixture weight")
     ax.invert_yaxis()
     ax.legend()
-    claim, audit = manifest["claim"], manifest["audit"]
+    claim, audit, budget = manifest["claim"], manifest["audit"], manifest["budget"]
+    cap = "no cap" if budget["budget_epsilon"] is None else f"{budget['budget_epsilon']:g}"
     eps = ", ".join(f"{k} {v:.4g}" for k, v in claim["epsilon_by_accountant"].items())
     rows = [["canary", "runs", "strict ε_LB", "GDP ε_LB", "μ_LB", "profile"]]
     rows += [
@@ -142,6 +145,11 @@ def _card(manifest: dict[str, Any], out: Path) -> None:
             "strong",
             f"Released: ({claim['epsilon']:g}, {claim['delta']:g})-DP mixture weights over "
             f"{len(sources)} sources ({'user' if claim['user_level'] else 'example'}-level, add/remove).",
+        ),
+        (
+            "p",
+            f"Spent ε = {budget['spent_epsilon']:.4g} of {cap} on this data (every release on it, this one "
+            f"included, composed by PLD at δ = {budget['delta']:g}).",
         ),
         (
             "p",
@@ -187,6 +195,7 @@ def _release(
         "package_version": __version__,
     }
     phase = accounting.GaussianPhase(sigma, spec.sample_rate, spec.steps)
+    aliases = (problem_io.exact_data_sha256(prob),)  # what ledgers before the canonical digest keyed by
     try:
         reservation = ledger.reserve(
             ledger_path,
@@ -198,16 +207,21 @@ def _release(
             user_level=spec.user_level,
             timestamp=_now(),
             budget=spec.budget_epsilon,
+            aliases=aliases,
         )
     except ledger.OverBudget as over:
         raise Refused(
             "budget",
             f"this release would bring the epsilon spent on this data from {over.before:.4g} "
-            f"to {over.after:.4g} (PLD, delta {spec.delta:g}), over budget_epsilon {spec.budget_epsilon:g}",
+            f"to {over.after:.4g} (PLD, delta {spec.delta:g}), over its budget_epsilon {over.budget:g}",
             private=f"the ledger is {ledger_path}",
         ) from None
+    except ledger.Conflict as conflict:
+        raise Refused("budget", str(conflict), private=f"the ledger is {ledger_path}") from None
+    spent, cap, delta = ledger.standing(ledger_path, inputs["data_sha256"], inputs["problem_sha256"], aliases)
+    budget = {"spent_epsilon": spent, "budget_epsilon": cap, "delta": delta}
     try:
-        manifest = _checked_release(spec, prob, inputs, phase, calibrated, out, progress)
+        manifest = _checked_release(spec, prob, inputs, phase, calibrated, out, progress, budget)
     except (Refused, InputError):
         ledger.withdraw(ledger_path, reservation)  # refused: nothing published, nothing spent
         raise
@@ -225,9 +239,11 @@ def _checked_release(
     calibrated: float,
     out: Path,
     progress: bool,
+    budget: dict[str, Any],
 ) -> dict[str, Any]:
     """verify-accountant, the audit of this exact configuration, then the one CSPRNG fit: the
-    manifest, with its card written (release.json is the caller's, last)."""
+    manifest, with its card written (release.json is the caller's, last). ``budget``: what the
+    ledger says of the data with this release counted."""
     sigma = phase.noise_multiplier
     verification = verify(VERIFY_LEVEL, progress=progress)
     if failures(verification):
@@ -320,8 +336,13 @@ def _checked_release(
             "threshold_strategy": audit.threshold_strategy,
             "claimed_tradeoff": audit.claimed_tradeoff,
             "noise_multiplier": audit.noise_multiplier,
+            "sample_rate": spec.sample_rate,
+            "steps": spec.steps,
+            "clip": spec.clip,
+            "data_sha256": problem_io.data_sha256(prob),
             "problem": audit.problem,
         },
+        "budget": budget,
         "timestamp": _now(),
     }
     manifest["manifest_sha256"] = manifest_digest(manifest)
@@ -422,32 +443,81 @@ def _read_manifest(path: Path) -> tuple[dict[str, Any], accounting.GaussianPhase
 
 
 def check_release(manifest_path: str | Path, problem: str | Path | None = None) -> list[str]:
-    """Everything about a release.json that does not hold; [] when it all does: its digest, the
-    claim recomputed under every accountant, its own verification and audit verdicts, λ (on the
-    simplex, one weight per source) and the problem file's bytes."""
+    """Everything about a release.json that does not hold, each naming its section; [] when it
+    all does. Not only the digest: every section is tied to the claim, the data and the release
+    rules (a forger who recomputes the digest must still make the sections agree with each other
+    and with the problem's bytes): the claim recomputed under every accountant; the manifest's
+    own verification and audit verdicts; the audit's σ, q, T, C, data digest, canaries and run
+    counts against the claim, the spec and the gate's rules; the sources and λ against the problem."""
     manifest_path = Path(manifest_path)
     require(manifest_path.is_file(), f"manifest not found: {manifest_path}")
     manifest, phase, accountant = _read_manifest(manifest_path)
-    claim, inputs = manifest["claim"], manifest["inputs"]
     problems = []
     if manifest.get("manifest_sha256") != manifest_digest(manifest):
         problems.append("manifest_sha256 does not match the manifest's contents (edited after release)")
+    problems += _claim_mismatch(manifest, phase, accountant)
+    if manifest["verification"].get("passed") is not True:
+        problems.append("verification: the manifest's own verification did not pass (verification.passed is not true)")
+    problems += _audit_mismatch(manifest)
+    weights, sources = manifest["weights"], manifest["sources"]
+    numeric = all(isinstance(w, (int, float)) and not isinstance(w, bool) and np.isfinite(w) for w in weights)
+    if len(weights) != len(sources) or len(weights) < 2:
+        problems.append(f"weights: {len(weights)} weights for {len(sources)} sources (one weight per source, k >= 2)")
+    if not numeric or any(w < 0 for w in weights) or abs(sum(weights) - 1) > 1e-6:
+        problems.append("weights: the released weights are not a point of the simplex (finite, >= 0, summing to 1)")
+    inputs = manifest["inputs"]
+    found, why = _released_problem(inputs["problem"], manifest, manifest_path.parent, problem, inputs["problem_sha256"])
+    problems += why
+    if found is not None:
+        if list(found.sources) != list(sources):
+            problems.append(f"sources: the manifest's {sources} are not the problem's {list(found.sources)} (in order)")
+        if problem_io.data_sha256(found) != inputs.get("data_sha256"):
+            problems.append("inputs: data_sha256 is not the digest of the released problem's data")
+    return problems
+
+
+def _spec_section(manifest: dict[str, Any]) -> dict[str, Any]:
+    raw = manifest.get("spec")
+    return raw if isinstance(raw, dict) else {}
+
+
+def _claim_mismatch(manifest: dict[str, Any], phase: accounting.GaussianPhase, accountant: str) -> list[str]:
+    """The claim's ε recomputed from (σ, q, T) under every accountant, and its settings against
+    the spec's (a refused request, such as a σ too small to account, is a finding, not a crash)."""
+    claim, problems = manifest["claim"], []
     if accountant not in accounting.ACCOUNTANTS:
-        problems.append(f"unknown accountant {accountant!r}; known: {', '.join(accounting.ACCOUNTANTS)}")
+        return [f"claim: unknown accountant {accountant!r}; known: {', '.join(accounting.ACCOUNTANTS)}"]
     recorded, delta, epsilon = claim["epsilon_by_accountant"], claim["delta"], claim["epsilon"]
     for name in accounting.ACCOUNTANTS:
-        eps = accounting.epsilon([phase], delta, name)
+        try:
+            eps = accounting.epsilon([phase], delta, name)
+        except InputError as exc:
+            problems.append(f"claim: epsilon under {name} cannot be recomputed from (sigma, q, T): {exc}")
+            continue
         if not isinstance(recorded.get(name), (int, float)) or not np.isclose(
             eps, recorded[name], rtol=1e-6, atol=1e-9
         ):
             problems.append(
-                f"epsilon under {name}: recomputed {eps:.6g} from (sigma, q, T), manifest says {recorded.get(name)}"
+                f"claim: epsilon under {name}: recomputed {eps:.6g} from (sigma, q, T), "
+                f"manifest says {recorded.get(name)}"
             )
         if name == accountant and eps > epsilon * (1 + 1e-9):
-            problems.append(f"the claimed epsilon {epsilon:g} is below what {name} gives for (sigma, q, T): {eps:.6g}")
-    if manifest["verification"].get("passed") is not True:
-        problems.append("the manifest's own verification did not pass (verification.passed is not true)")
-    audit = manifest["audit"]
+            problems.append(
+                f"claim: the claimed epsilon {epsilon:g} is below what {name} gives for (sigma, q, T): {eps:.6g}"
+            )
+    spec = _spec_section(manifest)
+    for key in ("epsilon", "delta", "steps", "clip", "sample_rate", "user_level", "accountant"):
+        if key in spec and spec[key] != claim.get(key):
+            problems.append(f"claim: {key} {claim.get(key)!r} is not the spec's {spec[key]!r}")
+    return problems
+
+
+def _audit_mismatch(manifest: dict[str, Any]) -> list[str]:
+    """The audit section against the claim, the spec and the gate's rules: a clean white-box audit
+    of this σ, q, T and C on this data, one result per canary the spec names, each of the spec's
+    run count (never fewer than the gate's minimum)."""
+    audit, claim, inputs = manifest["audit"], manifest["claim"], manifest["inputs"]
+    spec = _spec_section(manifest)
     results = audit.get("results")
     if (
         audit.get("violation") is not False
@@ -455,36 +525,43 @@ def check_release(manifest_path: str | Path, problem: str | Path | None = None) 
         or not results
         or any(not isinstance(r, dict) or r.get("profile_violation") is not False for r in results)
     ):
-        problems.append("the manifest's own audit does not show a clean pass (a violation, or no results)")
-    weights, sources = manifest["weights"], manifest["sources"]
-    numeric = all(isinstance(w, (int, float)) and not isinstance(w, bool) and np.isfinite(w) for w in weights)
-    if len(weights) != len(sources) or len(weights) < 2:
-        problems.append(f"{len(weights)} weights for {len(sources)} sources (one weight per source, k >= 2)")
-    if not numeric or any(w < 0 for w in weights) or abs(sum(weights) - 1) > 1e-6:
-        problems.append("the released weights are not a point of the simplex (finite, >= 0, summing to 1)")
-    problems += _problem_mismatch(inputs["problem"], manifest, manifest_path.parent, problem, inputs["problem_sha256"])
+        return ["audit: the manifest's own audit does not show a clean pass (a violation, or no results)"]
+    problems = []
+    for key in ("noise_multiplier", "sample_rate", "steps", "clip"):
+        if audit.get(key) != claim.get(key):
+            problems.append(f"audit: it ran {key} {audit.get(key)!r}, the claim says {claim.get(key)!r}")
+    if audit.get("data_sha256") != inputs.get("data_sha256"):
+        problems.append("audit: it ran on other data (its data_sha256 is not the release's)")
+    canaries = sorted(str(r.get("canary")) for r in results)
+    if canaries != sorted(spec.get("audit_canaries", ())) or any(r.get("threat") != "white_box" for r in results):
+        problems.append(f"audit: its results {canaries} are not one white-box result per canary of the spec")
+    runs = spec.get("audit_runs")
+    if not isinstance(runs, int) or runs < MIN_AUDIT_RUNS or any(r.get("runs") != runs for r in results):
+        problems.append(f"audit: a result ran other than the spec's audit_runs {runs!r} (at least {MIN_AUDIT_RUNS})")
     return problems
 
 
-def _problem_mismatch(
+def _released_problem(
     name: str, manifest: dict[str, Any], folder: Path, problem: str | Path | None, digest: str
-) -> list[str]:
-    """Whether the released-on problem's bytes are the ones the manifest names: ``problem`` when
+) -> tuple[Problem | None, list[str]]:
+    """The released-on problem, if its bytes are the ones the manifest names: ``problem`` when
     given, else the embedded problem rebuilt, else the file at the manifest's path (relative to
-    the release ``folder``)."""
+    the release ``folder``); else None and why."""
     if problem is None and name.startswith("embedded:"):
         embedded = name[len("embedded:") :]
         require(embedded in registry.PROBLEMS, f"the manifest names an unknown embedded problem {embedded!r}")
         spec = manifest.get("spec")
         task = spec.get("task") if isinstance(spec, dict) else None
         if not isinstance(task, str):
-            return ["the manifest's spec has no task to rebuild its embedded problem with"]
-        if sha256_bytes(problem_io.dumps(registry.build(embedded, task))) != digest:
-            return [f"the embedded problem {embedded} / {task} rebuilt here does not match the released sha256"]
-        return []
+            return None, ["inputs: the manifest's spec has no task to rebuild its embedded problem with"]
+        content = problem_io.dumps(registry.build(embedded, task))
+        if sha256_bytes(content) != digest:
+            return None, [f"inputs: the embedded problem {embedded} / {task} rebuilt here does not match its sha256"]
+        return problem_io.loads(content, Path(name)), []
     path = Path(problem) if problem is not None else folder / name
     if not path.is_file():
-        return [f"problem file {path} not found (give it with --problem)"]
-    if sha256_bytes(problem_io.read_bytes(path)) != digest:
-        return [f"problem file {path} does not match the released problem's sha256"]
-    return []
+        return None, [f"inputs: problem file {path} not found (give it with --problem)"]
+    content = problem_io.read_bytes(path)
+    if sha256_bytes(content) != digest:
+        return None, [f"inputs: problem file {path} does not match the released problem's sha256"]
+    return problem_io.loads(content, path), []

@@ -24,6 +24,7 @@ import fcntl
 import json
 import math
 import os
+import stat
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,7 +37,7 @@ from ..atomic import write_bytes
 from ..cache import sha256_bytes, user_state_dir
 from ..errors import InputError, require
 
-FORMAT = "dpaudit-mix privacy ledger v2"
+FORMAT = "dpaudit-mix privacy ledger v3"
 STATUSES = ("reserved", "released")
 
 
@@ -70,11 +71,31 @@ class Entry:
     def phase(self) -> accounting.GaussianPhase:
         return accounting.GaussianPhase(self.noise_multiplier, self.sample_rate, self.steps)
 
-    def on(self, data_sha256: str, problem_sha256: str) -> bool:
-        """Whether this entry spent budget on that data (a v1 entry knows the file's bytes only)."""
-        return (bool(self.data_sha256) and self.data_sha256 == data_sha256) or (
+    def on(self, data_sha256: str, problem_sha256: str, aliases: tuple[str, ...] = ()) -> bool:
+        """Whether this entry spent budget on that data (a v1 entry knows the file's bytes only;
+        ``aliases`` are the older digests of the same data that v2 entries carry)."""
+        return (bool(self.data_sha256) and self.data_sha256 in (data_sha256, *aliases)) or (
             not self.data_sha256 and self.problem_sha256 == problem_sha256
         )
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """What the ledger fixes for one data set at its first release: its cap (None: uncapped, as
+    that release chose) and the one δ every release on it is composed at; ``changes`` logs each
+    explicit change of the cap (``dpaudit-mix ledger set-budget``)."""
+
+    budget_epsilon: float | None
+    delta: float
+    since: str
+    changes: tuple[dict[str, Any], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "changes": list(self.changes)}
+
+
+class Conflict(Exception):
+    """A release that would change what the ledger fixed for its data (the cap or δ)."""
 
 
 def _number(raw: dict[str, Any], key: str, where: str) -> float:
@@ -126,7 +147,19 @@ def _entry(raw: object, where: str) -> Entry:
     return entry
 
 
-def _parse(path: Path, text: str) -> list[Entry]:
+def _dataset(raw: object, where: str) -> Dataset:
+    require(isinstance(raw, dict), f"{where} is not an object: {raw!r}")
+    assert isinstance(raw, dict)
+    cap = raw.get("budget_epsilon")
+    budget = None if cap is None else _number(raw, "budget_epsilon", where)
+    changes = raw.get("changes", [])
+    require(isinstance(changes, list) and all(isinstance(c, dict) for c in changes), f"{where}: bad 'changes'")
+    dataset = Dataset(budget, _number(raw, "delta", where), _text(raw, "since", where), tuple(changes))
+    require(0 < dataset.delta < 1 and (budget is None or budget > 0), f"{where}: delta or budget out of range")
+    return dataset
+
+
+def _parse(path: Path, text: str) -> tuple[dict[str, Dataset], list[Entry]]:
     try:
         body = json.loads(text)
     except (ValueError, RecursionError) as exc:
@@ -135,7 +168,12 @@ def _parse(path: Path, text: str) -> list[Entry]:
         isinstance(body, dict) and isinstance(body.get("releases"), list),
         f"the privacy ledger {path} has no 'releases' list; refusing to guess what was spent",
     )
-    return [_entry(raw, f"the privacy ledger {path}, entry {i}") for i, raw in enumerate(body["releases"])]
+    datasets = body.get("datasets", {})  # absent before v3: every data set's first new release fixes it
+    require(isinstance(datasets, dict), f"the privacy ledger {path}: 'datasets' is not an object")
+    return (
+        {key: _dataset(raw, f"the privacy ledger {path}, data set {key[:16]}") for key, raw in datasets.items()},
+        [_entry(raw, f"the privacy ledger {path}, entry {i}") for i, raw in enumerate(body["releases"])],
+    )
 
 
 def _real(path: Path) -> Path:
@@ -153,7 +191,26 @@ def _recorded(lock: Path) -> str:
 
 def read(path: Path) -> list[Entry]:
     """The ledger's entries, checked ([] only where no ledger has ever been written)."""
+    return read_state(path)[1]
+
+
+def _check_path(path: Path, real: Path) -> None:
+    """The ledger and its lock are regular files (or absent) in a folder: never a FIFO that blocks
+    the open, a device that reads without end (/dev/full), or a folder."""
+    for target in (real, _lock_path(real)):
+        if target.exists():
+            require(
+                stat.S_ISREG(target.stat().st_mode),
+                f"the privacy ledger {path}: {target} is not a regular file (a device, FIFO or folder); refusing it",
+            )
+    parent = next(p for p in (real.parent, *real.parent.parents) if p.exists())
+    require(parent.is_dir(), f"the privacy ledger {path}: {parent} is not a folder")
+
+
+def read_state(path: Path) -> tuple[dict[str, Dataset], list[Entry]]:
+    """The ledger's data sets and entries, checked (empty only where no ledger was ever written)."""
     real = _real(path)
+    _check_path(path, real)
     lock = _lock_path(real)
     recorded = _recorded(lock)
     if not real.exists():
@@ -162,7 +219,7 @@ def read(path: Path) -> list[Entry]:
             f"the privacy ledger {path} is missing but its lock file {lock} shows it was written; "
             "restore it (a deleted ledger is not 'nothing spent')",
         )
-        return []
+        return {}, []
     try:
         content = real.read_bytes()
     except OSError as exc:
@@ -187,9 +244,10 @@ def _lock_path(real: Path) -> Path:
 def _locked(path: Path) -> Iterator[Path]:
     """The real ledger path, held under an exclusive lock beside it (the lock file is never removed)."""
     real = _real(path)
+    _check_path(path, real)
     try:
         real.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(_lock_path(real), os.O_RDWR | os.O_CREAT, 0o666)
+        fd = os.open(_lock_path(real), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
     except OSError as exc:
         raise InputError(f"cannot use the privacy ledger {path}: {exc.strerror or exc}") from None
     try:
@@ -199,9 +257,14 @@ def _locked(path: Path) -> Iterator[Path]:
         os.close(fd)  # releases the lock (so does the death of the process)
 
 
-def _write(real: Path, entries: list[Entry]) -> None:
+def _write(real: Path, entries: list[Entry], datasets: dict[str, Dataset]) -> None:
     """The ledger, then its digest in the lock file (a crash between the two refuses: fails closed)."""
-    content = (json.dumps({"format": FORMAT, "releases": [asdict(e) for e in entries]}, indent=2) + "\n").encode()
+    body = {
+        "format": FORMAT,
+        "datasets": {key: d.to_dict() for key, d in datasets.items()},
+        "releases": [asdict(e) for e in entries],
+    }
+    content = (json.dumps(body, indent=2) + "\n").encode()
     write_bytes(real, content)
     _lock_path(real).write_text(sha256_bytes(content) + "\n", encoding="utf-8")
 
@@ -212,18 +275,19 @@ def spent(
     problem_sha256: str,
     delta: float,
     extra: tuple[accounting.GaussianPhase, ...] = (),
+    aliases: tuple[str, ...] = (),
 ) -> float:
     """ε at ``delta`` of every entry (reservations too) on this data, plus ``extra``, composed in PLD."""
-    phases = [e.phase for e in entries if e.on(data_sha256, problem_sha256)] + list(extra)
+    phases = [e.phase for e in entries if e.on(data_sha256, problem_sha256, aliases)] + list(extra)
     return accounting.epsilon(phases, delta, "pld") if phases else 0.0
 
 
 class OverBudget(Exception):
     """The reservation would take the data past its budget: nothing was written."""
 
-    def __init__(self, before: float, after: float) -> None:
-        super().__init__(f"{before:.4g} -> {after:.4g}")
-        self.before, self.after = before, after
+    def __init__(self, before: float, after: float, budget: float = math.inf) -> None:
+        super().__init__(f"{before:.4g} -> {after:.4g} of {budget:g}")
+        self.before, self.after, self.budget = before, after, budget
 
 
 def reserve(
@@ -237,14 +301,35 @@ def reserve(
     user_level: bool,
     timestamp: str,
     budget: float | None,
+    aliases: tuple[str, ...] = (),
 ) -> str:
-    """Check the budget and append a reservation, atomically; its id, or :class:`OverBudget`."""
+    """Check the budget and append a reservation, atomically; its id, :class:`OverBudget`, or
+    :class:`Conflict`.
+
+    The data set's cap and δ are the ledger's, fixed by its first release: ``budget`` (the
+    spec's) must be that cap or None, ``delta`` that δ, and everything on the data is composed
+    at that δ. So neither a second spec with a larger cap (or none) nor a release at another δ
+    spends more on the same data."""
     with _locked(path) as real:
-        entries = read(real)
-        if budget is not None:
-            total = spent(entries, data_sha256, problem_sha256, delta, (phase,))
-            if total > budget:
-                raise OverBudget(spent(entries, data_sha256, problem_sha256, delta), total)
+        datasets, entries = read_state(real)
+        fixed = datasets.get(data_sha256) or Dataset(budget, delta, timestamp)
+        if budget is not None and budget != fixed.budget_epsilon:
+            cap = "no cap" if fixed.budget_epsilon is None else f"budget_epsilon {fixed.budget_epsilon:g}"
+            raise Conflict(
+                f"this data's cap is {cap}, fixed in the ledger on {fixed.since}; a spec cannot change it "
+                f"(budget_epsilon {budget:g} asked): use `dpaudit-mix ledger set-budget {data_sha256[:16]}` "
+                "(logged), or leave budget_epsilon out"
+            )
+        if delta != fixed.delta:
+            raise Conflict(
+                f"this data is accounted at delta {fixed.delta:g} (fixed by its first release on {fixed.since}); a "
+                f"release at delta {delta:g} cannot be composed with it: release at delta {fixed.delta:g}"
+            )
+        if fixed.budget_epsilon is not None:
+            total = spent(entries, data_sha256, problem_sha256, fixed.delta, (phase,), aliases)
+            if total > fixed.budget_epsilon:
+                before = spent(entries, data_sha256, problem_sha256, fixed.delta, (), aliases)
+                raise OverBudget(before, total, fixed.budget_epsilon)
         entry = Entry(
             id=uuid.uuid4().hex,
             status="reserved",
@@ -258,8 +343,35 @@ def reserve(
             timestamp=timestamp,
             problem_sha256=problem_sha256,
         )
-        _write(real, [*entries, entry])
+        _write(real, [*entries, entry], {**datasets, data_sha256: fixed})
         return entry.id
+
+
+def standing(
+    path: Path, data_sha256: str, problem_sha256: str, aliases: tuple[str, ...] = ()
+) -> tuple[float, float | None, float]:
+    """(ε spent, the cap, δ) on this data: what a release says ("spent X of Y on this data")."""
+    datasets, entries = read_state(path)
+    fixed = datasets.get(data_sha256)
+    require(fixed is not None, f"the privacy ledger {path} has no data set {data_sha256[:16]}")
+    assert fixed is not None
+    return spent(entries, data_sha256, problem_sha256, fixed.delta, (), aliases), fixed.budget_epsilon, fixed.delta
+
+
+def set_budget(path: Path, data: str, budget: float | None, timestamp: str) -> Dataset:
+    """Change a data set's cap, explicitly, logged in its ``changes`` (``data``: its digest or a
+    prefix of at least 8 characters that names one data set)."""
+    require(budget is None or (math.isfinite(budget) and budget > 0), f"a budget must be > 0, got {budget}")
+    with _locked(path) as real:
+        datasets, entries = read_state(real)
+        matches = [key for key in datasets if key.startswith(data)] if len(data) >= 8 else []
+        require(len(matches) == 1, f"{data!r} names {len(matches)} data sets in the ledger {path} (give 8+ characters)")
+        key = matches[0]
+        old = datasets[key]
+        change = {"from": old.budget_epsilon, "to": budget, "timestamp": timestamp}
+        datasets[key] = Dataset(budget, old.delta, old.since, (*old.changes, change))
+        _write(real, entries, datasets)
+        return datasets[key]
 
 
 def _find(entries: list[Entry], reservation: str, path: Path) -> int:
@@ -272,7 +384,7 @@ def commit(path: Path, reservation: str, manifest_sha256: str) -> None:
     """The reservation becomes the release's entry, naming its manifest by digest (a path would
     record where a machine keeps its files; the digest is what identifies the release)."""
     with _locked(path) as real:
-        entries = read(real)
+        datasets, entries = read_state(real)
         i = _find(entries, reservation, path)
         entries[i] = Entry(
             **{
@@ -281,12 +393,14 @@ def commit(path: Path, reservation: str, manifest_sha256: str) -> None:
                 "manifest_sha256": manifest_sha256,
             }
         )
-        _write(real, entries)
+        _write(real, entries, datasets)
 
 
 def withdraw(path: Path, reservation: str) -> None:
     """Remove a reservation whose release was refused (nothing was published, nothing was spent)."""
     with _locked(path) as real:
-        entries = read(real)
-        del entries[_find(entries, reservation, path)]
-        _write(real, entries)
+        datasets, entries = read_state(real)
+        gone = entries.pop(_find(entries, reservation, path))
+        if not any(e.data_sha256 == gone.data_sha256 for e in entries):  # nothing spent: nothing fixed
+            datasets.pop(gone.data_sha256, None)
+        _write(real, entries, datasets)

@@ -12,6 +12,9 @@ from ..errors import require
 from ..learner import LearnerConfig
 from ..specfile import Seed, check_fields
 
+#: the fewest runs per canary a release's audit may take (check-release holds a manifest to it).
+MIN_AUDIT_RUNS = 1000
+
 
 @dataclass(frozen=True)
 class ReleaseSpec:
@@ -34,7 +37,9 @@ class ReleaseSpec:
     confidence: float = 0.95
     seed: Seed = 0  # the audit's seed (the released λ's noise comes from the OS CSPRNG)
     chunk_size: int = 4096
-    budget_epsilon: float | None = None  # total ε allowed on one problem file, composed in PLD (None: no cap)
+    budget_epsilon: float | None = (
+        None  # the data's cap, fixed in the ledger by its first release (then: that or unset)
+    )
     ledger: str = ""  # default: $DPAUDIT_MIX_LEDGER, else ~/.local/state/dpaudit-mix/ledger.json
 
     def __post_init__(self) -> None:
@@ -52,7 +57,7 @@ class ReleaseSpec:
             self.accountant in accounting.ACCOUNTANTS,
             f"accountant must be one of {accounting.ACCOUNTANTS}, got {self.accountant!r}",
         )
-        require(self.audit_runs >= 1000, f"audit_runs must be >= 1000, got {self.audit_runs}")
+        require(self.audit_runs >= MIN_AUDIT_RUNS, f"audit_runs must be >= {MIN_AUDIT_RUNS}, got {self.audit_runs}")
         require(
             len(self.audit_canaries) >= 1 and set(self.audit_canaries) <= set(CANARY_KINDS),
             f"audit_canaries must be a non-empty subset of {CANARY_KINDS}, got {self.audit_canaries!r}",
