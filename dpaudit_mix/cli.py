@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import accounting, owned
+from . import accounting
 from . import problem as problem_io
 from .atomic import check_output, write_json
 from .backend import BACKENDS, Backend
@@ -187,11 +187,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
     out = check_output(
         args.out or Path("reports") / Path(args.spec).stem, folder=True, inputs=[args.spec, args.problem]
     )
-    with owned.folder_lock(out, "audit"):  # one command writes a folder: never two audits' results mixed
-        outcome = run_audit(
-            spec, out, noise_multiplier=args.noise_multiplier, backend=args.backend, scheduler=args.scheduler
-        )
-        write_report(outcome, out)
+    outcome = run_audit(
+        spec,
+        out,
+        noise_multiplier=args.noise_multiplier,
+        backend=args.backend,
+        scheduler=args.scheduler,
+        report=write_report,
+    )
     print(json.dumps(outcome.summary.to_dict(), indent=2))
     if outcome.summary.violation:
         print(f"dpaudit-mix: {summary_verdict(outcome.summary)}; see {out}/report.md", file=sys.stderr)

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-from .. import randomness
+from .. import owned, randomness
 from ..backend import Backend
 from ..cache import json_sha256
 from ..errors import present, require
@@ -29,7 +30,7 @@ from ..resources import require_memory
 from .attack import AttackResult
 from .chunks import ChunkStore
 from .mechanisms import mechanism
-from .mechanisms.base import Collector, Setting
+from .mechanisms.base import Collector, Plan, Setting
 from .profile import TradeOff, claimed_tradeoff
 from .result import AuditSummary, SettingResult
 from .scores import analyse, check_claim
@@ -110,11 +111,14 @@ def run_audit(
     threads: int | None = None,
     progress: bool = True,
     problem: Problem | None = None,
+    report: Callable[[AuditOutcome, Path], None] | None = None,
 ) -> AuditOutcome:
     """Run (or resume) the audit described by ``spec``, persisting chunks under ``out``.
 
     ``noise_multiplier`` replaces the calibrated σ the runs use (the claim stays the calibrated
     one); ``problem`` replaces the spec's problem (callers that build one in memory, like verification).
+    From the first write to the end of ``report`` (called with the outcome and ``out``), the folder
+    is locked (:func:`..owned.folder_lock`): a second audit on it is refused, never mixed in.
     """
     require(
         noise_multiplier is None or (math.isfinite(noise_multiplier) and noise_multiplier >= 0),
@@ -132,6 +136,24 @@ def run_audit(
     # every check before the first write; local chunks run on joblib threads (numpy and BLAS
     # release the GIL) or, for Python-bound torch loops, processes
     runner = Backend.connect(backend, scheduler, threads)
+    with owned.folder_lock(out, "audit"):
+        outcome = _collect_and_analyse(spec, out, plan, full, include, bounds, settings, runner, progress)
+        if report is not None:
+            report(outcome, out)
+    return outcome
+
+
+def _collect_and_analyse(
+    spec: AuditSpec,
+    out: Path,
+    plan: Plan,
+    full: Problem,
+    include: np.ndarray,
+    bounds: list[tuple[int, int]],
+    settings: list[Setting],
+    runner: Backend,
+    progress: bool,
+) -> AuditOutcome:
     with ChunkStore(out, _spec_hash(spec, plan.noise_multiplier, full), THREATS) as store:
         # Collecting streams: a finished chunk goes to disk, and memory stays bounded by the chunk size.
         jobs = [(s, a, b) for s in settings for a, b in bounds if store.load(s.name, np.arange(a, b)) is None]

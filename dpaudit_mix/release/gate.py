@@ -270,8 +270,7 @@ def _checked_release(
         chunk_size=spec.chunk_size,
     )
     work = work_folder(inputs)
-    outcome = run_audit(audit_spec, work, noise_multiplier=sigma, progress=progress, problem=prob)
-    write_report(outcome, work)
+    outcome = run_audit(audit_spec, work, noise_multiplier=sigma, progress=progress, problem=prob, report=write_report)
     write_bytes(out / "tradeoff.png", (work / "tradeoff.png").read_bytes())  # counts only: publishable
     audit = outcome.summary
     if audit.violation:
