@@ -22,6 +22,12 @@ os.environ.update(_FOLDERS)
 os.environ.pop("DPAUDIT_MIX_LEDGER", None)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``long`` run first: with one worker per core, a test of minutes started last
+    would leave the other core idle while it finishes (longest first balances the workers)."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     for folder in _FOLDERS.values():
         shutil.rmtree(folder, ignore_errors=True)

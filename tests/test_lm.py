@@ -124,6 +124,7 @@ def test_text_spec_refuses_bad_values(keys: dict, message: str) -> None:
         TextPipelineSpec(**keys)
 
 
+@pytest.mark.long
 def test_text_pipeline_end_to_end(tmp_path: Path) -> None:
     """A tiny run through the CLI: report with perplexities and λ★; a rerun recomputes nothing."""
     spec = tmp_path / "tiny.toml"

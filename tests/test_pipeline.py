@@ -162,6 +162,7 @@ def _spec_file(path: Path, **keys: object) -> Path:
     return path
 
 
+@pytest.mark.long
 def test_tiny_factorial_runs_every_cell_and_tests_its_endpoints_across_rows(capsys, tmp_path: Path) -> None:
     """pipeline/factorial.toml at toy sizes: proxy × protocol rows, per-task λ for every digit in
     mixtures.json, and both endpoints per row, Holm-corrected across the four rows."""
@@ -208,6 +209,7 @@ class _NothingToSend(Backend):
         yield from ()
 
 
+@pytest.mark.long
 def test_workers_and_dask_compute_the_same_results_as_one_process(tmp_path: Path) -> None:
     from dask.distributed import LocalCluster
 

@@ -132,6 +132,7 @@ def test_diagnostics() -> None:
     assert tpr_at_fpr(np.ones(10), np.zeros(10), 1e-3) == 1.0
 
 
+@pytest.mark.long
 def test_engine_profile_verdict_over_50_honest_configurations(tmp_path, monkeypatch) -> None:
     """Random honest configurations, Poisson included: the profile verdict fires no more often than
     α = 5% allows, and every result carries the GDP numbers. (Claims come from a few (ε, q, T),

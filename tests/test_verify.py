@@ -25,6 +25,7 @@ TINY = Level(
 )
 
 
+@pytest.mark.long
 def test_quick_verification_passes_and_catches_every_mutant(capsys, tmp_path: Path) -> None:
     """The CI job itself: `verify-accountant --quick --self-test` on the shipped code."""
     assert main(["verify-accountant", "--quick", "--self-test", "--out", str(tmp_path)]) == 0

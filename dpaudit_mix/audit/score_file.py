@@ -20,7 +20,16 @@ from ..atomic import check_output, write_json
 from ..errors import InputError, require
 from ..reporting import Block, save_figure, write_pages
 from .report import tradeoff_figure
-from .scores import AuditResult, analyse, checked_claim, checked_scores, power_line, verdict_line, with_control
+from .scores import (
+    AuditResult,
+    analyse,
+    checked_claim,
+    checked_scores,
+    control_label,
+    power_line,
+    verdict_line,
+    with_control,
+)
 
 #: the arrays an ``.npz`` score file may hold: the audited canary's scores, and optionally the
 #: σ = 0 control's (the same attack on runs without noise), which tells a blind attack apart.
@@ -91,10 +100,11 @@ def audit_score_file(
     claimed = checked_claim(epsilon, delta, phases, confidence, threshold, accountant)
     if out is not None:  # every input checked first: a refused audit makes no folder
         out = check_output(out, folder=True, inputs=[path])
-    args = (epsilon, delta, claimed, phases, confidence, threshold, seed, label)
-    result, found = analyse(scores["in_scores"], scores["out_scores"], *args)
+    args = (epsilon, delta, claimed, phases, confidence, threshold, seed)
+    result, found = analyse(scores["in_scores"], scores["out_scores"], *args, label)
     if "control_in" in scores:
-        result = with_control(result, scores["control_in"], scores["control_out"], *args)
+        control = analyse(scores["control_in"], scores["control_out"], *args, control_label(label))[0]
+        result = with_control(result, control)
     if out is not None:
         figure = save_figure(tradeoff_figure(claimed, epsilon, {label: found}), out / "tradeoff.png")
         mechanism = "; ".join(
@@ -108,7 +118,7 @@ def audit_score_file(
             if result.gdp_is_bound
             else "NOT a bound here (no full-batch phases stated: the Gaussian curve is assumed, not known)."
         )
-        control = (
+        control_text = (
             "No σ = 0 control scores were given, so a blind attack would pass in silence."
             if result.control is None
             else f"σ = 0 control: {verdict_line(result.control, epsilon)}"
@@ -124,7 +134,7 @@ def audit_score_file(
             ),
             ("strong", verdict_line(result, epsilon)),
             ("p", power_line(result)),
-            ("p", control),
+            ("p", control_text),
             *(("p", f"Warning: {w}.") for w in result.warnings),
             (
                 "table",

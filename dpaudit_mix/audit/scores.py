@@ -294,25 +294,15 @@ def analyse(
     return result, found
 
 
-def with_control(
-    result: AuditResult,
-    control_in: np.ndarray,
-    control_out: np.ndarray,
-    epsilon: float,
-    delta: float,
-    claimed: TradeOff,
-    phases: Sequence[accounting.GaussianPhase] | None,
-    confidence: float,
-    threshold: str,
-    seed: int,
-    label: str,
-) -> AuditResult:
-    """``result`` with its σ = 0 control analysed the same way: a control that stays within the
-    claim makes the result inconclusive (the runs, canary or attack cannot see leakage)."""
-    control, _ = analyse(
-        control_in, control_out, epsilon, delta, claimed, phases, confidence, threshold, seed, f"{label}-control"
-    )
+def with_control(result: AuditResult, control: AuditResult) -> AuditResult:
+    """``result`` with its σ = 0 control's result (``analyse`` of the control's scores, under the
+    label :func:`control_label`): a control that stays within the claim makes it inconclusive."""
     return replace(result, control=control)
+
+
+def control_label(label: str) -> str:
+    """The streams a control's analysis draws from: its own, beside its private result's."""
+    return f"{label}-control"
 
 
 def audit_scores(
@@ -348,7 +338,9 @@ def audit_scores(
     if control_in is not None and control_out is not None:
         controls = checked_scores(control_in, "control_in"), checked_scores(control_out, "control_out")
     claimed = checked_claim(epsilon, delta, phases, confidence, threshold, accountant)
-    result = analyse(scores_in, scores_out, epsilon, delta, claimed, phases, confidence, threshold, seed, label)[0]
+    args = (epsilon, delta, claimed, phases, confidence, threshold, seed)
+    result = analyse(scores_in, scores_out, *args, label)[0]
     if controls is None:
         return result
-    return with_control(result, *controls, epsilon, delta, claimed, phases, confidence, threshold, seed, label)
+    control_in_scores, control_out_scores = controls
+    return with_control(result, analyse(control_in_scores, control_out_scores, *args, control_label(label))[0])
