@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dpaudit_mix.cache import user_cache_dir
 from dpaudit_mix.problem import Problem, data_sha256, load, save
 from dpaudit_mix.release import ledger
 
@@ -87,8 +88,8 @@ def main() -> int:
             f'budget_epsilon = 1.2\nledger = "{book}"\n'
         )
         victim = _release(spec, root / "out-kill")
-        chunks = root / "out-kill" / "audit" / "chunks"
-        while victim.poll() is None and not any(chunks.glob("*.npz")):
+        chunks = user_cache_dir() / "release-audits"  # a release audits in its private work folder
+        while victim.poll() is None and not any(chunks.glob("*/chunks/*.npz")):
             time.sleep(0.5)
         victim.send_signal(signal.SIGKILL)
         victim.wait()
