@@ -91,7 +91,9 @@ def bounded(
         os.close(read_end)
         code = 0
         try:
-            resource.setrlimit(resource.RLIMIT_AS, (_mapped_bytes() + budget, resource.RLIM_INFINITY))
+            _, hard = resource.getrlimit(resource.RLIMIT_AS)  # never above a limit the machine already sets
+            soft = _mapped_bytes() + budget
+            resource.setrlimit(resource.RLIMIT_AS, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
             value = fn(*args)
             packed = value if isinstance(value, tuple) else (value,)
             buffer = io.BytesIO()
