@@ -286,7 +286,7 @@ def cmd_ledger(args: argparse.Namespace) -> None:
     path = Path(args.ledger) if args.ledger else ledger.default_path()
     if args.action == "set-budget":
         require(args.data is not None, "set-budget needs the data set's digest (see `dpaudit-mix ledger show`)")
-        require((args.epsilon is None) != args.no_cap, "give --epsilon X or --no-cap")
+        require((args.epsilon is not None) != args.no_cap, "give --epsilon X or --no-cap, one of them")
         stamp = datetime.now(UTC).isoformat(timespec="seconds")
         ledger.set_budget(path, args.data, None if args.no_cap else args.epsilon, stamp)
     datasets, entries = ledger.read_state(path)

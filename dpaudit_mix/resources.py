@@ -66,6 +66,35 @@ def _mapped_bytes() -> int:
     raise OSError("no VmSize in /proc/self/status")
 
 
+def _child(
+    fn: Callable[..., Any], args: tuple[Any, ...], write_end: int, budget: int, errors: tuple[type[InputError], ...]
+) -> int:
+    """The forked child's whole life: ``fn(*args)`` under the memory bound, its answer (an npz, or
+    the kind and text of its failure) written to the pipe; the exit status to leave with."""
+    try:
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)  # never above a limit the machine already sets
+        soft = _mapped_bytes() + budget
+        resource.setrlimit(resource.RLIMIT_AS, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+        value = fn(*args)
+        packed = value if isinstance(value, tuple) else (value,)
+        buffer = io.BytesIO()
+        np.savez(buffer, *[np.asarray(v) for v in packed], tuple=np.array(isinstance(value, tuple)))
+        message = b"ok\n" + buffer.getvalue()
+    except MemoryError:
+        message = b"memory\n"
+    except BaseException as exc:  # the parent decides what it means
+        label = "input" if isinstance(exc, InputError) else "value" if isinstance(exc, ValueError) else "error"
+        label = "arith" if isinstance(exc, ArithmeticError) else label
+        label = next((f"input{i}" for i, e in enumerate(errors) if isinstance(exc, e)), label)
+        message = f"{label}\n{exc}".encode()
+    try:
+        with os.fdopen(write_end, "wb") as pipe:
+            pipe.write(message)
+    except BaseException:
+        return 1
+    return 0
+
+
 def bounded(
     fn: Callable[..., T],
     *args: Any,
@@ -89,29 +118,7 @@ def bounded(
     pid = os.fork()
     if pid == 0:  # the child: compute, send, and leave without running the parent's exit handlers
         os.close(read_end)
-        code = 0
-        try:
-            _, hard = resource.getrlimit(resource.RLIMIT_AS)  # never above a limit the machine already sets
-            soft = _mapped_bytes() + budget
-            resource.setrlimit(resource.RLIMIT_AS, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
-            value = fn(*args)
-            packed = value if isinstance(value, tuple) else (value,)
-            buffer = io.BytesIO()
-            np.savez(buffer, *[np.asarray(v) for v in packed], tuple=np.array(isinstance(value, tuple)))
-            message = b"ok\n" + buffer.getvalue()
-        except MemoryError:
-            message = b"memory\n"
-        except BaseException as exc:  # the parent decides what it means
-            label = "input" if isinstance(exc, InputError) else "value" if isinstance(exc, ValueError) else "error"
-            label = "arith" if isinstance(exc, ArithmeticError) else label
-            label = next((f"input{i}" for i, e in enumerate(errors) if isinstance(exc, e)), label)
-            message = f"{label}\n{exc}".encode()
-        try:
-            with os.fdopen(write_end, "wb") as pipe:
-                pipe.write(message)
-        except BaseException:
-            code = 1
-        os._exit(code)
+        os._exit(_child(fn, args, write_end, budget, errors))
     os.close(write_end)
     deadline = time.monotonic() + seconds
     chunks: list[bytes] = []

@@ -264,3 +264,15 @@ def test_a_ledger_path_that_is_not_a_regular_file_is_refused_before_it_is_opened
     with pytest.raises(InputError, match="is not a regular file"):
         _reserve(path)
     assert not Path("/dev/full.lock").exists()
+
+
+def test_the_ledger_command_shows_and_changes_a_cap(capsys, tmp_path: Path) -> None:
+    from dpaudit_mix.cli import main
+
+    path = tmp_path / "ledger.json"
+    _reserve(path, budget=BUDGET_FOR_ONE)
+    assert main(["ledger", "set-budget", "d" * 8, "--epsilon", "5", "--ledger", str(path)]) == 0
+    shown = json.loads(capsys.readouterr().out)["datasets"]["d" * 64]
+    assert shown["budget_epsilon"] == 5.0 and shown["changes"][-1]["from"] == BUDGET_FOR_ONE
+    assert main(["ledger", "set-budget", "d" * 8, "--ledger", str(path)]) == 2  # neither --epsilon nor --no-cap
+    assert main(["ledger", "show", "--ledger", "/dev/full"]) == 2

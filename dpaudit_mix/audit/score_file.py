@@ -19,6 +19,8 @@ from .. import accounting, npz
 from ..atomic import check_output, write_json
 from ..errors import InputError, require
 from ..reporting import Block, save_figure, write_pages
+from .attack import AttackResult
+from .profile import TradeOff
 from .report import tradeoff_figure
 from .scores import (
     AuditResult,
@@ -106,63 +108,79 @@ def audit_score_file(
         control = analyse(scores["control_in"], scores["control_out"], *args, control_label(label))[0]
         result = with_control(result, control)
     if out is not None:
-        figure = save_figure(tradeoff_figure(claimed, epsilon, {label: found}), out / "tradeoff.png")
-        mechanism = "; ".join(
-            f"σ = {p.noise_multiplier:.4g}, q = {p.sample_rate:g}, T = {p.steps}" for p in phases or ()
-        )
-        claim = f"claimed (ε, δ) = ({epsilon:g}, {delta:g}) " + (
-            f"for {mechanism}" if mechanism else "as μ-GDP (no phases given)"
-        )
-        gdp = (
-            "a bound here (every phase stated full batch)."
-            if result.gdp_is_bound
-            else "NOT a bound here (no full-batch phases stated: the Gaussian curve is assumed, not known)."
-        )
-        control_text = (
-            "No σ = 0 control scores were given, so a blind attack would pass in silence."
-            if result.control is None
-            else f"σ = 0 control: {verdict_line(result.control, epsilon)}"
-            + (" INCONCLUSIVE: even the control stays within the claim." if result.inconclusive else "")
-        )
-        blocks: list[Block] = [
-            (
-                "p",
-                f"Scores from {path.name}: {len(scores['in_scores'])} canary-in, {len(scores['out_scores'])} "
-                f"canary-out runs; {claim}; {confidence:.0%} Clopper–Pearson, thresholds by '{threshold}'. "
-                f"μ_LB and ε_LB (GDP) are {gdp} ε_LB (profile) is a lower bound on the ε of the claimed "
-                "mechanism's σ-scaled family (same q and T), not on any mechanism's ε.",
-            ),
-            ("strong", verdict_line(result, epsilon)),
-            ("p", power_line(result)),
-            ("p", control_text),
-            *(("p", f"Warning: {w}.") for w in result.warnings),
-            (
-                "table",
-                [
-                    ["ε_LB", "μ_LB", "ε_LB (GDP)", "ε_LB (profile)", "curve", "AUROC [95% CI]"],
-                    [
-                        f"{result.epsilon_lower_bound:.3f}",
-                        f"{result.mu_lower_bound:.3f}",
-                        f"{result.epsilon_lower_bound_gdp:.3f}",
-                        f"{result.epsilon_lower_bound_profile:.3f}",
-                        "VIOLATED" if result.profile_violation else "ok",
-                        f"{result.auroc:.3f} [{result.auroc_ci[0]:.3f}, {result.auroc_ci[1]:.3f}]",
-                    ],
-                ],
-            ),
-            ("figure", figure),
-        ]
-        write_pages(out, "dpaudit-mix audit of scores", blocks)
-        write_json(
-            out / "audit.json",
-            {
-                "claimed_epsilon": epsilon,
-                "delta": delta,
-                "confidence": confidence,
-                "threshold_strategy": threshold,
-                "claimed_tradeoff": claimed.describe(),
-                "scores": path.name,
-                **result.to_dict(),
-            },
-        )
+        _write_report(out, path, scores, result, found, claimed, epsilon, delta, phases, confidence, threshold, label)
     return result
+
+
+def _write_report(
+    out: Path,
+    path: Path,
+    scores: dict[str, np.ndarray],
+    result: AuditResult,
+    found: AttackResult,
+    claimed: TradeOff,
+    epsilon: float,
+    delta: float,
+    phases: Sequence[accounting.GaussianPhase] | None,
+    confidence: float,
+    threshold: str,
+    label: str,
+) -> None:
+    """report.md/html, tradeoff.png and audit.json of one score file's audit in ``out``."""
+    figure = save_figure(tradeoff_figure(claimed, epsilon, {label: found}), out / "tradeoff.png")
+    mechanism = "; ".join(f"σ = {p.noise_multiplier:.4g}, q = {p.sample_rate:g}, T = {p.steps}" for p in phases or ())
+    claim = f"claimed (ε, δ) = ({epsilon:g}, {delta:g}) " + (
+        f"for {mechanism}" if mechanism else "as μ-GDP (no phases given)"
+    )
+    gdp = (
+        "a bound here (every phase stated full batch)."
+        if result.gdp_is_bound
+        else "NOT a bound here (no full-batch phases stated: the Gaussian curve is assumed, not known)."
+    )
+    control_text = (
+        "No σ = 0 control scores were given, so a blind attack would pass in silence."
+        if result.control is None
+        else f"σ = 0 control: {verdict_line(result.control, epsilon)}"
+        + (" INCONCLUSIVE: even the control stays within the claim." if result.inconclusive else "")
+    )
+    blocks: list[Block] = [
+        (
+            "p",
+            f"Scores from {path.name}: {len(scores['in_scores'])} canary-in, {len(scores['out_scores'])} "
+            f"canary-out runs; {claim}; {confidence:.0%} Clopper–Pearson, thresholds by '{threshold}'. "
+            f"μ_LB and ε_LB (GDP) are {gdp} ε_LB (profile) is a lower bound on the ε of the claimed "
+            "mechanism's σ-scaled family (same q and T), not on any mechanism's ε.",
+        ),
+        ("strong", verdict_line(result, epsilon)),
+        ("p", power_line(result)),
+        ("p", control_text),
+        *(("p", f"Warning: {w}.") for w in result.warnings),
+        (
+            "table",
+            [
+                ["ε_LB", "μ_LB", "ε_LB (GDP)", "ε_LB (profile)", "curve", "AUROC [95% CI]"],
+                [
+                    f"{result.epsilon_lower_bound:.3f}",
+                    f"{result.mu_lower_bound:.3f}",
+                    f"{result.epsilon_lower_bound_gdp:.3f}",
+                    f"{result.epsilon_lower_bound_profile:.3f}",
+                    "VIOLATED" if result.profile_violation else "ok",
+                    f"{result.auroc:.3f} [{result.auroc_ci[0]:.3f}, {result.auroc_ci[1]:.3f}]",
+                ],
+            ],
+        ),
+        ("figure", figure),
+    ]
+    write_pages(out, "dpaudit-mix audit of scores", blocks)
+    write_json(
+        out / "audit.json",
+        {
+            "claimed_epsilon": epsilon,
+            "delta": delta,
+            "confidence": confidence,
+            "threshold_strategy": threshold,
+            "claimed_tradeoff": claimed.describe(),
+            "scores": path.name,
+            **result.to_dict(),
+        },
+    )

@@ -175,6 +175,9 @@ def check_claim(
     "violation" of ε = 50 by phases worth 2)."""
     accounting.check_epsilon(epsilon)
     accounting.check_delta(delta)
+    require(
+        accountant in accounting.ACCOUNTANTS, f"unknown accountant {accountant!r}; choose from {accounting.ACCOUNTANTS}"
+    )
     if not phases:
         return
     spent = accounting.epsilon(phases, delta, accountant)
