@@ -1,7 +1,9 @@
 """Checked on-disk caches: an output is reused only if its SHA-256 sidecar matches and it loads.
 
 The pipeline's stage cache and the built embedded problems share this rule: anything that fails
-the check is recomputed, with one warning line, never trusted and never a traceback.
+the check is recomputed, with one warning line, never trusted and never a traceback. The sidecar
+hashes the entry's key (its folder and file name) before its bytes, so an entry moved or copied
+under another key, sidecar and all, fails its check too (:func:`entry_digest`).
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
+def sha256(path: Path, prefix: bytes = b"") -> str:
+    """sha256 of ``prefix`` then the file's bytes, read in blocks."""
+    digest = hashlib.sha256(prefix)
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
@@ -74,10 +77,17 @@ def user_state_dir() -> Path:
     return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "dpaudit-mix"
 
 
+def entry_digest(path: Path) -> str:
+    """sha256 of ``<folder>/<name>``, a NUL, then the entry's bytes: the key is inside the checked
+    content, so seed 1's entry put under seed 0's name (or one stage's output copied over another's)
+    does not match the sidecar it brought along."""
+    return sha256(path, f"{path.parent.name}/{path.name}".encode() + b"\0")
+
+
 def verified(path: Path) -> bool:
-    """Whether ``path`` exists and matches its SHA-256 sidecar (``path.sha256``)."""
+    """Whether ``path`` exists and matches its keyed SHA-256 sidecar (``path.sha256``)."""
     check = path.with_name(path.name + ".sha256")
-    return path.is_file() and check.is_file() and check.read_text(encoding="utf-8").strip() == sha256(path)
+    return path.is_file() and check.is_file() and check.read_text(encoding="utf-8").strip() == entry_digest(path)
 
 
 def cached(
@@ -88,7 +98,7 @@ def cached(
     check = path.with_name(path.name + ".sha256")
     if path.is_file():
         try:
-            require(verified(path), "checksum mismatch")
+            require(verified(path), "checksum mismatch, or the entry belongs to another key")
             return load(path)
         except (InputError, OSError, ValueError, KeyError, EOFError) as exc:
             print(f"dpaudit-mix: warning: cached {path} failed its check ({exc}); recomputing", file=sys.stderr)
@@ -97,7 +107,7 @@ def cached(
         return value
     try:
         save(path, value)
-        write_text(check, sha256(path) + "\n")
+        write_text(check, entry_digest(path) + "\n")
     except OSError as exc:  # a cache that cannot be written costs time, not the result
         print(f"dpaudit-mix: warning: cannot write the cache {path}: {exc.strerror or exc}", file=sys.stderr)
     return value

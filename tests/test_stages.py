@@ -86,6 +86,22 @@ def test_every_stage_runs_once_and_a_rerun_runs_none(tmp_path: Path) -> None:
     assert runs[0].mixture.weights.tolist() == [0.25, 0.75] and runs[2].mixture.weights is None
 
 
+def test_an_entry_swapped_under_another_key_is_recomputed_not_used(capsys, tmp_path: Path) -> None:
+    """Probe #32: one stage's output copied, sidecar and all, over another's was used as it; the
+    sidecar hashes the key first, so the swapped entry fails and only it is recomputed."""
+    reference = [r.to_dict() for r in run_stages(ToyTrack(), StageCache(tmp_path), progress=False)]
+    cache = StageCache(tmp_path)
+    seed0, seed1 = (cache._path("pretrain", f"pre-{seed}", "arrays") for seed in (0, 1))
+    assert seed0 is not None and seed1 is not None
+    for suffix in ("", ".sha256"):
+        (seed0.parent / (seed0.name + suffix)).write_bytes((seed1.parent / (seed1.name + suffix)).read_bytes())
+    track = ToyTrack()
+    runs = [r.to_dict() for r in run_stages(track, StageCache(tmp_path), progress=False)]
+    assert track.calls == {"mixture": 0, "pretrain": 1, "finetune": 0}
+    assert runs == reference
+    assert "belongs to another key" in capsys.readouterr().err
+
+
 def test_an_unwritable_cache_warns_once_and_gives_the_same_runs(capsys, tmp_path: Path) -> None:
     reference = [r.to_dict() for r in run_stages(ToyTrack(), StageCache(tmp_path / "ok"), progress=False)]
     (tmp_path / "file").write_text("not a folder")
