@@ -10,6 +10,7 @@ writes anything, so an unreachable scheduler is one line and exit 2.
 from __future__ import annotations
 
 import ctypes
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -28,14 +29,36 @@ CONNECT_TIMEOUT_S = 10
 
 
 def dask_client(scheduler: str | None) -> Any:
-    """A client connected to ``scheduler``, or one clear error."""
+    """A client connected to ``scheduler``, or one clear error within :data:`CONNECT_TIMEOUT_S`
+    (plus a second). Distributed's own timeout covers the TCP connect, not the handshake read
+    after it: an HTTP server or a listener that accepts and never answers held ``Client`` for
+    minutes. So the client is built on a daemon thread that this one waits for, with the deadline;
+    a thread still waiting on a silent listener is left to die with the process."""
     from dask.distributed import Client
 
     require(scheduler is not None, "--backend dask needs --scheduler ADDR")
-    try:
-        return Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
-    except (OSError, TimeoutError, ValueError) as exc:
-        raise InputError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
+    built: list[Any] = []
+    failed: list[BaseException] = []
+
+    def build() -> None:
+        try:
+            built.append(Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s"))
+        except BaseException as exc:  # handed to the waiting thread, which decides
+            failed.append(exc)
+
+    thread = threading.Thread(target=build, name="dask-connect", daemon=True)
+    thread.start()
+    thread.join(CONNECT_TIMEOUT_S + 1)
+    if built:
+        return built[0]
+    if not failed:
+        raise InputError(
+            f"cannot reach the Dask scheduler at {scheduler}: no Dask handshake within {CONNECT_TIMEOUT_S} s "
+            "(is it a Dask scheduler?)"
+        )
+    if isinstance(failed[0], (OSError, TimeoutError, ValueError)):
+        raise InputError(f"cannot reach the Dask scheduler at {scheduler}: {failed[0]}") from None
+    raise failed[0]
 
 
 def _roomy_malloc() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -360,6 +361,59 @@ def test_backends_are_checked_before_anything_is_written(
     ]
     for argv, message in cases:
         refused(capsys, argv, message, tmp_path)
+
+
+@pytest.fixture
+def mute_listeners() -> Iterator[dict[str, str]]:
+    """An HTTP server and a listener that accepts and never answers, on free local ports."""
+    import http.server
+    import socket
+    import threading
+
+    silent = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        silent.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(silent.accept()[0])
+            except TimeoutError:
+                continue
+
+    class Quiet(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threads = [threading.Thread(target=accept, daemon=True), threading.Thread(target=web.serve_forever, daemon=True)]
+    for thread in threads:
+        thread.start()
+    yield {"silent": f"tcp://127.0.0.1:{silent.getsockname()[1]}", "http": f"tcp://127.0.0.1:{web.server_port}"}
+    stop.set()
+    web.shutdown()
+    for sock in (*held, silent):
+        sock.close()
+
+
+def test_a_listener_that_is_no_dask_scheduler_is_refused_by_the_deadline(
+    capsys, monkeypatch, mute_listeners: dict[str, str], tmp_path: Path
+) -> None:
+    """Probe #32: an HTTP server or a silent listener held the Dask connect for 90-600 s (the
+    handshake read had no deadline); now exit 2 once the connect deadline passes."""
+    import time
+
+    from dpaudit_mix import backend
+
+    monkeypatch.setattr(backend, "CONNECT_TIMEOUT_S", 2)
+    recovery = tmp_path / "defaults.toml"
+    recovery.write_text("")
+    for kind, address in mute_listeners.items():
+        start = time.monotonic()
+        argv = ["recovery", str(recovery), "--backend", "dask", "--scheduler", address, "--out", str(tmp_path / kind)]
+        refused(capsys, argv, "cannot reach the Dask scheduler", tmp_path)
+        assert time.monotonic() - start < backend.CONNECT_TIMEOUT_S + 3, kind
 
 
 def test_cuda_without_a_gpu_is_refused_before_any_work(capsys, monkeypatch, tmp_path: Path) -> None:
