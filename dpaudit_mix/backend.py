@@ -10,7 +10,10 @@ writes anything, so an unreachable scheduler is one line and exit 2.
 from __future__ import annotations
 
 import ctypes
+import os
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -74,6 +77,50 @@ def _roomy_malloc() -> None:
     libc.mallopt(M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD_MAX)
 
 
+#: how often a local worker checks that the process that started it is still alive.
+PARENT_POLL_S = 1.0
+
+_watching = threading.Lock()
+_watched: list[int] = []  # the parent this worker process already watches (at most one)
+
+
+def _die_with(parent: int) -> None:
+    """Start, once per worker process, a daemon thread that ends the process when ``parent`` is
+    gone (the worker is re-parented): loky's initializer. Loky's workers outlived a ``kill -9`` of
+    the pipeline that started them by 10 minutes and more, and held its resource trackers alive
+    with them."""
+    with _watching:
+        if _watched:
+            return
+        _watched.append(parent)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _capped(workers: int) -> int:
+    """``workers`` capped by the usable cores, said once on stderr (``--workers 10000`` started 31
+    processes for a 4-cell grid before each call was also capped by its pieces of work)."""
+    cores = usable_cores()
+    if workers > cores:
+        print(
+            f"dpaudit-mix: note: --workers {workers} is more than the {cores} usable cores; running {cores}",
+            file=sys.stderr,
+        )
+    return min(workers, cores)
+
+
 def _on_worker(fn: Callable[..., R], *args: Any) -> R:
     """``fn(*args)`` on a Dask worker, its allocator set up first (:func:`_roomy_malloc`)."""
     _roomy_malloc()
@@ -93,7 +140,7 @@ class Backend:
         require(isinstance(workers, int) and workers >= 1, f"workers must be an integer >= 1, got {workers!r}")
         if name == "local":
             require(scheduler is None, "--scheduler needs --backend dask")
-            return cls(workers)
+            return cls(_capped(workers))
         return cls(workers, dask_client(scheduler))
 
     @property
@@ -132,11 +179,18 @@ class Backend:
         if self.workers == 1:  # in this process, in order: what a caller patching a function relies on
             yield from ((i, fn(*shared, *args)) for i, args in enumerate(items))
             return
-        from joblib import Parallel, delayed
+        from joblib import Parallel, delayed, parallel_config
 
         def indexed(i: int, args: tuple[Any, ...]) -> tuple[int, R]:
             return i, fn(*shared, *args)
 
-        yield from Parallel(n_jobs=self.workers, prefer=prefer, return_as="generator_unordered")(
-            delayed(indexed)(i, args) for i, args in enumerate(items)
+        # loky's processes watch this one from their start (an idle worker outlived it too);
+        # never more workers than pieces (``--workers`` is capped by the cores at connect)
+        config = (
+            parallel_config(backend="loky", initializer=_die_with, initargs=(os.getpid(),))
+            if prefer == "processes"
+            else parallel_config(backend="threading")
         )
+        with config:  # read when the Parallel is built, so it does not span this generator's yields
+            parallel = Parallel(n_jobs=max(1, min(self.workers, len(items))), return_as="generator_unordered")
+        yield from parallel(delayed(indexed)(i, args) for i, args in enumerate(items))

@@ -393,6 +393,8 @@ def mute_listeners() -> Iterator[dict[str, str]]:
     yield {"silent": f"tcp://127.0.0.1:{silent.getsockname()[1]}", "http": f"tcp://127.0.0.1:{web.server_port}"}
     stop.set()
     web.shutdown()
+    for thread in threads:
+        thread.join()
     for sock in (*held, silent):
         sock.close()
 
