@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from dpaudit_mix import accounting
-from dpaudit_mix.audit.attack import STRATEGIES, attack
+from dpaudit_mix.audit.attack import BUILTIN_STRATEGIES, attack
 from dpaudit_mix.audit.engine import run_audit
 from dpaudit_mix.audit.profile import GaussianTradeOff
 from dpaudit_mix.audit.spec import AuditSpec, resolve_problem
@@ -49,7 +49,7 @@ def strategies(trials: int = 100, runs: int = 20_000) -> None:
     mu = accounting.gdp_mu_of_epsilon(1.0, 1e-5)
     claim = GaussianTradeOff(mu)
     half = np.arange(runs) < runs // 2
-    for strategy in STRATEGIES:
+    for strategy in BUILTIN_STRATEGIES:
         rng = np.random.default_rng(0)
         ratio, flagged = [], []
         for _ in range(trials):

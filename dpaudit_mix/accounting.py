@@ -1,6 +1,9 @@
-"""Accounting (DESIGN §5): ε of (subsampled) Gaussian mechanisms from library accountants.
+"""Accounting (DESIGN §5): ε of (subsampled) Gaussian mechanisms from registered accountants.
 
-Every ε we claim comes from opacus (`rdp`, `prv`) or Google dp_accounting (`pld`). The analytic
+Every ε we claim comes from an accountant in :data:`ACCOUNTANTS`: the built-ins are opacus
+(`rdp`, `prv`) and Google dp_accounting (`pld`); a user adds their own with
+:func:`register_accountant` (an object with ``name`` and ``epsilon(phases, delta)``, and
+optionally ``calibrate``), and every place that takes an accountant's name accepts it. The analytic
 Gaussian-DP formula for full batch is here only as an independent check (Dong, Roth & Su 2019,
 Cor. 2.13: T-fold composition of a Gaussian with noise multiplier σ is μ-GDP with μ = √T/σ).
 The neighbouring relation is add/remove of one example (or one user).
@@ -8,18 +11,20 @@ The neighbouring relation is add/remove of one example (or one user).
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 from scipy.optimize import brentq
 from scipy.stats import norm
 
 from .errors import InputError, require
+from .registry import Registry
 from .resources import bounded
 from .specfile import check_fields
 
@@ -29,7 +34,8 @@ if TYPE_CHECKING:
 # dp_accounting and opacus (which loads torch) are imported where they are used: together they
 # take seconds, and commands like `bound` never need them.
 
-ACCOUNTANTS = ("rdp", "prv", "pld")
+#: the library accountants this package registers (and cross-checks against each other).
+BUILTIN_ACCOUNTANTS = ("rdp", "prv", "pld")
 #: the largest ε we calibrate for: beyond it a guarantee means little, and the PLD accountant's
 #: time and memory grow with ε (ε = 50 already takes ~17 s and 0.7 GB for a single step).
 MAX_EPSILON = 100.0
@@ -104,12 +110,65 @@ def _pld_event(phase: GaussianPhase) -> dp_accounting.DpEvent:
     return dp_accounting.SelfComposedDpEvent(event, phase.steps)
 
 
+@runtime_checkable
+class Accountant(Protocol):
+    """What an accountant gives: ε at δ of the sequential composition of Gaussian phases. It may
+    also have ``calibrate(target_epsilon, delta, sample_rate, steps, prior) -> σ``; without one,
+    :func:`calibrate` searches σ with its ``epsilon``."""
+
+    @property
+    def name(self) -> str: ...
+
+    def epsilon(self, phases: Sequence[GaussianPhase], delta: float) -> float: ...
+
+
+@dataclass(frozen=True)
+class LibraryAccountant:
+    """opacus' ``rdp`` or ``prv``, or dp_accounting's ``pld``, each asked in a
+    :func:`~.resources.bounded` child (a degenerate request cannot take the machine's memory)."""
+
+    name: str
+
+    def epsilon(self, phases: Sequence[GaussianPhase], delta: float) -> float:
+        import dp_accounting  # noqa: F401  (loaded here, so each bounded child finds it loaded)
+
+        if self.name in ("rdp", "prv"):
+            import opacus.accountants  # noqa: F401
+        what = _what(self.name, phases, delta)
+        return bounded(_library_epsilon, phases, delta, self.name, what=what, errors=(DegenerateRequest,))
+
+
+def _check_accountant(name: str, obj: Accountant) -> None:
+    require(
+        isinstance(obj, Accountant) and callable(getattr(obj, "epsilon", None)),
+        f"an accountant needs a name and an epsilon(phases, delta) method, got {obj!r}",
+    )
+    require(obj.name == name, f"the accountant's name is {obj.name!r}, registered as {name!r}")
+    calibrator = getattr(obj, "calibrate", None)
+    require(calibrator is None or callable(calibrator), f"accountant {name!r}: calibrate must be a method")
+
+
+#: every accountant a spec, a flag or a call may name: the built-ins and the user's own.
+ACCOUNTANTS: Registry[Accountant] = Registry("accountant", "accountants", _check_accountant)
+
+
+def register_accountant(obj: Accountant, *, replace: bool = False) -> Accountant:
+    """Make ``obj`` (``obj.name``, ``obj.epsilon(phases, delta)``) an accountant every command and
+    call accepts by its name; ``replace`` replaces one already registered under that name."""
+    return ACCOUNTANTS.register(getattr(obj, "name", None), obj, replace=replace)  # type: ignore[arg-type]
+
+
+def check_accountant(name: str) -> None:
+    """An :class:`InputError` (a ValueError) naming the known accountants, unless ``name`` is one."""
+    ACCOUNTANTS.get(name)
+
+
 def epsilon(phases: Sequence[GaussianPhase], delta: float, accountant: str = DEFAULT_ACCOUNTANT) -> float:
     """ε at ``delta`` of the sequential composition of ``phases`` under ``accountant``."""
     check_delta(delta)
-    require(accountant in ACCOUNTANTS, f"unknown accountant {accountant!r}; choose from {ACCOUNTANTS}")
+    check_accountant(accountant)
     require(len(phases) >= 1, "nothing to account")
-    _check_phases(phases, accountant)
+    _check_phases(phases)
     try:
         return _epsilon(tuple(phases), float(delta), accountant)
     except InputError:
@@ -121,26 +180,31 @@ def epsilon(phases: Sequence[GaussianPhase], delta: float, accountant: str = DEF
 @lru_cache(maxsize=4096)
 def _epsilon(phases: tuple[GaussianPhase, ...], delta: float, accountant: str) -> float:
     """:func:`epsilon` once per request (an audit asks the same of every result, calibration of
-    every σ it tries twice), in a :func:`~.resources.bounded` child."""
-    return bounded(
-        _library_epsilon, phases, delta, accountant, what=_what(accountant, phases, delta), errors=(DegenerateRequest,)
+    every σ it tries twice); an answer that is no ε ≥ 0 (NaN, negative, not a number) is refused,
+    never passed on."""
+    value = ACCOUNTANTS.get(accountant).epsilon(phases, delta)
+    require(
+        isinstance(value, (int, float, np.integer, np.floating))
+        and not isinstance(value, (bool, np.bool_))
+        and not math.isnan(value)
+        and value >= 0,
+        f"the {accountant} accountant returned {value!r} for {list(phases)} at delta {delta:g}: not an epsilon >= 0",
     )
+    return float(value)
 
 
 def clear_caches() -> None:
-    """Forget every cached answer: what verify-accountant calls before and after a mutant patches
-    the accountant's primitives, so that neither sees the other's results."""
+    """Forget every cached answer: what verify-accountant calls around a mutant, and what any
+    change to the registered accountants triggers, so that no answer outlives its accountant."""
     for cached_function in (_epsilon, _optimistic, _profile_curve, calibrate_once, epsilon_once):
         cached_function.cache_clear()
 
 
-def _check_phases(phases: Sequence[GaussianPhase], accountant: str = "pld") -> None:
-    """Every phase a GaussianPhase; and the accountant's library imported here, in the parent, so
-    that each :func:`~.resources.bounded` child finds it loaded instead of importing it anew."""
+def _check_phases(phases: Sequence[GaussianPhase]) -> None:
+    """Every phase a GaussianPhase; and dp_accounting imported here, in the parent, so that each
+    :func:`~.resources.bounded` child finds it loaded instead of importing it anew."""
     import dp_accounting  # noqa: F401
 
-    if accountant in ("rdp", "prv"):
-        import opacus.accountants  # noqa: F401
     require(
         all(isinstance(p, GaussianPhase) for p in phases),
         f"phases must be GaussianPhase(noise_multiplier, sample_rate, steps) values, got {list(phases)!r}",
@@ -220,8 +284,8 @@ def _google_rdp(phases: Sequence[GaussianPhase], delta: float) -> float:
 
 
 def epsilons(phases: Sequence[GaussianPhase], delta: float) -> dict[str, float]:
-    """ε under every accountant, keyed by name."""
-    return {name: epsilon(phases, delta, name) for name in ACCOUNTANTS}
+    """ε under every built-in (library) accountant, keyed by name: their cross-check."""
+    return {name: epsilon(phases, delta, name) for name in BUILTIN_ACCOUNTANTS}
 
 
 def calibrate(
@@ -240,7 +304,11 @@ def calibrate(
     """
     check_epsilon(target_epsilon)
     check_delta(delta)
+    check_accountant(accountant)
     GaussianPhase(1.0, sample_rate, steps)  # validates q and T
+    own = getattr(ACCOUNTANTS.get(accountant), "calibrate", None)
+    if own is not None:
+        return _checked_calibration(own, target_epsilon, delta, sample_rate, steps, accountant, prior)
     if prior:
         spent = epsilon(prior, delta, accountant)
         require(spent < target_epsilon, f"the earlier phases already spend ε = {spent:.4g} of {target_epsilon:g}")
@@ -276,7 +344,8 @@ def calibrate(
                 raise InputError(
                     f"the {accountant} accountant cannot certify epsilon {target_epsilon:g} at delta {delta:g}: even "
                     f"noise multiplier {MAX_NOISE_MULTIPLIER:g} gives epsilon {floor:.4g} (its conversion to "
-                    f"(epsilon, delta) has that floor); try {' or '.join(a for a in ACCOUNTANTS if a != accountant)}"
+                    f"(epsilon, delta) has that floor); try "
+                    + " or ".join(a for a in ACCOUNTANTS.names() if a != accountant)
                 )
             low, high = high, min(high * factor, MAX_NOISE_MULTIPLIER)
     else:
@@ -291,6 +360,32 @@ def calibrate(
     sigma = brentq(excess, low, high, xtol=rel_tol * low / 4, rtol=rel_tol / 4)
     while excess(sigma) > 0:
         sigma = min(high, sigma * (1 + rel_tol / 4))
+    return float(sigma)
+
+
+def _checked_calibration(
+    own: Callable[..., float],
+    target_epsilon: float,
+    delta: float,
+    sample_rate: float,
+    steps: int,
+    accountant: str,
+    prior: tuple[GaussianPhase, ...],
+) -> float:
+    """An accountant's own calibration, held to its own ``epsilon``: a σ that overshoots the
+    target (or is no σ) is an error, never a claim."""
+    sigma = own(target_epsilon, delta, sample_rate, steps, prior)
+    require(
+        _is_real(sigma) and 0 < sigma <= MAX_NOISE_MULTIPLIER,
+        f"the {accountant} accountant's calibrate returned {sigma!r}: not a noise multiplier in "
+        f"(0, {MAX_NOISE_MULTIPLIER:g}]",
+    )
+    spent = epsilon([*prior, GaussianPhase(float(sigma), sample_rate, steps)], delta, accountant)
+    require(
+        spent <= target_epsilon * (1 + 1e-9),
+        f"the {accountant} accountant's calibrate returned sigma {sigma:.6g}, whose epsilon by its own epsilon() "
+        f"is {spent:.6g}, above the target {target_epsilon:g}",
+    )
     return float(sigma)
 
 
@@ -462,3 +557,8 @@ def parallel(*costs: tuple[float, float]) -> tuple[float, float]:
     """Mechanisms on disjoint data: the release is (max ε, max δ)-DP."""
     require(len(costs) >= 1, "nothing to compose")
     return max(c[0] for c in costs), max(c[1] for c in costs)
+
+
+for _name in BUILTIN_ACCOUNTANTS:
+    register_accountant(LibraryAccountant(_name))
+ACCOUNTANTS.on_change(clear_caches)

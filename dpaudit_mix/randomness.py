@@ -118,6 +118,19 @@ def _record(purpose: str, ids: tuple[tuple[str, object], ...]) -> None:
                 _recording.append((purpose, ids))
 
 
+_registered: set[str] = set()  # purposes a user's mechanism, world or strategy draws with
+
+
+def register_purpose(purpose: str) -> str:
+    """Let streams name ``purpose`` (a user's mechanism or world draws from streams of its own,
+    as the built-ins do; a name the package already has is refused: two uses would share it)."""
+    if not isinstance(purpose, str) or not purpose or purpose in PURPOSES:
+        raise ValueError(f"a new stream purpose must be a non-empty name the package does not use, got {purpose!r}")
+    with _lock:
+        _registered.add(purpose)
+    return purpose
+
+
 @dataclass(frozen=True)
 class Key:
     """A root seed and named identifiers: what a unit of work (a method at ε in seed s) draws with.
@@ -149,8 +162,10 @@ class Stream:
     purpose: str
 
     def __post_init__(self) -> None:
-        if self.purpose not in PURPOSES:
-            raise ValueError(f"unknown stream purpose {self.purpose!r}; add it to randomness.PURPOSES")
+        if self.purpose not in PURPOSES and self.purpose not in _registered:
+            raise ValueError(
+                f"unknown stream purpose {self.purpose!r}; a user's code names its own with randomness.register_purpose"
+            )
 
     @cached_property
     def spawn_key(self) -> tuple[int, ...]:

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from dpaudit_mix.accounting import gdp_epsilon
-from dpaudit_mix.audit.attack import STRATEGIES, attack
+from dpaudit_mix.audit.attack import BUILTIN_STRATEGIES, attack
 from dpaudit_mix.audit.bounds import clopper_pearson_upper, epsilon_lower_bound
 from dpaudit_mix.errors import InputError
 
@@ -31,7 +31,7 @@ def test_clopper_pearson_coverage_by_monte_carlo() -> None:
         assert covered >= 0.975 - 0.004  # exact CP is conservative; slack for MC error
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("strategy", BUILTIN_STRATEGIES)
 def test_null_scores_give_zero_within_coverage(strategy: str) -> None:
     rng = np.random.default_rng(1)
     include = np.arange(400) < 200
@@ -45,7 +45,7 @@ def test_null_scores_give_zero_within_coverage(strategy: str) -> None:
     assert np.mean(positive) <= 0.05 + 0.03
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("strategy", BUILTIN_STRATEGIES)
 @pytest.mark.parametrize("eps", [0.5, 1.0, 3.0])
 def test_optimal_gaussian_attack_is_sound(eps: float, strategy: str) -> None:
     """Scores of a μ-GDP mechanism calibrated to exactly (ε, δ): ε_LB ≤ ε in ≥ 95% of audits."""

@@ -76,7 +76,10 @@ def test_account_and_calibrate(capsys) -> None:
         (["problem", "mnist-shift", "--proxy", "vit", "--out", "OUT"], "invalid choice: 'vit'"),
         (["problem", "mnist-shift", "--proxy", "cnn", "--proxy-epochs", "0", "--out", "OUT"], "must be >= 1"),
         (["problem", "mnist-shift", "--proxy-epochs", "3", "--out", "OUT"], "applies to cnn proxies only"),
-        (["problem", "shakespeare-users", "--proxy", "cnn", "--out", "OUT"], "applies to the embedded image worlds"),
+        (
+            ["problem", "shakespeare-users", "--proxy", "cnn", "--out", "OUT"],
+            "applies to the image worlds (mnist-labels, mnist-shift)",
+        ),
     ],
 )
 def test_bad_input_exits_2_without_output(capsys, problem_file: Path, tmp_path: Path, argv, message) -> None:

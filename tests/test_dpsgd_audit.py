@@ -76,7 +76,7 @@ def test_the_canary_is_a_dirac_of_norm_c_and_the_honest_mechanism_passes(tmp_pat
         (dict(mechanism="opacus", canaries=["natural", "max_clip"]), "Dirac canary only"),
         (dict(mechanism="opacus", sample_rate=0.3), "1/an integer"),
         (dict(mechanism="opacus", steps=3), "a multiple"),
-        (dict(mechanism="sgd"), "mechanism must be one of"),
+        (dict(mechanism="sgd"), "unknown mechanism 'sgd'; known: dpmixmin, opacus, user-dpsgd"),
     ],
 )
 def test_a_mechanism_the_spec_contradicts_exits_2_and_writes_nothing(

@@ -57,7 +57,7 @@ def test_honest_release_passes_and_checks(tmp_path: Path, problem_file: Path, ca
     assert main(["release", str(write_spec(tmp_path, problem_file)), "--out", str(out)]) == 0
     manifest = json.loads((out / "release.json").read_text())
     assert len(manifest["weights"]) == 4 and abs(sum(manifest["weights"]) - 1) < 1e-9
-    assert set(manifest["claim"]["epsilon_by_accountant"]) == set(accounting.ACCOUNTANTS)
+    assert set(manifest["claim"]["epsilon_by_accountant"]) == set(accounting.BUILTIN_ACCOUNTANTS)
     assert manifest["audit"]["violation"] is False and manifest["verification"]["passed"]
     assert {r["canary"] for r in manifest["audit"]["results"]} == {"max_clip", "natural"}
     assert manifest["manifest_sha256"] == gate.manifest_digest(manifest)

@@ -10,7 +10,7 @@ from scipy.stats import binom, norm
 
 from dpaudit_mix import accounting
 from dpaudit_mix.audit import engine
-from dpaudit_mix.audit.attack import STRATEGIES, attack, rank_grid
+from dpaudit_mix.audit.attack import BUILTIN_STRATEGIES, attack, rank_grid
 from dpaudit_mix.audit.bounds import epsilon_lower_bound, gdp_mu
 from dpaudit_mix.audit.diagnostics import diagnose, tpr_at_fpr
 from dpaudit_mix.audit.engine import run_audit
@@ -84,7 +84,7 @@ def test_claimed_tradeoff_for_poisson_is_a_profile_below_the_gdp_of_full_batch()
     assert isinstance(claimed_tradeoff(1.0, DELTA), GaussianTradeOff)
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("strategy", BUILTIN_STRATEGIES)
 def test_null_scores_give_no_gdp_bound(strategy: str) -> None:
     """Identical in and out scores: ε_LB_gdp = 0 in ≥ 95% of audits (one-sided μ)."""
     audits = gaussian_audits(0.0, 2000, 200, strategy, seed=1)
@@ -92,7 +92,7 @@ def test_null_scores_give_no_gdp_bound(strategy: str) -> None:
     assert np.mean([a.profile_violation(GaussianTradeOff(MU_1)) for a in audits]) == 0
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("strategy", BUILTIN_STRATEGIES)
 def test_exact_gaussian_mechanism_stays_within_the_confidence_level(strategy: str) -> None:
     """A mechanism exactly on its claimed curve is flagged in at most α = 5% of audits (upper
     binomial tail at 99.9% for the Monte Carlo error)."""
@@ -157,7 +157,7 @@ def test_engine_profile_verdict_over_50_honest_configurations(tmp_path, monkeypa
             controls=False,
             natural_policy="random",
             threats=("white_box",),
-            threshold=str(rng.choice(STRATEGIES)),
+            threshold=str(rng.choice(BUILTIN_STRATEGIES)),
         )
         summary = run_audit(spec, tmp_path / f"a{i}", progress=False).summary
         for r in summary.results:

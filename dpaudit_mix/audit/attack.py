@@ -1,4 +1,5 @@
-"""The membership attack: threshold tests on a score, and how their thresholds are chosen.
+"""The membership attack: threshold tests on a score, and how their thresholds are chosen (a
+registered strategy, :data:`THRESHOLDS`; the built-ins below register themselves).
 
 Scores are larger when the canary is more likely in. Candidate thresholds sit just above the
 canary-out scores at a fixed grid of ranks (:func:`rank_grid`: geometric from both ends, so the tails that
@@ -26,14 +27,16 @@ rest on simulation alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..accounting import gdp_epsilon_of_mu
+from ..errors import require
+from ..registry import Registry
 from .bounds import cp_upper, gdp_mu, strict_epsilon
 from .profile import TradeOff
 
-STRATEGIES = ("bonferroni", "split")
 #: candidate ranks from each end of the out-scores (about twice this many candidates in all).
 RANKS_PER_SIDE = 12
 
@@ -127,6 +130,78 @@ def _mu(point: CPPoint) -> float:
     return float(gdp_mu(point.fpr_upper, point.fnr_upper))
 
 
+@dataclass(frozen=True)
+class Thresholds:
+    """What a threshold strategy chose: the test behind the strict bound and the one behind μ_LB,
+    every test whose CP bounds hold together (``points``), how many candidates α was shared
+    over, the runs they were counted on, and each point's confidence."""
+
+    strict: CPPoint
+    gdp: CPPoint
+    points: tuple[CPPoint, ...]
+    candidates: int
+    evaluated: np.ndarray
+    point_confidence: float
+
+
+class Strategy(Protocol):
+    """How thresholds are chosen. Its CP points must hold together at ``confidence``: the choice
+    may depend on the labels only of runs it does not count (``select`` marks a split's SELECT)."""
+
+    def __call__(
+        self, scores: np.ndarray, include: np.ndarray, select: np.ndarray, delta: float, confidence: float
+    ) -> Thresholds: ...
+
+
+def bonferroni(
+    scores: np.ndarray, include: np.ndarray, select: np.ndarray, delta: float, confidence: float
+) -> Thresholds:
+    """Every candidate counted on all runs, at α/m each (the module's first rule)."""
+    s_in, s_out = scores[include], scores[~include]
+    thresholds, fp = _candidates(s_out)
+    level = 1 - (1 - confidence) / len(thresholds)
+    points = _points(s_in, s_out, thresholds, level, fp)
+    strict = max(points, key=lambda p: _strict(p, delta))
+    return Thresholds(strict, max(points, key=_mu), points, len(thresholds), np.ones(len(scores), dtype=bool), level)
+
+
+def split(scores: np.ndarray, include: np.ndarray, select: np.ndarray, delta: float, confidence: float) -> Thresholds:
+    """The best candidates on SELECT, each counted once on EVAL (the module's second rule)."""
+    sel_in, sel_out = scores[select & include], scores[select & ~include]
+    chosen = _points(sel_in, sel_out, _candidates(sel_out)[0], confidence)
+    best_strict = max(chosen, key=lambda p: _strict(p, delta))
+    best_gdp = max(chosen, key=_mu)
+    # Two thresholds counted on EVAL, each verdict resting on one: α/2 each keeps the level α.
+    level = 1 - (1 - confidence) / 2
+    strict, gdp = _points(
+        scores[~select & include],
+        scores[~select & ~include],
+        np.array([best_strict.threshold, best_gdp.threshold]),
+        level,
+    )
+    return Thresholds(strict, gdp, (gdp,), 1, ~select, level)
+
+
+def _check_strategy(name: str, obj: Any) -> None:
+    require(callable(obj), f"threshold strategy {name!r} must be callable (scores, include, select, delta, confidence)")
+
+
+#: every threshold strategy an audit may name (``threshold = ...``).
+THRESHOLDS: Registry[Strategy] = Registry("threshold strategy", "thresholds", _check_strategy)
+
+
+def register_threshold_strategy(name: str, strategy: Strategy, *, replace: bool = False) -> Strategy:
+    """Make ``strategy`` an audit's ``threshold = "name"``; it must keep the CP level (see
+    :class:`Strategy`), since every bound an audit reports rests on it."""
+    return THRESHOLDS.register(name, strategy, replace=replace)
+
+
+#: the strategies this package registers (its tests and benchmarks run each).
+BUILTIN_STRATEGIES = ("bonferroni", "split")
+register_threshold_strategy("bonferroni", bonferroni)
+register_threshold_strategy("split", split)
+
+
 def attack(
     scores: np.ndarray,
     include: np.ndarray,
@@ -136,38 +211,18 @@ def attack(
     strategy: str = "bonferroni",
 ) -> AttackResult:
     """The strict and GDP bounds of the best threshold tests on ``scores`` under ``strategy``."""
-    if strategy == "split":
-        sel_in, sel_out = scores[select & include], scores[select & ~include]
-        chosen = _points(sel_in, sel_out, _candidates(sel_out)[0], confidence)
-        best_strict = max(chosen, key=lambda p: _strict(p, delta))
-        best_gdp = max(chosen, key=_mu)
-        # Two thresholds counted on EVAL, each verdict resting on one: α/2 each keeps the level α.
-        strict, gdp = _points(
-            scores[~select & include],
-            scores[~select & ~include],
-            np.array([best_strict.threshold, best_gdp.threshold]),
-            1 - (1 - confidence) / 2,
-        )
-        points: tuple[CPPoint, ...] = (gdp,)
-        shared, evaluated, level = 1, ~select, 1 - (1 - confidence) / 2
-    else:
-        s_in, s_out = scores[include], scores[~include]
-        thresholds, fp = _candidates(s_out)
-        shared, evaluated = len(thresholds), np.ones(len(scores), dtype=bool)
-        level = 1 - (1 - confidence) / shared
-        points = _points(s_in, s_out, thresholds, level, fp)
-        strict = max(points, key=lambda p: _strict(p, delta))
-        gdp = max(points, key=_mu)
-    mu = _mu(gdp)
+    chosen = THRESHOLDS.get(strategy)(scores, include, select, delta, confidence)
+    require(isinstance(chosen, Thresholds), f"threshold strategy {strategy!r} returned no Thresholds")
+    mu = _mu(chosen.gdp)
     return AttackResult(
         strategy,
-        strict,
-        gdp,
-        _strict(strict, delta),
+        chosen.strict,
+        chosen.gdp,
+        _strict(chosen.strict, delta),
         mu,
         gdp_epsilon_of_mu(mu, delta),
-        points,
-        shared,
-        evaluated,
-        level,
+        chosen.points,
+        chosen.candidates,
+        chosen.evaluated,
+        chosen.point_confidence,
     )

@@ -21,7 +21,7 @@ import numpy.typing as npt
 from .. import accounting, npz
 from ..errors import InputError, require
 from ..randomness import stream
-from .attack import STRATEGIES, AttackResult, attack
+from .attack import THRESHOLDS, AttackResult, attack
 from .bounds import strict_epsilon
 from .diagnostics import diagnose
 from .profile import GaussianTradeOff, TradeOff, claimed_tradeoff, epsilon_lower_bound_profile
@@ -175,9 +175,7 @@ def check_claim(
     "violation" of ε = 50 by phases worth 2)."""
     accounting.check_epsilon(epsilon)
     accounting.check_delta(delta)
-    require(
-        accountant in accounting.ACCOUNTANTS, f"unknown accountant {accountant!r}; choose from {accounting.ACCOUNTANTS}"
-    )
+    accounting.check_accountant(accountant)
     if not phases:
         return
     spent = accounting.epsilon(phases, delta, accountant)
@@ -201,7 +199,7 @@ def checked_claim(
     """The claimed trade-off curve, after checking every setting of the audit (one InputError for
     the first bad one)."""
     require(0 < confidence < 1, f"confidence must be in (0, 1), got {confidence}")
-    require(threshold in STRATEGIES, f"unknown threshold strategy {threshold!r}; choose from {STRATEGIES}")
+    THRESHOLDS.get(threshold)
     check_claim(epsilon, delta, phases, accountant)
     return claimed_tradeoff(epsilon, delta, phases)
 

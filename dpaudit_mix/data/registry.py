@@ -1,15 +1,21 @@
-"""`dpaudit-mix problem NAME`: problem files built from the embedded worlds (DESIGN §8–9).
+"""`dpaudit-mix problem NAME`: problems built from registered worlds (DESIGN §8–9).
 
-A world is a sensitive set and its public sources: ``mnist-labels`` (sources split by label;
-MixMin's premise fails there) and ``mnist-shift`` (sources shifted by degrees; it holds). The
-old name ``mnist`` is ``mnist-labels``.
+A world is a sensitive set and its public sources, registered by name in :data:`WORLDS` (a
+:class:`~..registry.Registry`; :func:`register_world` adds a user's own). It has ``tasks`` and
+``build(task, seed, shards, proxy) -> Problem``; an *image* world also has ``sources(seed,
+shards)`` and ``validation(seed)`` (the pipeline pretrains on its images) and may take any proxy.
+The built-ins: ``mnist-labels`` (sources split by label; MixMin's premise fails there),
+``mnist-shift`` (sources shifted by degrees; it holds) and the text world ``shakespeare-users``.
+The old name ``mnist`` is ``mnist-labels``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -18,18 +24,16 @@ from ..cache import cached, json_sha256, load_npz, save_npz, user_cache_dir
 from ..errors import require
 from ..problem import Problem
 from ..randomness import Key, stream
+from ..registry import Registry
 from .ngram import CharNGram
 from .proxies import LOGISTIC, TASKS, ProxySpec, accuracies, probabilities, task_log_likelihood, train_proxies
 from .shift import graded_sources, public_validation, shift_world
 from .sources import PublicSource, SensitiveData, mnist_world, public_shards, validation_slice
 from .text import BBC_TOPICS, GENRES, SENSITIVE_GENRE, text_world
 
-IMAGE_WORLDS = ("mnist-labels", "mnist-shift")
 TEXT_WORLD = "shakespeare-users"
 TEXT_TASK = "lm"  # one task: each speech's mean per-character log-likelihood
-WORLDS = (*IMAGE_WORLDS, TEXT_WORLD)
 ALIASES = {"mnist": "mnist-labels"}
-PROBLEMS = (*WORLDS, *ALIASES)
 DEFAULT_TASK = "digit-0"
 #: examples per synthetic user: MNIST has no writer ids here, so users are seeded groups.
 USER_SIZE = 3
@@ -47,32 +51,90 @@ Probabilities = tuple[
 PARTS = ("train", "train_y", "test", "test_y", "public", "public_y", "epochs")
 
 
+class World(Protocol):
+    """A data source problems are built from: its tasks, and a problem for each (``shards`` > 0:
+    that many k-scaling sources, up to ``max_sources``; ``proxy``: the proxies, for a world that
+    trains them)."""
+
+    @property
+    def tasks(self) -> tuple[str, ...]: ...
+
+    def build(self, task: str, seed: int, shards: int, proxy: ProxySpec) -> Problem: ...
+
+
+def _check_world(name: str, obj: Any) -> None:
+    tasks = getattr(obj, "tasks", None)
+    require(
+        isinstance(tasks, tuple) and len(tasks) >= 1 and all(isinstance(t, str) and t for t in tasks),
+        f"world {name!r} needs tasks, a non-empty tuple of names",
+    )
+    require(callable(getattr(obj, "build", None)), f"world {name!r} needs a build(task, seed, shards, proxy) method")
+    require(name not in ALIASES, f"{name!r} is an alias of {ALIASES.get(name)!r}")
+
+
+#: every world a spec, a command or a call may name (besides the aliases in ALIASES).
+WORLDS: Registry[World] = Registry("world", "worlds", _check_world)
+
+
+def register_world(name: str, world: World, *, replace: bool = False) -> World:
+    """Make ``world`` a problem every spec and ``dpaudit-mix problem`` accept by ``name``."""
+    return WORLDS.register(name, world, replace=replace)
+
+
+class _Problems:
+    """Every name a spec's ``problem`` may give for a world: the registered ones and the aliases."""
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and (name in ALIASES or name in WORLDS)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter((*WORLDS.names(), *ALIASES))
+
+
+PROBLEMS = _Problems()
+
+
 def canonical(name: str) -> str:
     require(name in PROBLEMS, f"unknown problem {name!r}; available: {', '.join(PROBLEMS)}")
     return ALIASES.get(name, name)
 
 
+def world(name: str) -> World:
+    return WORLDS.get(canonical(name))
+
+
+def is_image(world: World) -> bool:
+    """Whether ``world`` has images to pretrain on (``sources`` and ``validation``)."""
+    return callable(getattr(world, "sources", None)) and callable(getattr(world, "validation", None))
+
+
+def image_worlds() -> tuple[str, ...]:
+    return tuple(name for name in WORLDS.names() if is_image(WORLDS.get(name)))
+
+
 def image_world(name: str) -> str:
     name = canonical(name)
-    require(name in IMAGE_WORLDS, f"{name} is a text world; this needs an image world ({', '.join(IMAGE_WORLDS)})")
+    require(
+        is_image(WORLDS.get(name)), f"{name} is no image world; this needs an image world ({', '.join(image_worlds())})"
+    )
     return name
 
 
 def proxy_spec(problem: str, kind: str, epochs: int | None) -> ProxySpec:
-    """The proxies asked for ``problem``: any kind on an embedded image world; a problem file or
-    the text world has its proxies already (the logistic default is then the only answer)."""
+    """The proxies asked for ``problem``: any kind on an image world; a problem file or a world
+    without images has its proxies already (the logistic default is then the only answer)."""
     proxy = ProxySpec(kind, epochs)
     if proxy != LOGISTIC:
         require(
-            problem in PROBLEMS and canonical(problem) in IMAGE_WORLDS,
-            f"proxy = {kind!r} applies to the embedded image worlds ({', '.join(IMAGE_WORLDS)}), not {problem!r}",
+            problem in PROBLEMS and is_image(world(problem)),
+            f"proxy = {kind!r} applies to the image worlds ({', '.join(image_worlds())}), not {problem!r}",
         )
     return proxy
 
 
 def max_sources(name: str) -> int:
-    """How many sources k-scaling can draw on: shards for image worlds, the text world's own."""
-    return len(TEXT_SOURCES) if canonical(name) == TEXT_WORLD else MAX_SHARDS
+    """How many sources k-scaling can draw on (0: the world offers none beyond its own)."""
+    return int(getattr(world(name), "max_sources", 0))
 
 
 def problem_path(name: str) -> Path:
@@ -90,12 +152,7 @@ def world_sources(
     """The world's public sources (or, with ``shards`` = K > 0, its K k-scaling sources: class-skewed
     shards for mnist-labels, random compositions of graded shifts for mnist-shift); ``synthetic``
     adds EDM samples of the world's public validation slice as one more source."""
-    if image_world(name) == "mnist-labels":
-        sources, sensitive = public_shards(shards, seed) if shards else mnist_world(seed)
-    elif shards:
-        sources, sensitive = graded_sources(shards, seed)
-    else:
-        sources, sensitive, _ = shift_world(seed)
+    sources, sensitive = cast(ImageWorld, world(image_world(name))).sources(seed, shards)
     if synthetic:
         from .synthetic import synthetic_source  # torch-heavy; only when asked for
 
@@ -105,9 +162,7 @@ def world_sources(
 
 def world_validation(name: str, seed: int) -> PublicSource:
     """The world's clean public validation slice (never private: free to choose hyper-parameters on)."""
-    if image_world(name) == "mnist-labels":
-        return validation_slice(seed)
-    return public_validation(seed)
+    return cast(ImageWorld, world(image_world(name))).validation(seed)
 
 
 def _compute_probabilities(name: str, seed: int, shards: int, proxy: ProxySpec) -> Probabilities:
@@ -212,28 +267,72 @@ def _build_text(seed: int) -> Problem:
 def build(name: str, task: str = DEFAULT_TASK, seed: int = 0, shards: int = 0, proxy: ProxySpec = LOGISTIC) -> Problem:
     """The problem ``name`` for ``task``: logp on the sensitive train split, held-out on test.
 
-    ``shards`` = K > 0 replaces the named sources by K class-skewed shards of the public pool
-    (image worlds); the text world offers its own sources, of which k-scaling takes the first k.
-    ``proxy`` chooses the image worlds' proxies (the text world's are its n-gram models).
+    ``shards`` = K > 0 replaces the named sources by K k-scaling sources (an image world's
+    class-skewed shards; the text world's own sources, of which k-scaling takes the first k).
+    ``proxy`` chooses an image world's proxies (the text world's are its n-gram models).
     """
     name = canonical(name)
-    require(task in tasks(name), f"unknown task {task!r} for {name}; available: {', '.join(tasks(name))}")
-    if name == TEXT_WORLD:
-        require(proxy == LOGISTIC, f"{name} has its own n-gram proxies; proxy = {proxy.kind!r} is for image worlds")
-        require(0 <= shards <= len(TEXT_SOURCES), f"{name} offers {len(TEXT_SOURCES)} sources, asked for {shards}")
-        return _build_text(seed)
-    require(0 <= shards <= MAX_SHARDS, f"{name} offers at most {MAX_SHARDS} shard sources, asked for {shards}")
-    names, train, train_y, test, test_y, public, public_y, epochs = world_probabilities(name, seed, shards, proxy)
-    n = len(train_y)
-    users = stream(seed, "problem-users", world=name).numpy().permutation(n) // USER_SIZE
-    return Problem(
-        logp=task_log_likelihood(train, train_y, task),
-        sources=names,
-        users=users.astype(np.int64),
-        heldout_logp=task_log_likelihood(test, test_y, task),
-        task=task,
-        meta={"name": name, "seed": str(seed), **proxy_meta(proxy, public, public_y, epochs)},
+    chosen = world(name)
+    require(task in chosen.tasks, f"unknown task {task!r} for {name}; available: {', '.join(chosen.tasks)}")
+    require(
+        proxy == LOGISTIC or is_image(chosen),
+        f"{name} has its own proxies; proxy = {proxy.kind!r} is for image worlds",
     )
+    offered = max_sources(name)
+    require(0 <= shards <= offered, f"{name} offers at most {offered} k-scaling sources, asked for {shards}")
+    built = chosen.build(task, seed, shards, proxy)
+    require(isinstance(built, Problem), f"world {name!r} built {type(built).__name__}, not a Problem")
+    return built
+
+
+@dataclass(frozen=True)
+class ImageWorld:
+    """An embedded image world: its sources and validation slice, and proxies trained on them."""
+
+    name: str
+    tasks: tuple[str, ...] = TASKS
+    max_sources: int = MAX_SHARDS
+
+    def sources(self, seed: int, shards: int) -> tuple[list[PublicSource], SensitiveData]:
+        if self.name == "mnist-labels":
+            return public_shards(shards, seed) if shards else mnist_world(seed)
+        if shards:
+            return graded_sources(shards, seed)
+        sources, sensitive, _ = shift_world(seed)
+        return sources, sensitive
+
+    def validation(self, seed: int) -> PublicSource:
+        return validation_slice(seed) if self.name == "mnist-labels" else public_validation(seed)
+
+    def build(self, task: str, seed: int, shards: int, proxy: ProxySpec) -> Problem:
+        names, train, train_y, test, test_y, public, public_y, epochs = world_probabilities(
+            self.name, seed, shards, proxy
+        )
+        n = len(train_y)
+        users = stream(seed, "problem-users", world=self.name).numpy().permutation(n) // USER_SIZE
+        return Problem(
+            logp=task_log_likelihood(train, train_y, task),
+            sources=names,
+            users=users.astype(np.int64),
+            heldout_logp=task_log_likelihood(test, test_y, task),
+            task=task,
+            meta={"name": self.name, "seed": str(seed), **proxy_meta(proxy, public, public_y, epochs)},
+        )
+
+
+@dataclass(frozen=True)
+class TextWorld:
+    """The embedded text world: Shakespeare's speakers, with 4-gram proxies of its own."""
+
+    name: str = TEXT_WORLD
+    tasks: tuple[str, ...] = (TEXT_TASK,)
+
+    @property
+    def max_sources(self) -> int:
+        return len(TEXT_SOURCES)
+
+    def build(self, task: str, seed: int, shards: int, proxy: ProxySpec) -> Problem:
+        return _build_text(seed)
 
 
 def build_public(
@@ -243,6 +342,7 @@ def build_public(
     sensitive one and costs no privacy, for choosing the learner's settings."""
     name = image_world(name)
     require(task in TASKS, f"unknown task {task!r} for {name}; available: {', '.join(TASKS)}")
+    require(isinstance(world(name), ImageWorld), f"{name} has no proxies of this package's to mirror on public data")
     names, *_, public, public_y, epochs = world_probabilities(name, seed, shards, proxy)
     return Problem(
         task_log_likelihood(public, public_y, task),
@@ -258,4 +358,9 @@ def build_public(
 
 
 def tasks(name: str) -> tuple[str, ...]:
-    return (TEXT_TASK,) if canonical(name) == TEXT_WORLD else TASKS
+    return world(name).tasks
+
+
+for _name in ("mnist-labels", "mnist-shift"):
+    register_world(_name, ImageWorld(_name))
+register_world(TEXT_WORLD, TextWorld())

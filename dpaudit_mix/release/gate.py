@@ -485,9 +485,9 @@ def _claim_mismatch(manifest: dict[str, Any], phase: accounting.GaussianPhase, a
     the spec's (a refused request, such as a σ too small to account, is a finding, not a crash)."""
     claim, problems = manifest["claim"], []
     if accountant not in accounting.ACCOUNTANTS:
-        return [f"claim: unknown accountant {accountant!r}; known: {', '.join(accounting.ACCOUNTANTS)}"]
+        return [f"claim: unknown accountant {accountant!r}; known: {', '.join(accounting.ACCOUNTANTS.names())}"]
     recorded, delta, epsilon = claim["epsilon_by_accountant"], claim["delta"], claim["epsilon"]
-    for name in accounting.ACCOUNTANTS:
+    for name in accounting.BUILTIN_ACCOUNTANTS:
         try:
             eps = accounting.epsilon([phase], delta, name)
         except InputError as exc:

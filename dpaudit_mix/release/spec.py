@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import accounting
-from ..audit.attack import STRATEGIES
+from ..audit.attack import THRESHOLDS
 from ..audit.canaries import CANARY_KINDS, NATURAL_POLICIES
 from ..data import registry
 from ..errors import require
@@ -33,7 +33,7 @@ class ReleaseSpec:
     audit_runs: int = 20_000
     audit_canaries: tuple[str, ...] = CANARY_KINDS
     natural_policy: str = "most_influential"
-    threshold: str = STRATEGIES[0]
+    threshold: str = "bonferroni"
     confidence: float = 0.95
     seed: Seed = 0  # the audit's seed (the released λ's noise comes from the OS CSPRNG)
     chunk_size: int = 4096
@@ -53,10 +53,7 @@ class ReleaseSpec:
             learning_rate=self.learning_rate,
             user_level=self.user_level,
         )
-        require(
-            self.accountant in accounting.ACCOUNTANTS,
-            f"accountant must be one of {accounting.ACCOUNTANTS}, got {self.accountant!r}",
-        )
+        accounting.check_accountant(self.accountant)
         require(self.audit_runs >= MIN_AUDIT_RUNS, f"audit_runs must be >= {MIN_AUDIT_RUNS}, got {self.audit_runs}")
         require(
             len(self.audit_canaries) >= 1 and set(self.audit_canaries) <= set(CANARY_KINDS),
@@ -66,7 +63,7 @@ class ReleaseSpec:
             self.natural_policy in NATURAL_POLICIES,
             f"natural_policy must be one of {NATURAL_POLICIES}, got {self.natural_policy!r}",
         )
-        require(self.threshold in STRATEGIES, f"threshold must be one of {STRATEGIES}, got {self.threshold!r}")
+        THRESHOLDS.get(self.threshold)
         require(0 < self.confidence < 1, f"confidence must be in (0, 1), got {self.confidence}")
         if self.budget_epsilon is not None:
             require(

@@ -1,0 +1,101 @@
+"""Named, user-extensible seams: one :class:`Registry` per kind of thing a spec names by a string.
+
+Mechanisms (what an audit runs), worlds (what a problem is built from), accountants and threshold
+strategies each live in one. Every built-in registers itself through the same call a user's code
+makes, so a name a spec gives resolves the same way whoever registered it; an unknown name is an
+:class:`~.errors.InputError` (a ``ValueError``) listing the known ones, never a fallback.
+
+A package outside this one extends the command line the same way: an entry point in the group
+``dpaudit_mix.<group>`` (``dpaudit_mix.accountants``, ``.mechanisms``, ``.worlds``,
+``.thresholds``) names a module whose import registers its objects. Entry points are loaded
+once, the first time a registry is asked for a name.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from importlib.metadata import entry_points
+from typing import Generic, TypeVar
+
+from .errors import InputError, require
+
+T = TypeVar("T")
+
+#: what a name may look like: it ends up in specs, manifests, file names and `--flag` values.
+NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
+
+
+class Registry(Generic[T]):
+    """``name → T`` for one ``kind`` of seam (its plugins in entry-point group
+    ``dpaudit_mix.<group>``), with ``check`` run on every object registered."""
+
+    def __init__(self, kind: str, group: str, check: Callable[[str, T], None] | None = None) -> None:
+        self.kind = kind
+        self.group = group
+        self._check = check
+        self._entries: dict[str, T] = {}
+        self._lock = threading.Lock()
+        self._plugins_loaded = False
+        self._listeners: list[Callable[[], None]] = []
+
+    def register(self, name: str, obj: T, *, replace: bool = False) -> T:
+        """Add ``obj`` under ``name`` (``replace``: over an existing one); returns ``obj``."""
+        require(
+            isinstance(name, str) and bool(name) and set(name) <= NAME_CHARS and len(name) <= 64,
+            f"a {self.kind} name must be 1-64 characters of lowercase letters, digits, '-', '_' or '.', got {name!r}",
+        )
+        if self._check is not None:
+            self._check(name, obj)
+        with self._lock:
+            require(
+                replace or name not in self._entries,
+                f"a {self.kind} named {name!r} is already registered (pass replace=True to replace it)",
+            )
+            self._entries[name] = obj
+        for listener in self._listeners:
+            listener()
+        return obj
+
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` (a test's or a plugin's own entry; built-ins may be removed too)."""
+        with self._lock:
+            require(name in self._entries, f"no {self.kind} named {name!r} is registered")
+            del self._entries[name]
+        for listener in self._listeners:
+            listener()
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after every change (a cache keyed by name must forget)."""
+        self._listeners.append(listener)
+
+    def get(self, name: str) -> T:
+        self._load_plugins()
+        with self._lock:
+            if isinstance(name, str) and name in self._entries:
+                return self._entries[name]
+        raise InputError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}")
+
+    def names(self) -> tuple[str, ...]:
+        self._load_plugins()
+        with self._lock:
+            return tuple(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self.names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def _load_plugins(self) -> None:
+        """Import every module the ``dpaudit_mix.<group>`` entry points name (once)."""
+        if self._plugins_loaded:
+            return
+        self._plugins_loaded = True
+        for point in entry_points(group=f"dpaudit_mix.{self.group}"):
+            try:
+                point.load()
+            except Exception as exc:  # a broken plugin is one clear line, not a traceback
+                raise InputError(
+                    f"the {self.kind} plugin {point.name!r} ({point.value}) failed to load: {exc}"
+                ) from exc
