@@ -246,7 +246,7 @@ def _forged(root: Path, edit: Callable[[dict], None]) -> Path:
         )
     manifest = json.loads(made.read_text())
     edit(manifest)
-    from dpaudit_mix.release.gate import manifest_digest
+    from dpaudit_mix.release.manifest import manifest_digest
 
     manifest["manifest_sha256"] = manifest_digest(manifest)
     path = root / "forged.json"

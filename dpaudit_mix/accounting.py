@@ -16,7 +16,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import lru_cache
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
@@ -196,7 +196,7 @@ def _epsilon(phases: tuple[GaussianPhase, ...], delta: float, accountant: str) -
 def clear_caches() -> None:
     """Forget every cached answer: what verify-accountant calls around a mutant, and what any
     change to the registered accountants triggers, so that no answer outlives its accountant."""
-    for cached_function in (_epsilon, _optimistic, _profile_curve, calibrate_once, epsilon_once):
+    for cached_function in (_epsilon, _calibrate, _optimistic, _profile_curve):
         cached_function.cache_clear()
 
 
@@ -300,12 +300,30 @@ def calibrate(
     """The smallest σ (to ``rel_tol``) with ε(σ) ≤ target: the returned σ never overshoots ε.
 
     ``prior`` phases run first on the same data (sequential composition): σ is then for the
-    last phase, so that all of them together spend at most the target.
+    last phase, so that all of them together spend at most the target. Each answer is kept
+    (experiments and verification ask for the same σ again and again; a PLD calibration under
+    Poisson sampling takes seconds) until the registered accountants change.
     """
     check_epsilon(target_epsilon)
     check_delta(delta)
     check_accountant(accountant)
     GaussianPhase(1.0, sample_rate, steps)  # validates q and T
+    require(all(isinstance(p, GaussianPhase) for p in prior), f"prior must be GaussianPhase values, got {prior!r}")
+    return _calibrate(
+        float(target_epsilon), float(delta), float(sample_rate), int(steps), accountant, rel_tol, tuple(prior)
+    )
+
+
+@lru_cache(maxsize=1024)
+def _calibrate(
+    target_epsilon: float,
+    delta: float,
+    sample_rate: float,
+    steps: int,
+    accountant: str,
+    rel_tol: float,
+    prior: tuple[GaussianPhase, ...],
+) -> float:
     own = getattr(ACCOUNTANTS.get(accountant), "calibrate", None)
     if own is not None:
         return _checked_calibration(own, target_epsilon, delta, sample_rate, steps, accountant, prior)
@@ -387,21 +405,6 @@ def _checked_calibration(
         f"is {spent:.6g}, above the target {target_epsilon:g}",
     )
     return float(sigma)
-
-
-@cache
-def calibrate_once(
-    target_epsilon: float, delta: float, sample_rate: float, steps: int, prior: tuple[GaussianPhase, ...] = ()
-) -> float:
-    """:func:`calibrate` (default accountant), once per setting: experiments ask for the same σ for
-    every method and seed, and a PLD calibration under Poisson sampling takes seconds."""
-    return calibrate(target_epsilon, delta, sample_rate, steps, prior=prior)
-
-
-@cache
-def epsilon_once(phases: tuple[GaussianPhase, ...], delta: float) -> float:
-    """:func:`epsilon` (default accountant) of ``phases`` composed, once per setting."""
-    return epsilon(phases, delta)
 
 
 def _start_sigma(target_epsilon: float, delta: float, sample_rate: float, steps: int) -> float:

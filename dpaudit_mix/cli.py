@@ -266,7 +266,7 @@ def cmd_release(args: argparse.Namespace) -> int:
 
 
 def cmd_check_release(args: argparse.Namespace) -> int:
-    from .release.gate import check_release
+    from .release.check import check_release
 
     problems = check_release(args.manifest, args.problem)
     print(json.dumps({"manifest": args.manifest, "ok": not problems, "problems": problems}, indent=2))
@@ -394,13 +394,12 @@ def _add_device(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="dpaudit-mix", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+def _add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="JSON on stdout (always on; accepted for scripts)")
 
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--json", action="store_true", help="JSON on stdout (always on; accepted for scripts)")
 
+def _mixing_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """mix, account, calibrate, problem, bound: one answer each, on stdout."""
     mix = sub.add_parser("mix", help="fit mixture weights (MixMin or DP-MixMin)")
     mix.add_argument("--problem", required=True)
     mode = mix.add_mutually_exclusive_group(required=True)
@@ -422,7 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     mix.add_argument(
         "--accountant",
         default=accounting.DEFAULT_ACCOUNTANT,
-        help="the accountant that calibrates sigma: rdp, prv, pld (default) or a registered one",
+        help=ACCOUNTANT_HELP,
     )
     mix.add_argument("--out")
     mix.set_defaults(func=cmd_mix)
@@ -442,7 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument(
         "--accountant",
         default=accounting.DEFAULT_ACCOUNTANT,
-        help="the accountant that calibrates sigma: rdp, prv, pld (default) or a registered one",
+        help=ACCOUNTANT_HELP,
     )
     calibrate.set_defaults(func=cmd_calibrate)
 
@@ -471,6 +470,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bound.set_defaults(func=cmd_bound)
 
+    for p in (mix, account, calibrate, prob, bound):
+        _add_json(p)
+
+
+def _audit_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """audit (a mechanism, by spec) and audit-scores (any stack's scores)."""
     audit = sub.add_parser("audit", help="empirical privacy audit of DP-MixMin (exit 3 on a violation)")
     audit.add_argument("spec")
     audit.add_argument("--problem", help="a problem file (overrides the spec)")
@@ -519,6 +524,12 @@ def build_parser() -> argparse.ArgumentParser:
     scores.add_argument("--out", help="output folder for audit.json, report.md/html and tradeoff.png")
     scores.set_defaults(func=cmd_audit_scores)
 
+    for p in (audit, scores):
+        _add_json(p)
+
+
+def _release_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """release, check-release and the privacy ledger."""
     release_cmd = sub.add_parser(
         "release", help="verify, audit the exact configuration, then release λ (exit 3 if refused)"
     )
@@ -544,6 +555,12 @@ def build_parser() -> argparse.ArgumentParser:
     book.add_argument("--ledger", help="the ledger file (default: $DPAUDIT_MIX_LEDGER, else the user state folder)")
     book.set_defaults(func=cmd_ledger)
 
+    for p in (release_cmd, check):
+        _add_json(p)
+
+
+def _experiment_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """recovery, pipeline, warmsyn and verify-accountant: the long runs, each with its report."""
     recovery = sub.add_parser("recovery", help="weight-recovery report: private λ against λ★ over ε × ρ and k")
     recovery.add_argument("spec")
     recovery.add_argument("--out", help="output folder (default reports/recovery-<spec name>)")
@@ -580,13 +597,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="also run the checks on deliberately broken mechanisms and report how many are caught",
     )
     verify_cmd.add_argument("--out", help="output folder for verify.json and verify.md (default reports/verify)")
-    verify_cmd.set_defaults(func=cmd_verify)
-
-    for p in (mix, account, calibrate, prob, bound, audit, scores, release_cmd, check, recovery, pipeline, warmsyn):
-        common(p)
     verify_cmd.add_argument(
         "--json", action="store_true", help="print the whole summary as JSON instead of one line per check"
     )
+    verify_cmd.set_defaults(func=cmd_verify)
+
+    for p in (recovery, pipeline, warmsyn):
+        _add_json(p)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="dpaudit-mix", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for commands in (_mixing_commands, _audit_commands, _release_commands, _experiment_commands):
+        commands(sub)
     return parser
 
 

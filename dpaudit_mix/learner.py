@@ -13,6 +13,7 @@ same run, so float results do not depend on how callers chunk the runs.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import cast
@@ -116,10 +117,6 @@ def _prepare(problem: Problem, user_level: bool) -> _Prepared:
     )
 
 
-# The three mechanism primitives below are module functions so that `verify.mechanism` can swap in
-# deliberately broken versions and show that the verification checks catch them.
-
-
 def _clip_weights(f: np.ndarray, floor: np.ndarray | float) -> np.ndarray:
     """Clipped per-example weights in place: min(1/f, C/‖p̃‖) = 1 / max(f, ‖p̃‖/C) with floor = ‖p̃‖/C."""
     np.maximum(f, floor, out=f)
@@ -131,16 +128,35 @@ def _noise_scale(sigma_clip: float, k: int) -> np.ndarray:
     return np.full((k, 1), sigma_clip, dtype=np.float32)
 
 
-def _normaliser(sample_rate: float, units: int, mask: np.ndarray | None, canary_in: np.ndarray) -> float | np.ndarray:
-    """The divisor of the noisy sum: the public expected batch size qn, never the realised one."""
+def _normaliser(sample_rate: float, units: int, realised: np.ndarray) -> float | np.ndarray:
+    """The divisor of the noisy sum: the public expected batch size qn, never the ``realised``
+    batch size of each run (dividing by it would make the divisor itself reveal membership)."""
     return sample_rate * units
 
 
-def _clipped_sum(prep: _Prepared, lam: np.ndarray, clip: float, mask: np.ndarray | None) -> np.ndarray:
+@dataclass(frozen=True)
+class Privatiser:
+    """How a step of the learner privatises its gradient sum: the clipped weight of each example
+    (``clip_weights(f, ‖p̃‖/C)``, in place), the noise's standard deviation per coordinate
+    (``noise_scale(σC, k)``, (k, 1)) and the divisor of the noisy sum (``normaliser(q, units,
+    realised batch sizes)``). The shipped one is the DP-MixMin mechanism; verify-accountant audits
+    deliberately broken ones, and a user may audit a variant of their own the same way."""
+
+    clip_weights: Callable[[np.ndarray, np.ndarray | float], np.ndarray] = _clip_weights
+    noise_scale: Callable[[float, int], np.ndarray] = _noise_scale
+    normaliser: Callable[[float, int, np.ndarray], float | np.ndarray] = _normaliser
+
+
+SHIPPED = Privatiser()
+
+
+def _clipped_sum(
+    prep: _Prepared, lam: np.ndarray, clip: float, mask: np.ndarray | None, privatiser: Privatiser = SHIPPED
+) -> np.ndarray:
     """Σ over sampled units of the clipped centred gradients, (k, R) for λ of shape (k, R)."""
     f = prep.p @ lam
     if prep.user_starts is None:
-        _clip_weights(f, (prep.norm_centred / clip)[:, None])
+        privatiser.clip_weights(f, (prep.norm_centred / clip)[:, None])
         if mask is not None:
             f *= mask
         return cast(np.ndarray, -(prep.p_centred.T @ f))
@@ -154,7 +170,7 @@ def _clipped_sum(prep: _Prepared, lam: np.ndarray, clip: float, mask: np.ndarray
     return cast(np.ndarray, -np.einsum("ukr,ur->kr", per_user, scale))
 
 
-def _canary_gradient(canary: Canary, lam: np.ndarray, clip: float) -> np.ndarray:
+def _canary_gradient(canary: Canary, lam: np.ndarray, clip: float, privatiser: Privatiser) -> np.ndarray:
     """The canary's clipped gradient in every run, (k, R), whether or not it is included."""
     if canary.gradient is not None:
         return np.broadcast_to(canary.gradient.astype(np.float32)[:, None], lam.shape)
@@ -167,7 +183,7 @@ def _canary_gradient(canary: Canary, lam: np.ndarray, clip: float) -> np.ndarray
         return clipped
     p, _ = scaled_likelihoods(logp[None, :])
     centred = (p - p.mean())[0]
-    weight = _clip_weights(p[0] @ lam, float(np.linalg.norm(centred)) / clip)
+    weight = privatiser.clip_weights(p[0] @ lam, float(np.linalg.norm(centred)) / clip)
     single: np.ndarray = -(centred[:, None] * weight[None, :]).astype(np.float32)
     return single
 
@@ -179,12 +195,13 @@ def _fit_block(
     noise: Stream | None,
     canary: Canary | None,
     include: np.ndarray | None,
+    privatiser: Privatiser,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Fit the runs of one block; returns weights (R, k) and white-box scores (R,) or None."""
     k = prep.p.shape[1]
     r_count = len(runs)
     T, C, q = config.steps, config.clip, config.sample_rate
-    noise_scale = _noise_scale(config.noise_multiplier * C, k)
+    noise_scale = privatiser.noise_scale(config.noise_multiplier * C, k)
     streams: list[RandomSource] = [SecureSource()] * r_count if noise is None else [noise.run(int(r)) for r in runs]
     if not config.poisson:
         gaussians = np.stack([s.standard_normal((T, k)) for s in streams], axis=2).astype(np.float32)
@@ -203,19 +220,20 @@ def _fit_block(
             step_noise = np.stack([s.standard_normal(k) for s in streams], axis=1).astype(np.float32)
         else:
             step_noise = gaussians[t]
-        total = _clipped_sum(prep, lam, C, mask)
+        total = _clipped_sum(prep, lam, C, mask, privatiser)
         if canary is not None:
-            canary_grad = _canary_gradient(canary, lam, C)
+            canary_grad = _canary_gradient(canary, lam, C, privatiser)
             residual = canary_in * canary_grad + noise_scale * step_noise
             if config.poisson:
                 # A real attacker sees only the noisy sum and λ_t: subtract the sum expected
                 # under sampling, not the realised one (that would void amplification).
-                residual += total - q * _clipped_sum(prep, lam, C, None)
+                residual += total - q * _clipped_sum(prep, lam, C, None, privatiser)
             total = total + canary_in * canary_grad
             norms = np.linalg.norm(canary_grad, axis=0)
             scores += np.einsum("kr,kr->r", residual, canary_grad) / np.maximum(norms, 1e-30)
         total = total + noise_scale * step_noise
-        normaliser = _normaliser(q, prep.units, mask, canary_in)
+        realised = (prep.units if mask is None else mask.sum(axis=0)) + canary_in
+        normaliser = privatiser.normaliser(q, prep.units, realised)
         log_lam -= config.learning_rate * total.astype(np.float64) / normaliser
         log_lam -= logsumexp(log_lam, axis=0, keepdims=True)
     return np.exp(log_lam).T, scores
@@ -233,8 +251,10 @@ def fit(
     canary: Canary | None = None,
     include: np.ndarray | None = None,
     threads: int | None = None,
+    privatiser: Privatiser | None = None,
 ) -> FitResult:
-    """Run the DP-MixMin fits with run ids ``runs`` (an int R means 0..R−1) in one call.
+    """Run the DP-MixMin fits with run ids ``runs`` (an int R means 0..R−1) in one call; each step
+    privatised by ``privatiser`` (None: :data:`SHIPPED`, the mechanism as released).
 
     Run r draws its noise (and Poisson masks) from ``noise.run(r)``; with
     ``config.secure`` (and only then) ``noise`` is None and every draw comes from the OS CSPRNG.
@@ -264,6 +284,7 @@ def fit(
         if include is None:
             include = np.zeros(len(run_ids), dtype=bool)
     prep = _prepare(problem, config.user_level)
+    step = SHIPPED if privatiser is None else privatiser
     # Group runs by block id, padding each block to BLOCK runs so float results are chunk-free.
     blocks = np.unique(run_ids // BLOCK)
     threads = threads or default_threads()
@@ -275,7 +296,7 @@ def fit(
             inc = np.zeros(BLOCK, dtype=bool)
             where = np.flatnonzero(run_ids // BLOCK == block)
             inc[run_ids[where] - block * BLOCK] = include[where]
-        return _fit_block(prep, config, ids, noise, canary, inc)
+        return _fit_block(prep, config, ids, noise, canary, inc, step)
 
     with threadpool_limits(limits=1):
         if threads == 1 or len(blocks) == 1:

@@ -16,7 +16,8 @@ from dpaudit_mix import atomic, cli
 from dpaudit_mix.audit import engine
 from dpaudit_mix.cli import main
 from dpaudit_mix.problem import Problem, save
-from dpaudit_mix.release import gate
+from dpaudit_mix.release import check, gate
+from dpaudit_mix.release.manifest import manifest_digest
 
 from .conftest import random_problem
 from .test_release import write_spec
@@ -131,7 +132,7 @@ def test_a_problem_swapped_during_the_release_is_not_what_is_released(
     import hashlib
 
     assert manifest["inputs"]["problem_sha256"] == hashlib.sha256(original).hexdigest()
-    assert any("does not match" in p for p in gate.check_release(out / "release.json"))
+    assert any("does not match" in p for p in check.check_release(out / "release.json"))
 
 
 # --- check-release reads what a manifest claims -------------------------------------------------
@@ -140,7 +141,7 @@ def test_a_problem_swapped_during_the_release_is_not_what_is_released(
 def _edited(path: Path, edit) -> Path:
     manifest = json.loads(path.read_text())
     edit(manifest)
-    manifest["manifest_sha256"] = gate.manifest_digest(manifest)  # a consistent forgery
+    manifest["manifest_sha256"] = manifest_digest(manifest)  # a consistent forgery
     forged = path.with_name(f"forged-{os.urandom(4).hex()}.json")
     forged.write_text(json.dumps(manifest))
     return forged

@@ -231,5 +231,5 @@ def test_entry_point_plugins_load_once_and_a_broken_one_is_one_line(monkeypatch)
     assert loaded == ["spanner"]
     broken: registry.Registry[object] = registry.Registry("gizmo", "gizmos")
     groups["dpaudit_mix.gizmos"] = [Point("broken", "gizmos_plus:x", "dpaudit_mix.gizmos")]
-    with pytest.raises(InputError, match="the gizmo plugin 'broken' .* failed to load: no module named gadgets_plus"):
+    with pytest.raises(InputError, match=r"the gizmo plugin 'broken' .* failed to load: no module named gadgets_plus"):
         broken.get("anything")

@@ -11,7 +11,8 @@ import pytest
 from dpaudit_mix import accounting, learner
 from dpaudit_mix.cli import main
 from dpaudit_mix.problem import Problem, load, save
-from dpaudit_mix.release import gate, ledger
+from dpaudit_mix.release import check, gate, ledger
+from dpaudit_mix.release.manifest import manifest_digest
 
 from .conftest import random_problem
 from .test_verify import TINY
@@ -60,7 +61,7 @@ def test_honest_release_passes_and_checks(tmp_path: Path, problem_file: Path, ca
     assert set(manifest["claim"]["epsilon_by_accountant"]) == set(accounting.BUILTIN_ACCOUNTANTS)
     assert manifest["audit"]["violation"] is False and manifest["verification"]["passed"]
     assert {r["canary"] for r in manifest["audit"]["results"]} == {"max_clip", "natural"}
-    assert manifest["manifest_sha256"] == gate.manifest_digest(manifest)
+    assert manifest["manifest_sha256"] == manifest_digest(manifest)
     for name in ("release.md", "release.html", "lambda.png"):
         assert (out / name).stat().st_size > 0
     assert not (out / "refused.json").exists()
@@ -116,7 +117,7 @@ def test_ledger_composes_in_pld_and_enforces_the_budget(tmp_path: Path, problem_
     entries = ledger.read(tmp_path / "ledger.json")
     assert len(entries) == 1 and entries[0].status == "released"
     manifest = json.loads((tmp_path / "first" / "release.json").read_text())
-    assert entries[0].manifest_sha256 == manifest["manifest_sha256"] == gate.manifest_digest(manifest)
+    assert entries[0].manifest_sha256 == manifest["manifest_sha256"] == manifest_digest(manifest)
     sigma = entries[0].noise_multiplier
     pld = dp_accounting.pld.PLDAccountant()
     event = dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma), STEPS)
@@ -172,7 +173,7 @@ def test_a_release_folder_holds_only_what_may_be_published(tmp_path: Path, probl
             assert not any(needle in path.read_bytes() for needle in needles), path
     assert json.loads((out / "release.json").read_text())["inputs"]["problem"] == "../p.npz"
     assert str(tmp_path) not in (tmp_path / "ledger.json").read_text()
-    assert gate.check_release(out / "release.json") == []
+    assert check.check_release(out / "release.json") == []
 
 
 def test_an_embedded_release_is_rechecked_by_rebuilding_its_problem(tmp_path: Path) -> None:
@@ -195,7 +196,7 @@ def test_an_embedded_release_is_rechecked_by_rebuilding_its_problem(tmp_path: Pa
     assert main(["release", str(spec), "--out", str(out)]) == 0
     assert not (out / "problem.npz").exists()
     assert json.loads((out / "release.json").read_text())["inputs"]["problem"] == "embedded:mnist"
-    assert gate.check_release(out / "release.json") == []
+    assert check.check_release(out / "release.json") == []
 
 
 def test_a_data_sets_budget_cannot_be_walked_around(tmp_path: Path, problem_file: Path, capsys) -> None:

@@ -8,7 +8,7 @@ from dpaudit_mix import cli, learner
 from dpaudit_mix.cli import main
 from dpaudit_mix.verify import checks
 from dpaudit_mix.verify.checks import CHECKS, AuditPoint, Level, noise_conformance
-from dpaudit_mix.verify.mechanism import HONEST, MUTANTS
+from dpaudit_mix.verify.variants import MUTANTS, SHIPPED
 
 #: the smallest level that still exercises every check (for the failure-path tests).
 TINY = Level(
@@ -48,10 +48,9 @@ def test_quick_verification_passes_and_catches_every_mutant(capsys, tmp_path: Pa
     "mutant", [m for m in MUTANTS if m.name in ("partial_noise", "realised_normaliser")], ids=lambda m: m.name
 )
 def test_broken_learner_in_the_package_fails_verification(capsys, monkeypatch, tmp_path: Path, mutant) -> None:
-    """A bug shipped in the learner itself (not injected by the self-test) makes the CLI exit 3."""
+    """A bug shipped in the learner itself (not a variant the self-test names) makes the CLI exit 3."""
     monkeypatch.setattr(checks, "QUICK", TINY)  # the CLI reads it when the command runs
-    for module, attribute, replacement in mutant.patches:
-        monkeypatch.setattr(module, attribute, replacement)
+    monkeypatch.setattr(learner, "SHIPPED", mutant.privatiser)
     assert main(["verify-accountant", "--quick", "--out", str(tmp_path)]) == cli.EXIT_VIOLATION
     err = capsys.readouterr().err
     assert "verification FAILED" in err and "noise_conformance" in err
@@ -59,9 +58,9 @@ def test_broken_learner_in_the_package_fails_verification(capsys, monkeypatch, t
     assert not summary["passed"]
 
 
-def test_a_mutant_changes_what_the_learner_releases_only_while_active() -> None:
-    """The self-test's premise: inside ``active()`` the package itself behaves differently (the
-    same fit, seeded alike, releases another λ), and the shipped behaviour is back afterwards."""
+def test_a_learner_mutant_changes_what_the_learner_releases_and_nothing_else() -> None:
+    """The self-test's premise: a learner mutant's DP step releases another λ from the same seeded
+    fit, while the shipped fit (the package, untouched) releases what it always did."""
     from dpaudit_mix.randomness import stream
 
     from .conftest import random_problem
@@ -69,20 +68,21 @@ def test_a_mutant_changes_what_the_learner_releases_only_while_active() -> None:
     problem = random_problem(40, 4, seed=7)
     config = learner.LearnerConfig(steps=5, clip=0.05, noise_multiplier=1.0, sample_rate=0.5)  # clipping binds
 
-    def released() -> np.ndarray:
-        return learner.fit(problem, config, 2, stream(0, "verify-conformance", test="mutants")).weights
+    def released(privatiser: learner.Privatiser | None = None) -> np.ndarray:
+        return learner.fit(
+            problem, config, 2, stream(0, "verify-conformance", test="mutants"), privatiser=privatiser
+        ).weights
 
     shipped = released()
-    in_learner = [m for m in MUTANTS if any(module is learner for module, _, _ in m.patches)]
+    in_learner = [m for m in MUTANTS if m.privatiser is not None]
     assert len(in_learner) >= 4
     for mutant in in_learner:
-        with mutant.active():
-            assert not np.allclose(released(), shipped), mutant.name
+        assert not np.allclose(released(mutant.privatiser), shipped), mutant.name
         assert np.array_equal(released(), shipped), mutant.name
 
 
 def test_noise_conformance_statistic_is_standard_normal_for_the_shipped_learner() -> None:
     """The probe's whitened log λ has unit variance in every direction (up to sampling error)."""
-    result = noise_conformance(HONEST, TINY)
+    result = noise_conformance(SHIPPED, TINY)
     case = result.cases[0]
     assert result.passed and abs(case["variance_ratio_pooled"] - 1) < 5 * np.sqrt(2 / (1024 * 15))

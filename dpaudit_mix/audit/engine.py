@@ -143,7 +143,7 @@ def run_audit(
     return outcome
 
 
-def _collect_and_analyse(
+def _collect(
     spec: AuditSpec,
     out: Path,
     plan: Plan,
@@ -153,9 +153,10 @@ def _collect_and_analyse(
     settings: list[Setting],
     runner: Backend,
     progress: bool,
-) -> AuditOutcome:
+) -> dict[Setting, dict[str, np.ndarray]]:
+    """Every setting's scores of every run: finished chunks from disk, the others collected on
+    ``runner`` and saved as each finishes (memory stays bounded by the chunk size)."""
     with ChunkStore(out, _spec_hash(spec, plan.noise_multiplier, full), THREATS) as store:
-        # Collecting streams: a finished chunk goes to disk, and memory stays bounded by the chunk size.
         jobs = [(s, a, b) for s in settings for a, b in bounds if store.load(s.name, np.arange(a, b)) is None]
         store.warn()
         bar = tqdm(
@@ -174,7 +175,21 @@ def _collect_and_analyse(
         finally:
             runner.close()
         bar.close()
-        scores = {s: _gather(store, s, bounds, spec.runs) for s in settings}
+        return {s: _gather(store, s, bounds, spec.runs) for s in settings}
+
+
+def _collect_and_analyse(
+    spec: AuditSpec,
+    out: Path,
+    plan: Plan,
+    full: Problem,
+    include: np.ndarray,
+    bounds: list[tuple[int, int]],
+    settings: list[Setting],
+    runner: Backend,
+    progress: bool,
+) -> AuditOutcome:
+    scores = _collect(spec, out, plan, full, include, bounds, settings, runner, progress)
     check_claim(spec.epsilon, spec.delta, plan.claimed_phases, plan.accountant)
     claimed = claimed_tradeoff(spec.epsilon, spec.delta, plan.claimed_phases)
     per_result = result_confidence(spec.confidence, sum(s.noise for s in settings) * len(spec.threats))

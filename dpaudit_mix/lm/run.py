@@ -149,7 +149,7 @@ class TextTrack(MixingTrack):
         """(q, σ) of the user-level finetune: q = expected users / users, σ so that it (after
         ``prior`` on the same users) spends ``epsilon``."""
         q = min(1.0, self.text_spec.finetune_users / len(self.users))
-        return q, accounting.calibrate_once(epsilon, self.delta, q, self.text_spec.finetune_steps, prior)
+        return q, accounting.calibrate(epsilon, self.delta, q, self.text_spec.finetune_steps, prior=prior)
 
     def calibrate(self, epsilon: float, prior: tuple[accounting.GaussianPhase, ...]) -> None:
         self.sigma(epsilon, prior)
@@ -224,7 +224,7 @@ class TextTrack(MixingTrack):
                 "pretrained_perplexity": before,
                 "finetune_phase": asdict(settings.phase),
                 "finetune_choice": choice,
-                "finetune_epsilon": accounting.epsilon_once((settings.phase,), spec.delta),
+                "finetune_epsilon": accounting.epsilon((settings.phase,), spec.delta),
             }
 
         return Stage(key, compute)

@@ -179,7 +179,7 @@ def finetune_sigma(
     schedule): Opacus' own calibration alone; ours after ``prior`` on the same data, so that both
     compose to ε."""
     if prior:
-        return accounting.calibrate_once(epsilon, delta, 1 / batches, epochs * batches, prior)
+        return accounting.calibrate(epsilon, delta, 1 / batches, epochs * batches, prior=prior)
     try:
         return opacus_sigma(epsilon, delta, 1 / batches, epochs)
     except ValueError as exc:

@@ -103,6 +103,10 @@ def poisson_batches(
         yield inputs[rows], labels[rows]
 
 
+#: how an epoch's batches are drawn: ``sampler(data, q, count, draws)`` yields ``count`` batches.
+Sampler = Callable[[TensorDataset, float, int, RandomSource], Iterator[tuple[torch.Tensor, torch.Tensor]]]
+
+
 def train(
     private: Private,
     data: TensorDataset,
@@ -110,6 +114,7 @@ def train(
     loss: Loss,
     key: Key | None,
     after_step: Callable[[bool], None] | None = None,
+    sampler: Sampler = poisson_batches,
 ) -> int:
     """``epochs`` × ``batches`` DP-SGD steps; returns how many ran.
 
@@ -117,7 +122,8 @@ def train(
     "finetune-noise" stream, or both from the OS CSPRNG when ``key`` is None (not reproducible).
     An empty Poisson batch is skipped (so at most the accounted steps run); ``after_step`` hears
     of every step, True once the optimizer stepped (its gradients are the released noisy mean)
-    and False for a skipped one.
+    and False for a skipped one. ``sampler`` draws the batches: Poisson (what the accountant
+    assumes) unless an audit checks another on purpose.
     """
     own_noise(private.optimizer, source(None if key is None else key.stream("finetune-noise")))
     draws = source(None if key is None else key.stream("finetune-batches"))
@@ -127,7 +133,7 @@ def train(
         # torch notes that Opacus' backward hooks fire although the inputs need no gradient.
         warnings.filterwarnings("ignore", message="Full backward hook is firing")
         for _ in range(epochs):
-            for x, y in poisson_batches(data, private.sample_rate, private.batches, draws):
+            for x, y in sampler(data, private.sample_rate, private.batches, draws):
                 if len(y) == 0:
                     if after_step is not None:
                         after_step(False)

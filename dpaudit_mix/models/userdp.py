@@ -182,6 +182,10 @@ def divisor_users(config: UserLevelSGD, data: list[torch.Tensor]) -> int:
     return len(data) if config.users is None else config.users
 
 
+#: one step's released gradient: ``step(model, users, config, batches, noise)`` (:func:`released_step`).
+Step = Callable[[nn.Module, list[torch.Tensor], "UserLevelSGD", RandomSource, RandomSource], torch.Tensor]
+
+
 def train(
     model: nn.Module,
     user_windows: list[np.ndarray],
@@ -189,13 +193,15 @@ def train(
     key: Key | None,
     observe: Callable[[torch.Tensor], None] | None = None,
     device: str = "cpu",
+    step: Step = released_step,
 ) -> nn.Module:
     """T steps of user-level DP-SGD on ``user_windows`` (one array of windows per user), with
     Adam applied to the released noisy mean (post-processing). The user sampling and window picks
     come from ``key``'s "finetune-batches" stream, the noise from its "finetune-noise" stream; with
     ``key`` None, all of them from the OS CSPRNG (not reproducible). ``observe`` sees each step's
     released noisy mean (what a white-box audit attacks). The model trains on ``device``; the
-    draws stay on the CPU."""
+    draws stay on the CPU. ``step`` is the DP step (:func:`released_step` unless an audit checks
+    another on purpose)."""
     require(len(user_windows) >= 1, "user-level DP-SGD needs at least one user")
     batches = source(None if key is None else key.stream("finetune-batches"))
     noise = source(None if key is None else key.stream("finetune-noise"))
@@ -204,7 +210,7 @@ def train(
     optimizer = torch.optim.Adam(params, lr=config.learning_rate)
     model.train()
     for _ in range(config.steps):
-        update = released_step(model, data, config, batches, noise)
+        update = step(model, data, config, batches, noise)
         if observe is not None:
             observe(update)
         offset = 0

@@ -99,7 +99,7 @@ def mixing_phase(method: str, epsilon: float, spec: MixingSpec) -> accounting.Ga
     if method not in PRIVATE_METHODS:
         return None
     steps = spec.mix_steps if method == "dpmixmin" else 1  # random search releases its M sums once
-    return accounting.GaussianPhase(accounting.calibrate_once(epsilon, spec.delta, 1.0, steps), 1.0, steps)
+    return accounting.GaussianPhase(accounting.calibrate(epsilon, spec.delta, 1.0, steps), 1.0, steps)
 
 
 def _candidate_losses(problem: Problem, candidates: np.ndarray, user_level: bool, bound: float) -> np.ndarray:

@@ -155,7 +155,7 @@ def _per_task_privacy(records: list[dict[str, Any]], spec: PipelineSpec) -> list
         lam = tuple(m.phase for m in mixtures if m.phase)
         released = all(m.releasable for m in mixtures)
         together = composed_privacy(mixtures, phases, spec.delta, spec.composition == "sequential")
-        lam_text = "0 (public λ)" if not lam else _epsilon_text(accounting.epsilon_once(lam, spec.delta))
+        lam_text = "0 (public λ)" if not lam else _epsilon_text(accounting.epsilon(lam, spec.delta))
         rows.append(
             [
                 method,

@@ -210,8 +210,8 @@ def release_privacy(
         return Privacy(math.inf, delta, False)
     phases = (mixture.phase,) if mixture.phase else ()
     if sequential:
-        return Privacy(accounting.epsilon_once((*phases, finetune), delta), delta, True)
-    costs = [(finetune_epsilon, delta)] + ([(accounting.epsilon_once(phases, delta), delta)] if phases else [])
+        return Privacy(accounting.epsilon((*phases, finetune), delta), delta, True)
+    costs = [(finetune_epsilon, delta)] + ([(accounting.epsilon(phases, delta), delta)] if phases else [])
     return Privacy(accounting.parallel(*costs)[0], delta, True)
 
 
@@ -225,9 +225,9 @@ def composed_privacy(
         return Privacy(math.inf, delta, False)
     mixing = tuple(m.phase for m in mixtures if m.phase)
     if sequential:
-        return Privacy(accounting.epsilon_once((*mixing, *finetunes), delta), delta, True)
-    costs = [accounting.epsilon_once(tuple(finetunes), delta)]
-    costs += [accounting.epsilon_once(mixing, delta)] if mixing else []
+        return Privacy(accounting.epsilon((*mixing, *finetunes), delta), delta, True)
+    costs = [accounting.epsilon(tuple(finetunes), delta)]
+    costs += [accounting.epsilon(mixing, delta)] if mixing else []
     return Privacy(max(costs), delta, True)
 
 

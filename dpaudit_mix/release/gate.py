@@ -10,15 +10,12 @@ and nothing that holds λ.
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import matplotlib.pyplot as plt
 import numpy as np
 
 from .. import __version__, accounting
@@ -26,23 +23,23 @@ from .. import problem as problem_io
 from ..atomic import check_output, write_bytes, write_json
 from ..audit.engine import run_audit
 from ..audit.report import summary_verdict, write_report
+from ..audit.result import AuditSummary
 from ..audit.spec import AuditSpec
-from ..cache import json_sha256, sha256_bytes, user_cache_dir
+from ..cache import sha256_bytes, user_cache_dir
 from ..data import registry
 from ..errors import EXIT_BAD_INPUT, EXIT_VIOLATION, InputError, require
 from ..learner import LearnerConfig, fit
 from ..problem import Problem
-from ..reporting import save_figure, write_pages
 from ..specfile import parse_spec, read_spec_bytes
 from ..verify.checks import QUICK
 from ..verify.suite import failures, verify
 from . import ledger
-from .spec import MIN_AUDIT_RUNS, ReleaseSpec
+from .card import CARD, write_card
+from .manifest import manifest_digest, public_path
+from .spec import ReleaseSpec
 
 #: the verification level run before every release (tests swap in a smaller one).
 VERIFY_LEVEL = QUICK
-#: the card a release writes beside release.json (it shows λ).
-CARD = ("release.md", "release.html", "lambda.png", "tradeoff.png")
 
 
 class Refused(Exception):
@@ -77,12 +74,6 @@ class Published:
         }
 
 
-def manifest_digest(manifest: dict[str, Any]) -> str:
-    """sha256 over the canonical JSON of every field but the digest itself."""
-    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
-    return json_sha256(body, compact=True).hexdigest()
-
-
 def _problem_bytes(spec: ReleaseSpec, out: Path) -> tuple[str, bytes]:
     """The problem released on, as bytes read once, and the public name the manifest gives it:
     ``embedded:NAME`` (rebuilt by check-release) or the file's :func:`public_path`. The problem
@@ -91,14 +82,6 @@ def _problem_bytes(spec: ReleaseSpec, out: Path) -> tuple[str, bytes]:
         return f"embedded:{spec.problem}", problem_io.dumps(registry.build(spec.problem, spec.task))
     path = registry.problem_path(spec.problem)
     return public_path(path, out), problem_io.read_bytes(path)
-
-
-def public_path(path: Path, out: Path) -> str:
-    """A file as a published manifest may name it: relative to the release folder ``out`` when it
-    lies under that folder's parent (check-release finds it from there), else by its name alone:
-    a machine's absolute paths, and the folders above, are not for publication."""
-    relative = Path(os.path.relpath(path.resolve(), out.resolve()))
-    return str(relative) if relative.parts[:2].count("..") <= 1 and not relative.is_absolute() else path.name
 
 
 def _public_spec(spec: ReleaseSpec, problem: str, out: Path) -> dict[str, Any]:
@@ -113,62 +96,6 @@ def work_folder(inputs: dict[str, str]) -> Path:
     thousands of seeded runs on the sensitive data), outside the release folder, in the user
     cache, keyed by the problem and spec digests so that a rerun resumes its chunks."""
     return user_cache_dir() / "release-audits" / f"{inputs['problem_sha256'][:16]}-{inputs['spec_sha256'][:16]}"
-
-
-def _card(manifest: dict[str, Any], out: Path) -> None:
-    """release.md / release.html: the claim, the audit picture and λ beside the uniform mixture."""
-    lam, sources = np.array(manifest["weights"]), manifest["sources"]
-    fig, ax = plt.subplots(figsize=(8, 0.32 * len(sources) + 1.2))
-    y = np.arange(len(sources))
-    ax.barh(y - 0.2, lam, height=0.4, label="released λ")
-    ax.barh(y + 0.2, np.full(len(sources), 1 / len(sources)), height=0.4, label="uniform", color="lightgrey")
-    ax.set(yticks=y, yticklabels=sources, xlabel="mixture weight")
-    ax.invert_yaxis()
-    ax.legend()
-    claim, audit, budget = manifest["claim"], manifest["audit"], manifest["budget"]
-    cap = "no cap" if budget["budget_epsilon"] is None else f"{budget['budget_epsilon']:g}"
-    eps = ", ".join(f"{k} {v:.4g}" for k, v in claim["epsilon_by_accountant"].items())
-    rows = [["canary", "runs", "strict ε_LB", "GDP ε_LB", "μ_LB", "profile"]]
-    rows += [
-        [
-            r["canary"],
-            str(r["runs"]),
-            f"{r['epsilon_lower_bound']:.3f}",
-            f"{r['epsilon_lower_bound_gdp']:.3f}",
-            f"{r['mu_lower_bound']:.3f}",
-            "VIOLATED" if r["profile_violation"] else "ok",
-        ]
-        for r in audit["results"]
-    ]
-    blocks = [
-        (
-            "strong",
-            f"Released: ({claim['epsilon']:g}, {claim['delta']:g})-DP mixture weights over "
-            f"{len(sources)} sources ({'user' if claim['user_level'] else 'example'}-level, add/remove).",
-        ),
-        (
-            "p",
-            f"Spent ε = {budget['spent_epsilon']:.4g} of {cap} on this data (every release on it, this one "
-            f"included, composed by PLD at δ = {budget['delta']:g}).",
-        ),
-        (
-            "p",
-            f"σ = {claim['noise_multiplier']:.5g} calibrated by {claim['accountant']}; q = {claim['sample_rate']:g}, "
-            f"T = {claim['steps']}, C = {claim['clip']:g}. ε at δ under every accountant: {eps}. Noise from the OS "
-            f"CSPRNG. Problem sha256 {manifest['inputs']['problem_sha256'][:16]}…; released {manifest['timestamp']}.",
-        ),
-        (
-            "p",
-            f"verify-accountant ({manifest['verification']['level']}): "
-            f"{'PASS' if manifest['verification']['passed'] else 'FAIL'}. White-box audit of this exact "
-            f"configuration, {audit['confidence']:.0%} CP, thresholds '{audit['threshold_strategy']}': "
-            f"{'VIOLATION' if audit['violation'] else 'no violation'}.",
-        ),
-        ("table", rows),
-        ("figure", out / "tradeoff.png"),
-        ("figure", save_figure(fig, out / "lambda.png")),
-    ]
-    write_pages(out, "dpaudit-mix release", blocks, name="release")
 
 
 def _release(
@@ -248,7 +175,54 @@ def _checked_release(
     verification = verify(VERIFY_LEVEL, progress=progress)
     if failures(verification):
         raise Refused("verify", "verify-accountant failed: " + "; ".join(failures(verification)))
-    audit_spec = AuditSpec(
+    work = work_folder(inputs)
+    outcome = run_audit(
+        _audit_spec(spec, prob, inputs),
+        work,
+        noise_multiplier=sigma,
+        progress=progress,
+        problem=prob,
+        report=write_report,
+    )
+    write_bytes(out / "tradeoff.png", (work / "tradeoff.png").read_bytes())  # counts only: publishable
+    audit = outcome.summary
+    if audit.violation:
+        raise Refused(
+            "audit",
+            f"the audit of this exact configuration found: {summary_verdict(audit)}",
+            private=f"its private report is {work / 'report.md'}",
+        )
+    config = LearnerConfig(
+        steps=spec.steps,
+        clip=spec.clip,
+        noise_multiplier=sigma,
+        sample_rate=spec.sample_rate,
+        learning_rate=spec.learning_rate,
+        user_level=spec.user_level,
+        secure=True,
+    )
+    weights = fit(prob, config, 1).weights[0]
+    manifest: dict[str, Any] = {
+        "weights": weights.tolist(),
+        "sources": list(prob.sources),
+        "task": prob.task,
+        "claim": _claim(spec, phase, calibrated),
+        "inputs": inputs,
+        "spec": _public_spec(spec, inputs["problem"], out),
+        "verification": {"level": verification["level"], "passed": True, "seconds": verification["seconds"]},
+        "audit": _audit_record(audit, spec, prob),
+        "budget": budget,
+        "timestamp": _now(),
+    }
+    manifest["manifest_sha256"] = manifest_digest(manifest)
+    write_card(manifest, out)
+    return manifest
+
+
+def _audit_spec(spec: ReleaseSpec, prob: Problem, inputs: dict[str, str]) -> AuditSpec:
+    """The white-box audit of exactly the configuration released: the same problem bytes, all of
+    them (ρ = 1), the same σ, q, T, C and learner, the spec's canaries and run count."""
+    return AuditSpec(
         problem=spec.problem if spec.problem in registry.PROBLEMS else inputs["problem"],
         task=prob.task or spec.task,
         epsilon=spec.epsilon,
@@ -269,32 +243,16 @@ def _checked_release(
         threshold=spec.threshold,
         chunk_size=spec.chunk_size,
     )
-    work = work_folder(inputs)
-    outcome = run_audit(audit_spec, work, noise_multiplier=sigma, progress=progress, problem=prob, report=write_report)
-    write_bytes(out / "tradeoff.png", (work / "tradeoff.png").read_bytes())  # counts only: publishable
-    audit = outcome.summary
-    if audit.violation:
-        raise Refused(
-            "audit",
-            f"the audit of this exact configuration found: {summary_verdict(audit)}",
-            private=f"its private report is {work / 'report.md'}",
-        )
-    config = LearnerConfig(
-        steps=spec.steps,
-        clip=spec.clip,
-        noise_multiplier=sigma,
-        sample_rate=spec.sample_rate,
-        learning_rate=spec.learning_rate,
-        user_level=spec.user_level,
-        secure=True,
-    )
-    weights = fit(prob, config, 1).weights[0]
-    claim = {
+
+
+def _claim(spec: ReleaseSpec, phase: accounting.GaussianPhase, calibrated: float) -> dict[str, Any]:
+    """The manifest's claim: ε at δ with the accountant that calibrated σ, ε under every built-in."""
+    return {
         "epsilon": spec.epsilon,
         "delta": spec.delta,
         "accountant": spec.accountant,
         "epsilon_by_accountant": accounting.epsilons([phase], spec.delta),
-        "noise_multiplier": sigma,
+        "noise_multiplier": phase.noise_multiplier,
         "calibrated_noise_multiplier": calibrated,
         "sample_rate": spec.sample_rate,
         "steps": spec.steps,
@@ -302,51 +260,41 @@ def _checked_release(
         "learning_rate": spec.learning_rate,
         "user_level": spec.user_level,
     }
-    manifest: dict[str, Any] = {
-        "weights": weights.tolist(),
-        "sources": list(prob.sources),
-        "task": prob.task,
-        "claim": claim,
-        "inputs": inputs,
-        "spec": _public_spec(spec, inputs["problem"], out),
-        "verification": {"level": verification["level"], "passed": True, "seconds": verification["seconds"]},
-        "audit": {
-            "violation": audit.violation,
-            "results": [
-                {
-                    k: r.to_dict()[k]
-                    for k in (
-                        "canary",
-                        "threat",
-                        "runs",
-                        "epsilon_lower_bound",
-                        "mu_lower_bound",
-                        "epsilon_lower_bound_gdp",
-                        "profile_violation",
-                        "epsilon_violation",
-                        "verdict",
-                        "epsilon_lower_bound_max",
-                    )
-                }
-                for r in audit.results
-            ],
-            "confidence": audit.confidence,
-            "confidence_per_result": audit.confidence_per_result,
-            "threshold_strategy": audit.threshold_strategy,
-            "claimed_tradeoff": audit.claimed_tradeoff,
-            "noise_multiplier": audit.noise_multiplier,
-            "sample_rate": spec.sample_rate,
-            "steps": spec.steps,
-            "clip": spec.clip,
-            "data_sha256": problem_io.data_sha256(prob),
-            "problem": audit.problem,
-        },
-        "budget": budget,
-        "timestamp": _now(),
+
+
+def _audit_record(audit: AuditSummary, spec: ReleaseSpec, prob: Problem) -> dict[str, Any]:
+    """The manifest's audit section: the verdicts, and every setting check-release ties to the claim."""
+    return {
+        "violation": audit.violation,
+        "results": [
+            {
+                k: r.to_dict()[k]
+                for k in (
+                    "canary",
+                    "threat",
+                    "runs",
+                    "epsilon_lower_bound",
+                    "mu_lower_bound",
+                    "epsilon_lower_bound_gdp",
+                    "profile_violation",
+                    "epsilon_violation",
+                    "verdict",
+                    "epsilon_lower_bound_max",
+                )
+            }
+            for r in audit.results
+        ],
+        "confidence": audit.confidence,
+        "confidence_per_result": audit.confidence_per_result,
+        "threshold_strategy": audit.threshold_strategy,
+        "claimed_tradeoff": audit.claimed_tradeoff,
+        "noise_multiplier": audit.noise_multiplier,
+        "sample_rate": spec.sample_rate,
+        "steps": spec.steps,
+        "clip": spec.clip,
+        "data_sha256": problem_io.data_sha256(prob),
+        "problem": audit.problem,
     }
-    manifest["manifest_sha256"] = manifest_digest(manifest)
-    _card(manifest, out)
-    return manifest
 
 
 def _now() -> str:
@@ -398,169 +346,3 @@ def release(
         raise refusal from None
     (out / "refused.json").unlink(missing_ok=True)  # stale now that this run has published
     return Published(out, manifest)
-
-
-def _field(mapping: Any, key: str, kinds: tuple[type, ...], where: str) -> Any:
-    """``mapping[key]`` if it is one of ``kinds`` (bool is never a number), else an InputError."""
-    require(isinstance(mapping, dict), f"{where} is not an object")
-    value = mapping.get(key)
-    is_bool = isinstance(value, bool)
-    require(
-        isinstance(value, kinds)
-        and (bool in kinds or not is_bool)
-        and not (isinstance(value, float) and not np.isfinite(value)),
-        f"{where}: '{key}' must be {' or '.join(k.__name__ for k in kinds)}, got {value!r}",
-    )
-    return value
-
-
-def _read_manifest(path: Path) -> tuple[dict[str, Any], accounting.GaussianPhase, str]:
-    """The manifest, its phase and its accountant, every field the checks read type-checked first."""
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError, OSError, RecursionError) as exc:
-        raise InputError(f"{path} is not a release manifest: {exc!r}") from None
-    where = f"release manifest {path}"
-    claim = _field(manifest, "claim", (dict,), where)
-    for key in ("inputs", "audit", "verification"):
-        _field(manifest, key, (dict,), where)
-    for key in ("weights", "sources"):
-        _field(manifest, key, (list,), where)
-    _field(manifest["inputs"], "problem_sha256", (str,), f"{where}, inputs")
-    _field(manifest["inputs"], "problem", (str,), f"{where}, inputs")
-    for key in ("epsilon", "delta", "noise_multiplier", "sample_rate"):
-        _field(claim, key, (int, float), f"{where}, claim")
-    _field(claim, "steps", (int,), f"{where}, claim")
-    _field(claim, "epsilon_by_accountant", (dict,), f"{where}, claim")
-    accountant = _field(claim, "accountant", (str,), f"{where}, claim")
-    accounting.check_delta(claim["delta"])
-    try:
-        phase = accounting.GaussianPhase(claim["noise_multiplier"], claim["sample_rate"], claim["steps"])
-    except InputError as exc:
-        raise InputError(f"{where}, claim: {exc}") from None
-    return manifest, phase, accountant
-
-
-def check_release(manifest_path: str | Path, problem: str | Path | None = None) -> list[str]:
-    """Everything about a release.json that does not hold, each naming its section; [] when it
-    all does. Not only the digest: every section is tied to the claim, the data and the release
-    rules (a forger who recomputes the digest must still make the sections agree with each other
-    and with the problem's bytes): the claim recomputed under every accountant; the manifest's
-    own verification and audit verdicts; the audit's σ, q, T, C, data digest, canaries and run
-    counts against the claim, the spec and the gate's rules; the sources and λ against the problem."""
-    manifest_path = Path(manifest_path)
-    require(manifest_path.is_file(), f"manifest not found: {manifest_path}")
-    manifest, phase, accountant = _read_manifest(manifest_path)
-    problems = []
-    if manifest.get("manifest_sha256") != manifest_digest(manifest):
-        problems.append("manifest_sha256 does not match the manifest's contents (edited after release)")
-    problems += _claim_mismatch(manifest, phase, accountant)
-    if manifest["verification"].get("passed") is not True:
-        problems.append("verification: the manifest's own verification did not pass (verification.passed is not true)")
-    problems += _audit_mismatch(manifest)
-    weights, sources = manifest["weights"], manifest["sources"]
-    numeric = all(isinstance(w, (int, float)) and not isinstance(w, bool) and np.isfinite(w) for w in weights)
-    if len(weights) != len(sources) or len(weights) < 2:
-        problems.append(f"weights: {len(weights)} weights for {len(sources)} sources (one weight per source, k >= 2)")
-    if not numeric or any(w < 0 for w in weights) or abs(sum(weights) - 1) > 1e-6:
-        problems.append("weights: the released weights are not a point of the simplex (finite, >= 0, summing to 1)")
-    inputs = manifest["inputs"]
-    found, why = _released_problem(inputs["problem"], manifest, manifest_path.parent, problem, inputs["problem_sha256"])
-    problems += why
-    if found is not None:
-        if list(found.sources) != list(sources):
-            problems.append(f"sources: the manifest's {sources} are not the problem's {list(found.sources)} (in order)")
-        if problem_io.data_sha256(found) != inputs.get("data_sha256"):
-            problems.append("inputs: data_sha256 is not the digest of the released problem's data")
-    return problems
-
-
-def _spec_section(manifest: dict[str, Any]) -> dict[str, Any]:
-    raw = manifest.get("spec")
-    return raw if isinstance(raw, dict) else {}
-
-
-def _claim_mismatch(manifest: dict[str, Any], phase: accounting.GaussianPhase, accountant: str) -> list[str]:
-    """The claim's ε recomputed from (σ, q, T) under every accountant, and its settings against
-    the spec's (a refused request, such as a σ too small to account, is a finding, not a crash)."""
-    claim, problems = manifest["claim"], []
-    if accountant not in accounting.ACCOUNTANTS:
-        return [f"claim: unknown accountant {accountant!r}; known: {', '.join(accounting.ACCOUNTANTS.names())}"]
-    recorded, delta, epsilon = claim["epsilon_by_accountant"], claim["delta"], claim["epsilon"]
-    for name in accounting.BUILTIN_ACCOUNTANTS:
-        try:
-            eps = accounting.epsilon([phase], delta, name)
-        except InputError as exc:
-            problems.append(f"claim: epsilon under {name} cannot be recomputed from (sigma, q, T): {exc}")
-            continue
-        if not isinstance(recorded.get(name), (int, float)) or not np.isclose(
-            eps, recorded[name], rtol=1e-6, atol=1e-9
-        ):
-            problems.append(
-                f"claim: epsilon under {name}: recomputed {eps:.6g} from (sigma, q, T), "
-                f"manifest says {recorded.get(name)}"
-            )
-        if name == accountant and eps > epsilon * (1 + 1e-9):
-            problems.append(
-                f"claim: the claimed epsilon {epsilon:g} is below what {name} gives for (sigma, q, T): {eps:.6g}"
-            )
-    spec = _spec_section(manifest)
-    for key in ("epsilon", "delta", "steps", "clip", "sample_rate", "user_level", "accountant"):
-        if key in spec and spec[key] != claim.get(key):
-            problems.append(f"claim: {key} {claim.get(key)!r} is not the spec's {spec[key]!r}")
-    return problems
-
-
-def _audit_mismatch(manifest: dict[str, Any]) -> list[str]:
-    """The audit section against the claim, the spec and the gate's rules: a clean white-box audit
-    of this σ, q, T and C on this data, one result per canary the spec names, each of the spec's
-    run count (never fewer than the gate's minimum)."""
-    audit, claim, inputs = manifest["audit"], manifest["claim"], manifest["inputs"]
-    spec = _spec_section(manifest)
-    results = audit.get("results")
-    if (
-        audit.get("violation") is not False
-        or not isinstance(results, list)
-        or not results
-        or any(not isinstance(r, dict) or r.get("profile_violation") is not False for r in results)
-    ):
-        return ["audit: the manifest's own audit does not show a clean pass (a violation, or no results)"]
-    problems = []
-    for key in ("noise_multiplier", "sample_rate", "steps", "clip"):
-        if audit.get(key) != claim.get(key):
-            problems.append(f"audit: it ran {key} {audit.get(key)!r}, the claim says {claim.get(key)!r}")
-    if audit.get("data_sha256") != inputs.get("data_sha256"):
-        problems.append("audit: it ran on other data (its data_sha256 is not the release's)")
-    canaries = sorted(str(r.get("canary")) for r in results)
-    if canaries != sorted(spec.get("audit_canaries", ())) or any(r.get("threat") != "white_box" for r in results):
-        problems.append(f"audit: its results {canaries} are not one white-box result per canary of the spec")
-    runs = spec.get("audit_runs")
-    if not isinstance(runs, int) or runs < MIN_AUDIT_RUNS or any(r.get("runs") != runs for r in results):
-        problems.append(f"audit: a result ran other than the spec's audit_runs {runs!r} (at least {MIN_AUDIT_RUNS})")
-    return problems
-
-
-def _released_problem(
-    name: str, manifest: dict[str, Any], folder: Path, problem: str | Path | None, digest: str
-) -> tuple[Problem | None, list[str]]:
-    """The released-on problem, if its bytes are the ones the manifest names: ``problem`` when
-    given, else the embedded problem rebuilt, else the file at the manifest's path (relative to
-    the release ``folder``); else None and why."""
-    if problem is None and name.startswith("embedded:"):
-        embedded = name[len("embedded:") :]
-        require(embedded in registry.PROBLEMS, f"the manifest names an unknown embedded problem {embedded!r}")
-        spec = manifest.get("spec")
-        task = spec.get("task") if isinstance(spec, dict) else None
-        if not isinstance(task, str):
-            return None, ["inputs: the manifest's spec has no task to rebuild its embedded problem with"]
-        content = problem_io.dumps(registry.build(embedded, task))
-        if sha256_bytes(content) != digest:
-            return None, [f"inputs: the embedded problem {embedded} / {task} rebuilt here does not match its sha256"]
-        return problem_io.loads(content, Path(name)), []
-    path = Path(problem) if problem is not None else folder / name
-    if not path.is_file():
-        return None, [f"inputs: problem file {path} not found (give it with --problem)"]
-    content = problem_io.read_bytes(path)
-    if sha256_bytes(content) != digest:
-        return None, [f"inputs: problem file {path} does not match the released problem's sha256"]
-    return problem_io.loads(content, path), []

@@ -25,7 +25,7 @@ from ..audit.spec import AuditSpec
 from ..learner import LearnerConfig, fit
 from ..problem import Problem
 from ..randomness import stream
-from .mechanism import ACCOUNTANT, LEARNER, OPACUS, USER_DPSGD, WIRING, Mechanism
+from .variants import ACCOUNTANT, LEARNER, OPACUS, USER_DPSGD, WIRING, Variant
 
 #: δ of every calibrated claim below.
 DELTA = 1e-5
@@ -175,13 +175,15 @@ def _result(name: str, cases: list[dict[str, Any]], summary: str) -> CheckResult
     return CheckResult(name, not failed, summary, tuple(cases))
 
 
-def cross_accountant(mechanism: Mechanism, level: Level) -> CheckResult:
+def cross_accountant(variant: Variant, level: Level) -> CheckResult:
     """opacus RDP and PRV, dp_accounting PLD and RDP, and (q = 1) exact GDP agree within slack."""
     cases = []
     worst = {"prv_vs_pld": 0.0, "rdp_over_pld": 0.0, "pld_vs_gdp": 0.0}
     for sigma, q, steps, delta in level.grid:
         phases = [accounting.GaussianPhase(sigma, q, steps)]
-        eps = accounting.epsilons(phases, delta)
+        eps = {
+            name: accounting.epsilon(phases, delta, variant.accountant(name)) for name in accounting.BUILTIN_ACCOUNTANTS
+        }
         eps["rdp_google"] = accounting.google_rdp_epsilon(phases, delta)
         if q == 1.0:
             eps["gdp"] = accounting.gdp_epsilon(sigma, steps, delta)
@@ -219,14 +221,15 @@ def cross_accountant(mechanism: Mechanism, level: Level) -> CheckResult:
     return _result("cross_accountant", cases, summary)
 
 
-def calibration_round_trip(mechanism: Mechanism, level: Level) -> CheckResult:
+def calibration_round_trip(variant: Variant, level: Level) -> CheckResult:
     """σ calibrated for ε gives ε(σ) ≤ ε (no overshoot) and not far below it, every accountant."""
     cases = []
     for name in accounting.BUILTIN_ACCOUNTANTS:
         for q, steps in level.calibration_settings:
             for target in level.calibration_targets:
-                sigma = accounting.calibrate(target, DELTA, q, steps, name)
-                spent = accounting.epsilon([accounting.GaussianPhase(sigma, q, steps)], DELTA, name)
+                used = variant.accountant(name)
+                sigma = accounting.calibrate(target, DELTA, q, steps, used)
+                spent = accounting.epsilon([accounting.GaussianPhase(sigma, q, steps)], DELTA, used)
                 ok = (1 - CALIBRATION_UNDERSHOOT) * target <= spent <= target
                 cases.append(
                     {
@@ -250,7 +253,7 @@ _MONOTONE_BASE = (1.0, 0.1, 100)
 _MONOTONE_DIRECTION = {"noise_multiplier": -1, "steps": +1, "sample_rate": +1}
 
 
-def monotonicity(mechanism: Mechanism, level: Level) -> CheckResult:
+def monotonicity(variant: Variant, level: Level) -> CheckResult:
     """ε falls strictly as σ grows, and rises strictly with T and with q, every accountant."""
     cases = []
     for name in accounting.BUILTIN_ACCOUNTANTS:
@@ -261,7 +264,7 @@ def monotonicity(mechanism: Mechanism, level: Level) -> CheckResult:
                 sigma, q, steps = _MONOTONE_BASE
                 point = {"noise_multiplier": sigma, "sample_rate": q, "steps": steps, axis: value}
                 phase = accounting.GaussianPhase(point["noise_multiplier"], point["sample_rate"], int(point["steps"]))
-                eps.append(accounting.epsilon([phase], DELTA, name))
+                eps.append(accounting.epsilon([phase], DELTA, variant.accountant(name)))
             ok = bool(np.all(direction * np.diff(eps) > 0))
             cases.append(
                 {
@@ -291,7 +294,7 @@ def _probe_learning_rate(required_sigma: float, sample_rate: float, steps: int) 
     return sample_rate * PROBE_N / (required_sigma * CLIP * math.sqrt(steps))
 
 
-def noise_conformance(mechanism: Mechanism, level: Level, seed: int = 0) -> CheckResult:
+def noise_conformance(variant: Variant, level: Level, seed: int = 0) -> CheckResult:
     """The learner adds the noise the accountant requires for the claim.
 
     On the probe problem every gradient is 0, so after T steps centred log λ is exactly
@@ -305,11 +308,11 @@ def noise_conformance(mechanism: Mechanism, level: Level, seed: int = 0) -> Chec
     tests = PROBE_K  # k − 1 coordinates plus the pooled variance
     for target, q, steps in level.conformance:
         required = accounting.calibrate(target, DELTA, q, steps)
-        sigma = mechanism.noise_multiplier(target, DELTA, q, steps)
+        sigma = variant.sigma(target, DELTA, q, steps)
         rate = _probe_learning_rate(required, q, steps)
         config = LearnerConfig(steps=steps, clip=CLIP, noise_multiplier=sigma, sample_rate=q, learning_rate=rate)
         noise = stream(seed, "verify-conformance", epsilon=target, sample_rate=q, steps=steps)
-        weights = fit(probe_problem(), config, level.conformance_runs, noise).weights
+        weights = fit(probe_problem(), config, level.conformance_runs, noise, privatiser=variant.privatiser).weights
         scale = rate * required * CLIP * math.sqrt(steps) / (q * PROBE_N)
         with np.errstate(divide="ignore", invalid="ignore"):
             z = np.log(weights) @ basis.T / scale
@@ -341,7 +344,7 @@ def noise_conformance(mechanism: Mechanism, level: Level, seed: int = 0) -> Chec
     return _result("noise_conformance", cases, f"{len(cases)} settings add the required noise")
 
 
-def empirical_soundness(mechanism: Mechanism, level: Level, seed: int = 0) -> CheckResult:
+def empirical_soundness(variant: Variant, level: Level, seed: int = 0) -> CheckResult:
     """A white-box audit of the learner on the probe problem finds no violation of the claim.
 
     The verdict is the audit's: no CP point below the claimed trade-off curve (the privacy
@@ -354,9 +357,10 @@ def empirical_soundness(mechanism: Mechanism, level: Level, seed: int = 0) -> Ch
     cases: list[dict[str, Any]] = []
     problem = probe_problem()
     for point in level.audits:
-        sigma = mechanism.noise_multiplier(point.epsilon, DELTA, point.sample_rate, point.steps)
+        sigma = variant.sigma(point.epsilon, DELTA, point.sample_rate, point.steps)
         required = accounting.calibrate(point.epsilon, DELTA, point.sample_rate, point.steps)
         spec = AuditSpec(
+            mechanism=variant.mechanism("dpmixmin"),
             problem="probe",
             task="probe",
             epsilon=point.epsilon,
@@ -424,11 +428,11 @@ def dpsgd_probe_problem() -> Problem:
     return Problem(logp, sources, users=np.repeat(np.arange(PROBE_USERS), 2), task="probe")
 
 
-def empirical_dpsgd(mechanism: Mechanism, level: Level, kind: str, seed: int = 0) -> CheckResult:
+def empirical_dpsgd(variant: Variant, level: Level, kind: str, seed: int = 0) -> CheckResult:
     """A white-box audit of the pipeline's own DP-SGD of ``kind`` (the Opacus finetune, or the
     user-level DP-SGD), with its Dirac canary, finds no violation of the claim.
 
-    The audits run in this process (``threads=1``), where a mutant's patches are live. Their
+    A variant's audit runs the registered mechanism it names in place of the pipeline's. Their
     verdict is the profile's: a σ halved inside the optimizer, batches of fixed size where the
     accountant assumes Poisson, or clipping per window instead of per user each puts a CP point
     below the claimed trade-off curve.
@@ -436,7 +440,7 @@ def empirical_dpsgd(mechanism: Mechanism, level: Level, kind: str, seed: int = 0
     cases: list[dict[str, Any]] = []
     for point in (p for p in level.dpsgd_audits if p.mechanism == kind):
         spec = AuditSpec(
-            mechanism=point.mechanism,
+            mechanism=variant.mechanism(point.mechanism),
             problem="probe",
             task="probe",
             epsilon=point.epsilon,
@@ -488,7 +492,7 @@ class Check:
     name: str
     title: str
     uses: frozenset[str]
-    run: Callable[[Mechanism, Level], CheckResult]
+    run: Callable[[Variant, Level], CheckResult]
 
 
 CHECKS: tuple[Check, ...] = (

@@ -9,57 +9,30 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 from tqdm import tqdm
 
-from .. import accounting
 from ..atomic import write_json, write_text
 from ..errors import require
 from .checks import CHECKS, LEVELS, CheckResult, Level
-from .mechanism import ACCOUNTANT, HONEST, MUTANTS, Mechanism
-
-
-@contextmanager
-def _memoised_calibration(cache: dict[tuple, float]) -> Iterator[None]:
-    calibrate = accounting.calibrate
-
-    def memoised(*args: Any, **kwargs: Any) -> float:
-        key = (args, tuple(sorted(kwargs.items())))
-        if key not in cache:
-            cache[key] = calibrate(*args, **kwargs)
-        return cache[key]
-
-    with mock.patch.object(accounting, "calibrate", memoised):
-        yield
+from .variants import MUTANTS, SHIPPED, Variant
 
 
 def run_checks(
-    mechanism: Mechanism,
-    level: Level,
-    honest: dict[str, CheckResult] | None = None,
-    calibrations: dict[tuple, float] | None = None,
-    progress: bool = False,
+    variant: Variant, level: Level, shipped: dict[str, CheckResult] | None = None, progress: bool = False
 ) -> dict[str, CheckResult]:
-    """Every check on ``mechanism``; with ``honest`` results, checks it cannot affect are reused.
-
-    ``calibrations`` memoises σ from the shipped accountant across calls (the same claims recur
-    and each PLD calibration costs seconds); a mutant accountant always starts a cache of its own.
-    """
+    """Every check on ``variant``; with the ``shipped`` variant's results, a check that exercises
+    none of the parts the variant breaks would give the same result, and is reused."""
     results = {}
-    cache = {} if calibrations is None or ACCOUNTANT in mechanism.breaks else calibrations
-    bar = tqdm(CHECKS, desc=f"verify {mechanism.name}", unit="check", disable=not progress, file=sys.stderr)
+    bar = tqdm(CHECKS, desc=f"verify {variant.name}", unit="check", disable=not progress, file=sys.stderr)
     for check in bar:
-        if honest is not None and not (check.uses & mechanism.breaks):
-            results[check.name] = honest[check.name]
+        if shipped is not None and not (check.uses & variant.breaks):
+            results[check.name] = shipped[check.name]
             continue
-        with mechanism.active(), _memoised_calibration(cache):
-            results[check.name] = check.run(mechanism, level)
+        results[check.name] = check.run(variant, level)
     return results
 
 
@@ -70,8 +43,7 @@ def verify(level: Level | str = "quick", self_test: bool = False, progress: bool
         require(level in LEVELS, f"unknown verification level {level!r}; choose from {', '.join(LEVELS)}")
         level = LEVELS[level]
     start = time.perf_counter()
-    calibrations: dict[tuple, float] = {}
-    honest = run_checks(HONEST, level, calibrations=calibrations, progress=progress)
+    honest = run_checks(SHIPPED, level, progress=progress)
     summary: dict[str, Any] = {
         "level": level.name,
         "passed": all(r.passed for r in honest.values()),
@@ -80,7 +52,7 @@ def verify(level: Level | str = "quick", self_test: bool = False, progress: bool
     if self_test:
         mutants: list[dict[str, Any]] = []
         for mutant in MUTANTS:
-            results = run_checks(mutant, level, honest, calibrations, progress=progress)
+            results = run_checks(mutant, level, honest, progress=progress)
             caught_by = [name for name, r in results.items() if not r.passed]
             mutants.append(
                 {

@@ -1,6 +1,7 @@
 """DP-MixMin's learner as an audited mechanism: one batched fit per chunk of runs yields the
 released λ (black-box scores, :func:`..canaries.black_box_scores`) and every step's noisy
-gradient (white-box scores, from the learner itself)."""
+gradient (white-box scores, from the learner itself). ``privatiser`` is the learner's DP step:
+the shipped one, or a variant audited in its place (verify-accountant's learner mutants)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 
 from ... import accounting
 from ...errors import present
-from ...learner import Canary, LearnerConfig, fit
+from ...learner import Canary, LearnerConfig, Privatiser, fit
 from ...problem import Problem
 from ...randomness import Stream, stream
 from ..canaries import black_box_scores, max_clip_canary, natural_canary, natural_canary_index
@@ -25,6 +26,7 @@ class MixMinCollector:
     config: LearnerConfig  # σ of the noisy settings; a control runs it at σ = 0
     canaries: dict[str, Canary]
     seed: int
+    privatiser: Privatiser | None = None  # None: the learner's shipped DP step
 
     def noise(self, setting: Setting) -> Stream:
         return stream(self.seed, "learner-noise", audit=setting.name)
@@ -32,15 +34,27 @@ class MixMinCollector:
     def __call__(self, setting: Setting, runs: np.ndarray, include: np.ndarray) -> dict[str, np.ndarray]:
         config = self.config if setting.noise else replace(self.config, noise_multiplier=0.0)
         canary = self.canaries[setting.canary]
-        result = fit(self.data, config, runs, self.noise(setting), canary=canary, include=include, threads=1)
+        result = fit(
+            self.data,
+            config,
+            runs,
+            self.noise(setting),
+            canary=canary,
+            include=include,
+            threads=1,
+            privatiser=self.privatiser,
+        )
         return {
             "black_box": black_box_scores(canary, result.weights),
             "white_box": present(result.whitebox_scores, "a canary fit returned no white-box scores"),
         }
 
 
+@dataclass(frozen=True)
 class DPMixMin:
     """The mixing learner on D with a natural (held-out) and/or a max-clip canary."""
+
+    privatiser: Privatiser | None = None
 
     def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> Plan:
         calibrated = accounting.calibrate(spec.epsilon, spec.delta, spec.sample_rate, spec.steps)
@@ -71,7 +85,7 @@ class DPMixMin:
             user_level=spec.user_level,
         )
         return Plan(
-            collect=MixMinCollector(data, config, canaries, spec.seed),
+            collect=MixMinCollector(data, config, canaries, spec.seed, self.privatiser),
             claimed_phases=(accounting.GaussianPhase(calibrated, spec.sample_rate, spec.steps),),
             noise_multiplier=sigma,
             problem={"name": spec.problem, "task": full.task, "n_mixing": data.n, "k": data.k},

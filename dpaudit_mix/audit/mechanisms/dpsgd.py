@@ -18,7 +18,7 @@ tells that the canary was out (log(1 − q)). At σ = 0 (the controls) it is the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -32,7 +32,7 @@ from ...alphabet import V
 from ...errors import present, require
 from ...models import cnn, opacus_sgd, userdp
 from ...problem import Problem
-from ...randomness import Key
+from ...randomness import Key, RandomSource
 from ..spec import AuditSpec
 from .base import Plan, Setting
 
@@ -125,28 +125,42 @@ class OpacusCollector:
         canary[0, -1] = 1.0
         return TensorDataset(torch.cat([inputs, canary]), torch.cat([labels, torch.zeros(1, dtype=labels.dtype)]))
 
+    def make_private(self, probe: nn.Module, sigma: float) -> opacus_sgd.Private:
+        """The probe made private by the pipeline's own Opacus wrapper (what is audited)."""
+        return opacus_sgd.make_private(probe, len(self.data), self.batch, self.clip, sigma, self.learning_rate)
+
+    def sampler(
+        self, data: TensorDataset, sample_rate: float, count: int, draws: RandomSource
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The pipeline's own batches: Poisson at q."""
+        return opacus_sgd.poisson_batches(data, sample_rate, count, draws)
+
     def run(self, setting: Setting, run: int, canary_in: bool) -> tuple[float, float]:
         key = _run_key(self.seed, "opacus", setting, run)
         data = self._with_canary() if canary_in else self.data
         probe = OpacusProbe(data.tensors[0].shape[1] - 1)
         sigma = self.sigma if setting.noise else 0.0
-        private = opacus_sgd.make_private(probe, len(self.data), self.batch, self.clip, sigma, self.learning_rate)
+        private = self.make_private(probe, sigma)
         released: list[float] = []
 
         def observe(stepped: bool) -> None:
             scale = private.optimizer.expected_batch_size / self.clip  # the noisy sum over C
             released.append(-float(present(probe.w.grad, "a step leaves w's gradient")) * scale if stepped else np.nan)
 
-        opacus_sgd.train(private, data, self.epochs, _probe_loss(CANARY_PULL * self.clip), key, observe)
+        opacus_sgd.train(private, data, self.epochs, _probe_loss(CANARY_PULL * self.clip), key, observe, self.sampler)
         return float(probe.w.detach()), dirac_score(np.array(released), sigma, private.sample_rate)
 
     def __call__(self, setting: Setting, runs: np.ndarray, include: np.ndarray) -> dict[str, np.ndarray]:
         return _scores(runs, include, lambda r, canary_in: self.run(setting, r, canary_in))
 
 
+@dataclass(frozen=True)
 class OpacusMechanism:
     """The image finetune's DP-SGD: Opacus at q = 1 / ⌈n / batch⌉ for whole epochs, σ from Opacus'
-    own calibration (:func:`...models.cnn.finetune_sigma`), on D's rows."""
+    own calibration (:func:`...models.cnn.finetune_sigma`), on D's rows. ``collector`` runs it (a
+    subclass audits a variant: verify-accountant's Opacus mutants)."""
+
+    collector: type[OpacusCollector] = OpacusCollector
 
     def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> Plan:
         batches = round(1 / spec.sample_rate)
@@ -164,7 +178,7 @@ class OpacusMechanism:
         )
         calibrated = cnn.finetune_sigma(spec.epsilon, spec.delta, batches, epochs)
         sigma = calibrated if noise_multiplier is None else noise_multiplier
-        collector = OpacusCollector(dataset, batch, epochs, sigma, spec.clip, spec.learning_rate, spec.seed)
+        collector = self.collector(dataset, batch, epochs, sigma, spec.clip, spec.learning_rate, spec.seed)
         return Plan(
             collect=collector,
             claimed_phases=(accounting.GaussianPhase(calibrated, spec.sample_rate, spec.steps),),
@@ -235,6 +249,17 @@ class UserCollector:
     config: userdp.UserLevelSGD
     seed: int
 
+    def step(
+        self,
+        model: nn.Module,
+        data: list[torch.Tensor],
+        config: userdp.UserLevelSGD,
+        batches: RandomSource,
+        noise: RandomSource,
+    ) -> torch.Tensor:
+        """The text track's own user-level DP step (what is audited)."""
+        return userdp.released_step(model, data, config, batches, noise)
+
     def run(self, setting: Setting, run: int, canary_in: bool) -> tuple[float, float]:
         key = _run_key(self.seed, "user-dpsgd", setting, run)
         width = self.users[0].shape[1]
@@ -249,16 +274,20 @@ class UserCollector:
         def observe(update: torch.Tensor) -> None:
             released.append(-float(update[w_index]) * divisor)
 
-        userdp.train(probe, users, config, key, observe)
+        userdp.train(probe, users, config, key, observe, step=self.step)
         return float(probe.w.detach()), dirac_score(np.array(released), config.noise_multiplier, config.sample_rate)
 
     def __call__(self, setting: Setting, runs: np.ndarray, include: np.ndarray) -> dict[str, np.ndarray]:
         return _scores(runs, include, lambda r, canary_in: self.run(setting, r, canary_in))
 
 
+@dataclass(frozen=True)
 class UserDPSGDMechanism:
     """The text track's user-level DP-SGD (per-user clipping of the summed gradient, Poisson
-    user sampling), σ from our accountant, on D's users with a canary user."""
+    user sampling), σ from our accountant, on D's users with a canary user. ``collector`` runs it
+    (a subclass audits a variant)."""
+
+    collector: type[UserCollector] = UserCollector
 
     def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> Plan:
         require(
@@ -279,7 +308,7 @@ class UserDPSGDMechanism:
             spec.sample_rate, spec.steps, sigma, spec.clip, spec.learning_rate, users=len(users)
         )
         return Plan(
-            collect=UserCollector(tuple(users), config, spec.seed),
+            collect=self.collector(tuple(users), config, spec.seed),
             claimed_phases=(accounting.GaussianPhase(calibrated, spec.sample_rate, spec.steps),),
             noise_multiplier=sigma,
             problem={"name": spec.problem, "task": full.task, "examples": data.n, "users": len(users)},

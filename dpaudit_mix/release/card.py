@@ -1,0 +1,70 @@
+"""The card a release writes beside release.json: the claim, the audit picture and λ."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from ..reporting import save_figure, write_pages
+
+#: the card's files (it shows λ: only a published release may keep them).
+CARD = ("release.md", "release.html", "lambda.png", "tradeoff.png")
+
+
+def write_card(manifest: dict[str, Any], out: Path) -> None:
+    """release.md / release.html: the claim, the audit picture and λ beside the uniform mixture."""
+    lam, sources = np.array(manifest["weights"]), manifest["sources"]
+    fig, ax = plt.subplots(figsize=(8, 0.32 * len(sources) + 1.2))
+    y = np.arange(len(sources))
+    ax.barh(y - 0.2, lam, height=0.4, label="released λ")
+    ax.barh(y + 0.2, np.full(len(sources), 1 / len(sources)), height=0.4, label="uniform", color="lightgrey")
+    ax.set(yticks=y, yticklabels=sources, xlabel="mixture weight")
+    ax.invert_yaxis()
+    ax.legend()
+    claim, audit, budget = manifest["claim"], manifest["audit"], manifest["budget"]
+    cap = "no cap" if budget["budget_epsilon"] is None else f"{budget['budget_epsilon']:g}"
+    eps = ", ".join(f"{k} {v:.4g}" for k, v in claim["epsilon_by_accountant"].items())
+    rows = [["canary", "runs", "strict ε_LB", "GDP ε_LB", "μ_LB", "profile"]]
+    rows += [
+        [
+            r["canary"],
+            str(r["runs"]),
+            f"{r['epsilon_lower_bound']:.3f}",
+            f"{r['epsilon_lower_bound_gdp']:.3f}",
+            f"{r['mu_lower_bound']:.3f}",
+            "VIOLATED" if r["profile_violation"] else "ok",
+        ]
+        for r in audit["results"]
+    ]
+    blocks = [
+        (
+            "strong",
+            f"Released: ({claim['epsilon']:g}, {claim['delta']:g})-DP mixture weights over "
+            f"{len(sources)} sources ({'user' if claim['user_level'] else 'example'}-level, add/remove).",
+        ),
+        (
+            "p",
+            f"Spent ε = {budget['spent_epsilon']:.4g} of {cap} on this data (every release on it, this one "
+            f"included, composed by PLD at δ = {budget['delta']:g}).",
+        ),
+        (
+            "p",
+            f"σ = {claim['noise_multiplier']:.5g} calibrated by {claim['accountant']}; q = {claim['sample_rate']:g}, "
+            f"T = {claim['steps']}, C = {claim['clip']:g}. ε at δ under every accountant: {eps}. Noise from the OS "
+            f"CSPRNG. Problem sha256 {manifest['inputs']['problem_sha256'][:16]}…; released {manifest['timestamp']}.",
+        ),
+        (
+            "p",
+            f"verify-accountant ({manifest['verification']['level']}): "
+            f"{'PASS' if manifest['verification']['passed'] else 'FAIL'}. White-box audit of this exact "
+            f"configuration, {audit['confidence']:.0%} CP, thresholds '{audit['threshold_strategy']}': "
+            f"{'VIOLATION' if audit['violation'] else 'no violation'}.",
+        ),
+        ("table", rows),
+        ("figure", out / "tradeoff.png"),
+        ("figure", save_figure(fig, out / "lambda.png")),
+    ]
+    write_pages(out, "dpaudit-mix release", blocks, name="release")
