@@ -347,21 +347,21 @@ def cmd_warmsyn(args: argparse.Namespace) -> None:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from .verify.checks import FULL, QUICK
-    from .verify.suite import failures, verify, write_verification
+    from .verify.suite import verify, write_verification
 
     level = QUICK if args.quick else FULL
     out = check_output(args.out or Path("reports") / "verify", folder=True)
-    summary = verify(level, self_test=args.self_test)
-    write_verification(summary, out)
-    problems = failures(summary)
-    lines = [f"{c['name']}: {'pass' if c['passed'] else 'FAIL'}: {c['summary']}" for c in summary["checks"]]
-    if "self_test" in summary:
-        st = summary["self_test"]
-        lines.append(f"self-test: {st['caught']} of {len(st['mutants'])} mutants caught")
+    verification = verify(level, self_test=args.self_test)
+    write_verification(verification, out)
+    problems = verification.failures()
+    lines = [f"{c.name}: {'pass' if c.passed else 'FAIL'}: {c.summary}" for c in verification.checks]
+    if verification.self_test is not None:
+        st = verification.self_test
+        lines.append(f"self-test: {st.caught} of {len(st.mutants)} mutants caught")
     print(
-        json.dumps(summary, indent=2)
+        json.dumps(verification.to_dict(), indent=2)
         if args.json
-        else "\n".join(lines + [f"{summary['seconds']} s; see {out}/verify.md"])
+        else "\n".join(lines + [f"{verification.seconds} s; see {out}/verify.md"])
     )
     if problems:
         print("dpaudit-mix: verification FAILED:\n  " + "\n  ".join(problems), file=sys.stderr)

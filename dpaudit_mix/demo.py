@@ -87,8 +87,8 @@ def main() -> int:
         print(f"\nrelease {RELEASE_SPEC}: REFUSED ({refusal.stage}): {refusal.reason}")
         return refusal.exit_code
     print(
-        f"\nrelease {RELEASE_SPEC}: verified, audited ({manifest['audit']['results'][0]['runs']} white-box runs per "
-        f"canary, no violation), released λ = {np.round(manifest['weights'], 3).tolist()}; manifest "
+        f"\nrelease {RELEASE_SPEC}: verified, audited ({manifest.audit['results'][0]['runs']} white-box runs per "
+        f"canary, no violation), released λ = {np.round(manifest.weights, 3).tolist()}; manifest "
         f"{OUT / 'release' / 'release.json'}, card {OUT / 'release' / 'release.html'}; "
         f"{time.perf_counter() - start:.1f} s"
     )

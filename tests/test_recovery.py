@@ -77,12 +77,12 @@ def test_more_budget_recovers_lambda_star_better(tmp_path: Path, problem_file: P
     result = run_recovery(
         load_recovery_spec(write_spec(tmp_path, problem_file), user_level_tasks=(), k_values=()), progress=False
     )
-    cell = {(c["epsilon"], c["rho"]): c for c in result.cells}
+    cell = {(c.epsilon, c.rho): c.score for c in result.cells}
     for rho in (0.2, 1.0):
-        assert cell[(10.0, rho)]["cos_star"]["mean"] > cell[(0.3, rho)]["cos_star"]["mean"]
-        assert cell[(10.0, rho)]["alpha_1e3"]["mean"] < cell[(0.3, rho)]["alpha_1e3"]["mean"]
-    assert cell[(10.0, 1.0)]["cos_star"]["mean"] > 0.99 and cell[(10.0, 1.0)]["beats_uniform_cos"]
-    assert cell[(0.3, 1.0)]["alpha_1e3"]["mean"] < cell[(0.3, 0.2)]["alpha_1e3"]["mean"]
+        assert cell[(10.0, rho)].cos_star.mean > cell[(0.3, rho)].cos_star.mean
+        assert cell[(10.0, rho)].alpha_1e3.mean < cell[(0.3, rho)].alpha_1e3.mean
+    assert cell[(10.0, 1.0)].cos_star.mean > 0.99 and cell[(10.0, 1.0)].beats_uniform_cos
+    assert cell[(0.3, 1.0)].alpha_1e3.mean < cell[(0.3, 0.2)].alpha_1e3.mean
 
 
 def test_same_seed_same_result_on_workers_and_dask(tmp_path: Path, problem_file: Path) -> None:
@@ -113,8 +113,8 @@ def test_mnist_tasks_and_shards(tmp_path: Path) -> None:
         k_fit_min=2,
     )
     result = run_recovery(spec, progress=False)
-    assert [c["task"] for c in result.cells] == ["digit-3"] and result.cells[0]["k"] == 14
-    assert [c["k"] for c in result.k_scaling["cells"]] == [2, 4]
+    assert [c.task for c in result.cells] == ["digit-3"] and result.cells[0].k == 14
+    assert [c.k for c in result.k_scaling["cells"]] == [2, 4]
 
 
 @pytest.mark.parametrize(

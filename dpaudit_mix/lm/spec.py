@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..data import registry
 from ..data.text import GENRES, SENSITIVE_GENRE
 from ..errors import require
 from ..learner import LearnerConfig
-from ..pipeline.spec import DEFAULT_METHODS, check_shared_keys, variants
+from ..pipeline.spec import DEFAULT_METHODS, MIXTURE_FIELDS, check_shared_keys, variants
 from ..resources import BYTES_PER_WINDOW, require_memory
 from ..specfile import Seed, check_fields, load_spec_file
 
@@ -49,6 +49,33 @@ class TextPipelineSpec:
     protocol: str = "multiclass"  # the text world has one task (lm): per_task has nothing to split
     rhos: tuple[float, ...] | None = None  # rows: the pipeline once per split A fraction (paper Table 1)
     device: str = "cpu"  # where pretraining and the user-level finetune compute: cpu, cuda, or auto
+
+    #: the fields each cached stage's output depends on (see :func:`..pipeline.spec.stage_key`).
+    KEYED: ClassVar[dict[str, tuple[str, ...]]] = {
+        "data": ("world", "seed", "rho"),
+        "mixture": MIXTURE_FIELDS,
+        "pretrain": ("pretrain_windows", "pretrain_epochs", "pretrain_learning_rate", "device"),
+        "finetune": (
+            "delta",
+            "composition",
+            "finetune_steps",
+            "finetune_users",
+            "finetune_clip",
+            "finetune_learning_rate",
+            "finetune_learning_rates",
+            "rehearsal_genre",
+            "windows_per_user",
+            "device",
+        ),
+    }
+    #: the fields no stage's output depends on, each with the reason.
+    UNKEYED: ClassVar[dict[str, str]] = {
+        "epsilons": "which jobs run: each job's ε is in its own stage keys",
+        "methods": "which jobs run: each job's method is in its own stage keys",
+        "seeds": "how many jobs run: each job's seed is in its own stage keys",
+        "protocol": "always multiclass here: the text world has one task, which is in the keys",
+        "rhos": "rows: each row runs as a spec of its own, with rho set",
+    }
 
     def __post_init__(self) -> None:
         check_fields(self)

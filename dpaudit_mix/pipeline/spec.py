@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from .. import accounting
+from ..cache import content_key
 from ..data import registry
 from ..data.proxies import ProxySpec
 from ..errors import require
@@ -23,6 +24,16 @@ COMPOSITIONS = ("parallel", "sequential")
 #: multiclass: one mixture and one 10-class model; per_task: per digit (one-vs-rest) its own
 #: mixture, pretraining and binary finetune, macro AUC over the digits (the paper's protocol).
 PROTOCOLS = ("multiclass", "per_task")
+#: the fields a mixture depends on, in the image and the text spec alike (the keys they share).
+MIXTURE_FIELDS = (
+    "delta",
+    "composition",
+    "mix_share",
+    "mix_steps",
+    "mix_clip",
+    "mix_learning_rate",
+    "search_candidates",
+)
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,38 @@ class PipelineSpec:
     proxy_epochs_grid: tuple[int, ...] | None = None  # cnn proxy epochs (paper Tables 3 and 5)
     protocols: tuple[str, ...] | None = None
     device: str = "cpu"  # where pretraining and finetuning compute: cpu, cuda, or auto (cuda when present)
+
+    #: the fields each cached stage's output depends on: :func:`stage_key` hashes exactly these.
+    KEYED: ClassVar[dict[str, tuple[str, ...]]] = {
+        "data": ("world", "seed", "public_fraction", "sensitive_fraction", "synthetic_source"),
+        "proxies": ("proxy", "proxy_epochs"),
+        "split": ("rho",),
+        "mixture": MIXTURE_FIELDS,
+        "pretrain": ("pretrain_examples", "pretrain_epochs", "pretrain_learning_rate", "device"),
+        "finetune": (
+            "delta",
+            "rho",
+            "composition",
+            "finetune_epochs",
+            "finetune_learning_rate",
+            "finetune_learning_rates",
+            "finetune_epochs_grid",
+            "finetune_batch",
+            "finetune_clip",
+            "device",
+        ),
+    }
+    #: the fields no stage's output depends on, each with the reason.
+    UNKEYED: ClassVar[dict[str, str]] = {
+        "epsilons": "which jobs run: each job's ε is in its own stage keys",
+        "methods": "which jobs run: each job's method is in its own stage keys",
+        "seeds": "how many jobs run: each job's seed is in its own stage keys",
+        "protocol": "which tasks run: each task is in its own stage keys",
+        "rhos": "rows: each row runs as a spec of its own, with rho set",
+        "proxies": "rows: each row runs as a spec of its own, with proxy set",
+        "proxy_epochs_grid": "rows: each row runs as a spec of its own, with proxy_epochs set",
+        "protocols": "rows: each row runs as a spec of its own, with protocol set",
+    }
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -112,6 +155,19 @@ class PipelineSpec:
             for lr in self.finetune_learning_rates or (self.finetune_learning_rate,)
             for e in self.finetune_epochs_grid or (self.finetune_epochs,)
         ]
+
+
+def stage_key(spec: Any, stage: str, **ids: object) -> str:
+    """The cache key of ``stage``'s output: every spec field it depends on (``KEYED[stage]`` of the
+    spec's class) and the job's own ``ids`` (its method, ε, seed, inputs' keys). The one place a
+    stage key is made, so that no field can be left out of one by hand (tests/test_stage_keys.py)."""
+    return content_key(stage=stage, **{name: getattr(spec, name) for name in type(spec).KEYED[stage]}, **ids)
+
+
+def unkeyed_fields(spec_class: Any) -> set[str]:
+    """The fields of ``spec_class`` no stage key names and its UNKEYED does not explain: [] when sound."""
+    keyed = {name for names in spec_class.KEYED.values() for name in names}
+    return {f.name for f in fields(spec_class)} - keyed - set(spec_class.UNKEYED)
 
 
 def check_shared_keys(spec: Any, methods: tuple[str, ...], scope: str = "") -> None:

@@ -32,6 +32,7 @@ from ..models import device
 from ..problem import Problem
 from ..randomness import Key
 from .methods import LOSS_BOUND, PRIVATE_METHODS, MixingSpec, Mixture, choose, mix_epsilon, mixing_phase
+from .spec import stage_key
 
 T = TypeVar("T")
 Arrays = dict[str, np.ndarray]
@@ -411,17 +412,14 @@ class MixingTrack:
         spec = self.spec
         private = job.method in PRIVATE_METHODS
         eps_mix = mix_epsilon(spec, job.epsilon)
-        key = content_key(
+        key = stage_key(
+            spec,
+            "mixture",
             split=self.split_key,
             task=job.task,
             method=job.method,
             seed=job.seed,
-            delta=spec.delta,
             epsilon=eps_mix if private else None,
-            steps=spec.mix_steps,
-            clip=spec.mix_clip,
-            lr=spec.mix_learning_rate,
-            candidates=spec.search_candidates,
             secure=self.secure and private,
         )
 
@@ -448,7 +446,9 @@ class MixingTrack:
         weights = None if mixture.weights is None else [float(w) for w in mixture.weights]
         if weights is None and job.method != "warm":
             return None
-        key = content_key(
+        key = stage_key(
+            self.spec,
+            "pretrain",
             data=self.data_key,
             weights="warm" if weights is None else [round(w, 12) for w in weights],
             seed=job.seed,

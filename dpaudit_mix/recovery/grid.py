@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -50,8 +50,73 @@ def _target(task: str, problem: Problem) -> Target:
     return Target(task, problem, star.weights, float(star.loss))
 
 
-def _spread(values: np.ndarray) -> dict[str, Any]:
-    return {"mean": float(np.mean(values)), "std": sample_std(values), "runs": [float(v) for v in values]}
+@dataclass(frozen=True)
+class Spread:
+    """A metric over a cell's seeded runs: mean ± sample std, and every run's value."""
+
+    mean: float
+    std: float
+    runs: tuple[float, ...]
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> Spread:
+        return cls(float(np.mean(values)), sample_std(values), tuple(float(v) for v in values))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mean": self.mean, "std": self.std, "runs": list(self.runs)}
+
+
+@dataclass(frozen=True)
+class Score:
+    """cos★, L1 and α of a cell's runs against λ★, with the uniform mixture's as references."""
+
+    cos_star: Spread
+    l1: Spread
+    alpha_1e3: Spread
+    cos_uniform: float
+    l1_uniform: float
+    alpha_uniform_1e3: float
+    beats_uniform_cos: bool
+    beats_uniform_l1: bool
+    lambda_dp_mean: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (task, k, ε, ρ, level) cell of a recovery run: where its runs were fitted, and their score."""
+
+    task: str
+    k: int
+    epsilon: float | None
+    rho: float
+    user_level: bool
+    n: int
+    users: int | None
+    noise_multiplier: float
+    score: Score
+
+    def to_dict(self) -> dict[str, Any]:
+        """recovery.json's row: the cell's settings, then its score's fields."""
+        score = self.score
+        return {
+            "task": self.task,
+            "k": self.k,
+            "epsilon": self.epsilon,
+            "rho": self.rho,
+            "user_level": self.user_level,
+            "n": self.n,
+            "users": self.users,
+            "noise_multiplier": self.noise_multiplier,
+            "cos_star": score.cos_star.to_dict(),
+            "l1": score.l1.to_dict(),
+            "alpha_1e3": score.alpha_1e3.to_dict(),
+            "cos_uniform": score.cos_uniform,
+            "l1_uniform": score.l1_uniform,
+            "alpha_uniform_1e3": score.alpha_uniform_1e3,
+            "beats_uniform_cos": score.beats_uniform_cos,
+            "beats_uniform_l1": score.beats_uniform_l1,
+            "lambda_dp_mean": list(score.lambda_dp_mean),
+        }
 
 
 def _subset_rows(problem: Problem, rho: float, user_level: bool, seed: int) -> np.ndarray:
@@ -66,7 +131,7 @@ def _subset_rows(problem: Problem, rho: float, user_level: bool, seed: int) -> n
     return np.flatnonzero(np.isin(owners, chosen))
 
 
-def score(target: Target, weights: np.ndarray) -> dict[str, Any]:
+def score(target: Target, weights: np.ndarray) -> Score:
     """cos★, L1 and α of each run's λ against λ★, with the uniform references."""
     k = len(target.lambda_star)
     rows = np.vstack([weights, np.full(k, 1.0 / k)])  # the runs, then the uniform reference last
@@ -75,17 +140,17 @@ def score(target: Target, weights: np.ndarray) -> dict[str, Any]:
     l1 = l1_distance(rows, target.lambda_star)
     cos_u, l1_u, alpha_u = float(cos[-1]), float(l1[-1]), float(alpha[-1])
     cos, l1, alpha = cos[:-1], l1[:-1], alpha[:-1]
-    return {
-        "cos_star": _spread(cos),
-        "l1": _spread(l1),
-        "alpha_1e3": _spread(alpha),
-        "cos_uniform": cos_u,
-        "l1_uniform": l1_u,
-        "alpha_uniform_1e3": alpha_u,
-        "beats_uniform_cos": bool(np.mean(cos) > cos_u),
-        "beats_uniform_l1": bool(np.mean(l1) < l1_u),
-        "lambda_dp_mean": weights.mean(axis=0).tolist(),
-    }
+    return Score(
+        Spread.of(cos),
+        Spread.of(l1),
+        Spread.of(alpha),
+        cos_u,
+        l1_u,
+        alpha_u,
+        bool(np.mean(cos) > cos_u),
+        bool(np.mean(l1) < l1_u),
+        tuple(float(w) for w in weights.mean(axis=0)),
+    )
 
 
 @dataclass(frozen=True)
@@ -171,13 +236,22 @@ class RecoveryResult:
     spec: dict[str, Any]
     lambda_star: dict[str, list[float]]
     sources: list[str]
-    cells: list[dict[str, Any]]
-    noiseless: list[dict[str, Any]]
+    cells: tuple[Cell, ...]
+    noiseless: tuple[Cell, ...]
     tuning: dict[str, Any] | None
-    k_scaling: dict[str, Any]
+    k_scaling: dict[str, Any]  # its "cells" are Cells too
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """recovery.json (the same JSON as when cells were dicts)."""
+        return {
+            "spec": self.spec,
+            "lambda_star": self.lambda_star,
+            "sources": self.sources,
+            "cells": [c.to_dict() for c in self.cells],
+            "noiseless": [c.to_dict() for c in self.noiseless],
+            "tuning": self.tuning,
+            "k_scaling": {**self.k_scaling, "cells": [c.to_dict() for c in self.k_scaling["cells"]]},
+        }
 
 
 def _cell(
@@ -190,7 +264,7 @@ def _cell(
     rho: float,
     user_level: bool,
     rows: np.ndarray,
-) -> dict[str, Any]:
+) -> Cell:
     """One cell: ``spec.seeds`` DP-MixMin runs at σ on ``rows`` of the target's problem, scored
     against λ★ (module level, so worker processes and Dask can ship it; its noise is its own
     stream). ``threads`` is the learner's (one per worker when cells run side by side)."""
@@ -208,17 +282,17 @@ def _cell(
         user_level=user_level,
     )
     weights = fit(data, config, spec.seeds, noise, threads=threads).weights
-    return {
-        "task": target.task,
-        "k": len(target.lambda_star),
-        "epsilon": eps,
-        "rho": rho,
-        "user_level": user_level,
-        "n": data.n,
-        "users": None if data.users is None else len(np.unique(data.users)),
-        "noise_multiplier": config.noise_multiplier,
-        **score(target, weights),
-    }
+    return Cell(
+        target.task,
+        len(target.lambda_star),
+        eps,
+        rho,
+        user_level,
+        data.n,
+        None if data.users is None else len(np.unique(data.users)),
+        config.noise_multiplier,
+        score(target, weights),
+    )
 
 
 def run_recovery(spec: RecoverySpec, progress: bool = True, backend: Backend | None = None) -> RecoveryResult:
@@ -239,32 +313,32 @@ def run_recovery(spec: RecoverySpec, progress: bool = True, backend: Backend | N
         if unit not in rows:
             rows[unit] = _subset_rows(target.problem, rho, user_level, spec.seed)
         items.append((kind, target, eps, sigmas[eps], rho, user_level, rows[unit]))
-    done: dict[int, dict[str, Any]] = {}
+    done: dict[int, Cell] = {}
     bar = tqdm(total=len(jobs), desc="recovery cells", unit="cell", disable=not progress, file=sys.stderr)
     for i, cell in backend.unordered(_cell, items, shared=(spec, 1 if backend.parallel else None)):
         done[i] = cell
         bar.update()
     bar.close()
-    cells: dict[str, list[dict[str, Any]]] = {"grid": [], "noiseless": [], "k": []}
+    cells: dict[str, list[Cell]] = {"grid": [], "noiseless": [], "k": []}
     for i, (kind, *_) in enumerate(jobs):
         cells[kind].append(done[i])
     return RecoveryResult(
         spec={key: list(v) if isinstance(v, tuple) else v for key, v in vars(spec).items()},
         lambda_star={t.task: t.lambda_star.tolist() for t in the_plan.grid_targets},
         sources=list(the_plan.grid_targets[0].problem.sources) if the_plan.grid_targets else [],
-        cells=cells["grid"],
-        noiseless=cells["noiseless"],
+        cells=tuple(cells["grid"]),
+        noiseless=tuple(cells["noiseless"]),
         tuning=the_plan.tuning,
         k_scaling=k_scaling_summary(spec, cells["k"]),
     )
 
 
-def log_log_slope(cells: list[dict[str, Any]], k_min: int) -> dict[str, Any] | None:
+def log_log_slope(cells: list[Cell], k_min: int) -> dict[str, Any] | None:
     """OLS of log α on log k (statsmodels) over every (task, k) cell with k ≥ ``k_min`` and mean α > 0:
     the slope and its 95% interval; None with fewer than three points or one k."""
     import statsmodels.api as sm
 
-    points = [(c["k"], c["alpha_1e3"]["mean"]) for c in cells if c["k"] >= k_min and c["alpha_1e3"]["mean"] > 0]
+    points = [(c.k, c.score.alpha_1e3.mean) for c in cells if c.k >= k_min and c.score.alpha_1e3.mean > 0]
     if len(points) < 3 or len({k for k, _ in points}) < 2:
         return None
     k, alpha = np.log(np.array(points, dtype=float)).T
@@ -275,16 +349,16 @@ def log_log_slope(cells: list[dict[str, Any]], k_min: int) -> dict[str, Any] | N
         "slope": float(fit.params[1]),
         "ci95": [float(low), float(high)],
         "points": len(points),
-        "dropped_nonpositive": sum(1 for c in cells if c["k"] >= k_min and c["alpha_1e3"]["mean"] <= 0),
+        "dropped_nonpositive": sum(1 for c in cells if c.k >= k_min and c.score.alpha_1e3.mean <= 0),
     }
 
 
-def k_scaling_summary(spec: RecoverySpec, cells: list[dict[str, Any]]) -> dict[str, Any]:
+def k_scaling_summary(spec: RecoverySpec, cells: list[Cell]) -> dict[str, Any]:
     """α against k, averaged over tasks (± std across tasks), and the log-log slope with its 95%
     interval for k ≥ k_fit_min and for all k (every task's cell is a point of the fit)."""
     average = []
     for k in spec.k_values or ():
-        alphas = np.array([c["alpha_1e3"]["mean"] for c in cells if c["k"] == k])
+        alphas = np.array([c.score.alpha_1e3.mean for c in cells if c.k == k])
         if len(alphas):
             average.append(
                 {"k": k, "alpha_1e3_mean": float(alphas.mean()), "alpha_1e3_std_across_tasks": sample_std(alphas)}
@@ -294,12 +368,12 @@ def k_scaling_summary(spec: RecoverySpec, cells: list[dict[str, Any]]) -> dict[s
     return {
         "epsilon": spec.k_epsilon,
         "rho": spec.k_rho,
-        "cells": cells,
+        "cells": tuple(cells),
         "average": average,
         "slope": None if main is None else main["slope"],
         "slope_ci95": None if main is None else main["ci95"],
         "fits": fits,
-        "fit_range": sorted({c["k"] for c in cells if c["k"] >= spec.k_fit_min and c["alpha_1e3"]["mean"] > 0})
+        "fit_range": sorted({c.k for c in cells if c.k >= spec.k_fit_min and c.score.alpha_1e3.mean > 0})
         if main
         else [],
     }

@@ -61,7 +61,7 @@ def _grid_table(frame: pd.DataFrame, rhos: list[float], noiseless: pd.DataFrame)
 
 
 def _k_table(k_scaling: dict[str, Any]) -> list[list[str]]:
-    cells = pd.DataFrame(k_scaling["cells"])
+    cells = pd.DataFrame([c.to_dict() for c in k_scaling["cells"]])
     tasks = list(dict.fromkeys(cells["task"]))
     rows = [["k"] + tasks + ["avg ± std over tasks"]]
     for avg in k_scaling["average"]:
@@ -136,15 +136,13 @@ def write_recovery_report(result: RecoveryResult, out: Path) -> None:
             )
         )
     if result.cells:
-        frame = pooled(result.cells)
-        floor = pooled(result.noiseless)
+        frame = pooled([c.to_dict() for c in result.cells])
+        floor = pooled([c.to_dict() for c in result.noiseless])
         for user_level in sorted(frame["user_level"].unique()):
             part = frame[frame["user_level"] == user_level]
             part_floor = floor[floor["user_level"] == user_level] if not floor.empty else floor
-            tasks = sorted({c["task"] for c in result.cells if c["user_level"] == user_level})
-            counts = {
-                c["rho"]: c["users"] if user_level else c["n"] for c in result.cells if c["user_level"] == user_level
-            }
+            tasks = sorted({c.task for c in result.cells if c.user_level == user_level})
+            counts = {c.rho: c.users if user_level else c.n for c in result.cells if c.user_level == user_level}
             unit = "users" if user_level else "examples"
             blocks += [
                 (

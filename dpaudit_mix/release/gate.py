@@ -32,10 +32,10 @@ from ..learner import LearnerConfig, fit
 from ..problem import Problem
 from ..specfile import parse_spec, read_spec_bytes
 from ..verify.checks import QUICK
-from ..verify.suite import failures, verify
+from ..verify.suite import verify
 from . import ledger
 from .card import CARD, write_card
-from .manifest import manifest_digest, public_path
+from .manifest import Budget, Claim, Manifest, public_path
 from .spec import ReleaseSpec
 
 #: the verification level run before every release (tests swap in a smaller one).
@@ -56,21 +56,21 @@ class Published:
     """A published release: its folder and its manifest (release.json, exactly as hashed)."""
 
     out: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
 
     def to_dict(self) -> dict[str, Any]:
         """What the command line says of it."""
-        claim = self.manifest["claim"]
+        manifest = self.manifest
         return {
             "out": str(self.out),
             "manifest": str(self.out / "release.json"),
-            "sources": self.manifest["sources"],
-            "weights": self.manifest["weights"],
-            "epsilon": claim["epsilon"],
-            "delta": claim["delta"],
-            "manifest_sha256": self.manifest["manifest_sha256"],
-            "spent_epsilon": self.manifest["budget"]["spent_epsilon"],
-            "budget_epsilon": self.manifest["budget"]["budget_epsilon"],
+            "sources": list(manifest.sources),
+            "weights": list(manifest.weights),
+            "epsilon": manifest.claim.epsilon,
+            "delta": manifest.claim.delta,
+            "manifest_sha256": manifest.digest,
+            "spent_epsilon": manifest.budget.spent_epsilon,
+            "budget_epsilon": manifest.budget.budget_epsilon,
         }
 
 
@@ -106,7 +106,7 @@ def _release(
     ledger_path: Path,
     noise_multiplier: float | None,
     progress: bool,
-) -> dict[str, Any]:
+) -> Manifest:
     name, content = _problem_bytes(spec, out)
     prob = problem_io.loads(content, Path(name))  # these bytes are hashed, audited, fitted and released
     require(not spec.user_level or prob.users is not None, "user_level = true needs a problem file with 'users'")
@@ -146,15 +146,15 @@ def _release(
     except ledger.Conflict as conflict:
         raise Refused("budget", str(conflict), private=f"the ledger is {ledger_path}") from None
     spent, cap, delta = ledger.standing(ledger_path, inputs["data_sha256"], inputs["problem_sha256"], aliases)
-    budget = {"spent_epsilon": spent, "budget_epsilon": cap, "delta": delta}
+    budget = Budget(spent, cap, delta)
     try:
         manifest = _checked_release(spec, prob, inputs, phase, calibrated, out, progress, budget)
     except (Refused, InputError):
         ledger.withdraw(ledger_path, reservation)  # refused: nothing published, nothing spent
         raise
     # Only now is λ published; a crash before the commit leaves the reservation counted.
-    write_json(out / "release.json", manifest)
-    ledger.commit(ledger_path, reservation, manifest["manifest_sha256"])
+    write_json(out / "release.json", manifest.to_dict())
+    ledger.commit(ledger_path, reservation, manifest.digest)
     return manifest
 
 
@@ -166,15 +166,15 @@ def _checked_release(
     calibrated: float,
     out: Path,
     progress: bool,
-    budget: dict[str, Any],
-) -> dict[str, Any]:
+    budget: Budget,
+) -> Manifest:
     """verify-accountant, the audit of this exact configuration, then the one CSPRNG fit: the
     manifest, with its card written (release.json is the caller's, last). ``budget``: what the
     ledger says of the data with this release counted."""
     sigma = phase.noise_multiplier
     verification = verify(VERIFY_LEVEL, progress=progress)
-    if failures(verification):
-        raise Refused("verify", "verify-accountant failed: " + "; ".join(failures(verification)))
+    if verification.failures():
+        raise Refused("verify", "verify-accountant failed: " + "; ".join(verification.failures()))
     work = work_folder(inputs)
     outcome = run_audit(
         _audit_spec(spec, prob, inputs),
@@ -202,20 +202,19 @@ def _checked_release(
         secure=True,
     )
     weights = fit(prob, config, 1).weights[0]
-    manifest: dict[str, Any] = {
-        "weights": weights.tolist(),
-        "sources": list(prob.sources),
-        "task": prob.task,
-        "claim": _claim(spec, phase, calibrated),
-        "inputs": inputs,
-        "spec": _public_spec(spec, inputs["problem"], out),
-        "verification": {"level": verification["level"], "passed": True, "seconds": verification["seconds"]},
-        "audit": _audit_record(audit, spec, prob),
-        "budget": budget,
-        "timestamp": _now(),
-    }
-    manifest["manifest_sha256"] = manifest_digest(manifest)
-    write_card(manifest, out)
+    manifest = Manifest(
+        weights=tuple(float(w) for w in weights),
+        sources=tuple(prob.sources),
+        task=prob.task,
+        claim=_claim(spec, phase, calibrated),
+        inputs=inputs,
+        spec=_public_spec(spec, inputs["problem"], out),
+        verification={"level": verification.level, "passed": True, "seconds": verification.seconds},
+        audit=_audit_record(audit, spec, prob),
+        budget=budget,
+        timestamp=_now(),
+    )
+    write_card(manifest.to_dict(), out)
     return manifest
 
 
@@ -245,21 +244,21 @@ def _audit_spec(spec: ReleaseSpec, prob: Problem, inputs: dict[str, str]) -> Aud
     )
 
 
-def _claim(spec: ReleaseSpec, phase: accounting.GaussianPhase, calibrated: float) -> dict[str, Any]:
+def _claim(spec: ReleaseSpec, phase: accounting.GaussianPhase, calibrated: float) -> Claim:
     """The manifest's claim: ε at δ with the accountant that calibrated σ, ε under every built-in."""
-    return {
-        "epsilon": spec.epsilon,
-        "delta": spec.delta,
-        "accountant": spec.accountant,
-        "epsilon_by_accountant": accounting.epsilons([phase], spec.delta),
-        "noise_multiplier": phase.noise_multiplier,
-        "calibrated_noise_multiplier": calibrated,
-        "sample_rate": spec.sample_rate,
-        "steps": spec.steps,
-        "clip": spec.clip,
-        "learning_rate": spec.learning_rate,
-        "user_level": spec.user_level,
-    }
+    return Claim(
+        epsilon=spec.epsilon,
+        delta=spec.delta,
+        accountant=spec.accountant,
+        epsilon_by_accountant=accounting.epsilons([phase], spec.delta),
+        noise_multiplier=phase.noise_multiplier,
+        calibrated_noise_multiplier=calibrated,
+        sample_rate=spec.sample_rate,
+        steps=spec.steps,
+        clip=spec.clip,
+        learning_rate=spec.learning_rate,
+        user_level=spec.user_level,
+    )
 
 
 def _audit_record(audit: AuditSummary, spec: ReleaseSpec, prob: Problem) -> dict[str, Any]:

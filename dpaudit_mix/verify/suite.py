@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,54 +36,111 @@ def run_checks(
     return results
 
 
-def verify(level: Level | str = "quick", self_test: bool = False, progress: bool = True) -> dict[str, Any]:
-    """The verification summary (verify.json): checks on the shipped code, then the mutants.
-    ``level`` is a :class:`.checks.Level` or its name ("quick", "full")."""
+@dataclass(frozen=True)
+class MutantResult:
+    """One mutant of the self-test: which checks caught it, and what each saw."""
+
+    name: str
+    description: str
+    breaks: tuple[str, ...]
+    caught_by: tuple[str, ...]
+    evidence: dict[str, str]
+
+    @property
+    def caught(self) -> bool:
+        return bool(self.caught_by)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "breaks": list(self.breaks),
+            "caught": self.caught,
+            "caught_by": list(self.caught_by),
+            "evidence": dict(self.evidence),
+        }
+
+
+@dataclass(frozen=True)
+class SelfTest:
+    """Every mutant's result: the command fails unless all are caught."""
+
+    mutants: tuple[MutantResult, ...]
+
+    @property
+    def caught(self) -> int:
+        return sum(m.caught for m in self.mutants)
+
+    @property
+    def kill_rate(self) -> float:
+        return self.caught / len(self.mutants)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kill_rate": self.kill_rate, "caught": self.caught, "mutants": [m.to_dict() for m in self.mutants]}
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What verify-accountant found (verify.json is :meth:`to_dict`): the checks on the shipped
+    variant, and with ``--self-test`` the mutants'."""
+
+    level: str
+    checks: tuple[CheckResult, ...]
+    seconds: float
+    self_test: SelfTest | None = None
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks)
+
+    def failures(self) -> list[str]:
+        """One line per failed check, and per mutant that no check caught."""
+        lines = [f"check {c.name} FAILED: {c.summary}" for c in self.checks if not c.passed]
+        if self.self_test is not None:
+            lines += [
+                f"mutant {m.name} ({m.description}) was NOT caught by any check"
+                for m in self.self_test.mutants
+                if not m.caught
+            ]
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        summary: dict[str, Any] = {
+            "level": self.level,
+            "passed": self.passed,
+            "checks": [asdict(c) for c in self.checks],
+        }
+        if self.self_test is not None:
+            summary["self_test"] = self.self_test.to_dict()
+        summary["seconds"] = self.seconds
+        return summary
+
+
+def verify(level: Level | str = "quick", self_test: bool = False, progress: bool = True) -> Verification:
+    """The checks on the shipped code, then (``self_test``) on every mutant. ``level`` is a
+    :class:`.checks.Level` or its name ("quick", "full")."""
     if isinstance(level, str):
         require(level in LEVELS, f"unknown verification level {level!r}; choose from {', '.join(LEVELS)}")
         level = LEVELS[level]
     start = time.perf_counter()
-    honest = run_checks(SHIPPED, level, progress=progress)
-    summary: dict[str, Any] = {
-        "level": level.name,
-        "passed": all(r.passed for r in honest.values()),
-        "checks": [asdict(r) for r in honest.values()],
-    }
+    shipped = run_checks(SHIPPED, level, progress=progress)
+    mutants = None
     if self_test:
-        mutants: list[dict[str, Any]] = []
+        found = []
         for mutant in MUTANTS:
-            results = run_checks(mutant, level, honest, progress=progress)
-            caught_by = [name for name, r in results.items() if not r.passed]
-            mutants.append(
-                {
-                    "name": mutant.name,
-                    "description": mutant.description,
-                    "breaks": sorted(mutant.breaks),
-                    "caught": bool(caught_by),
-                    "caught_by": caught_by,
-                    "evidence": {name: results[name].summary for name in caught_by},
-                }
+            results = run_checks(mutant, level, shipped, progress=progress)
+            caught_by = tuple(name for name, r in results.items() if not r.passed)
+            evidence = {name: results[name].summary for name in caught_by}
+            found.append(
+                MutantResult(mutant.name, mutant.description, tuple(sorted(mutant.breaks)), caught_by, evidence)
             )
-        caught = sum(m["caught"] for m in mutants)
-        summary["self_test"] = {"kill_rate": caught / len(mutants), "caught": caught, "mutants": mutants}
-    summary["seconds"] = round(time.perf_counter() - start, 1)
-    return summary
+        mutants = SelfTest(tuple(found))
+    return Verification(level.name, tuple(shipped.values()), round(time.perf_counter() - start, 1), mutants)
 
 
-def failures(summary: dict[str, Any]) -> list[str]:
-    """One line per failed check, and per mutant that no check caught."""
-    lines = [f"check {c['name']} FAILED: {c['summary']}" for c in summary["checks"] if not c["passed"]]
-    if "self_test" in summary:
-        lines += [
-            f"mutant {m['name']} ({m['description']}) was NOT caught by any check"
-            for m in summary["self_test"]["mutants"]
-            if not m["caught"]
-        ]
-    return lines
-
-
-def _markdown(summary: dict[str, Any]) -> str:
-    verdict = "PASS" if not failures(summary) else "FAIL"
+def _markdown(verification: Verification) -> str:
+    verdict = "PASS" if not verification.failures() else "FAIL"
+    summary = verification.to_dict()
     lines = [
         f"# Accountant verification: {verdict}",
         "",
@@ -113,6 +170,6 @@ def _markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_verification(summary: dict[str, Any], out: Path) -> None:
-    write_json(out / "verify.json", summary)
-    write_text(out / "verify.md", _markdown(summary))
+def write_verification(verification: Verification, out: Path) -> None:
+    write_json(out / "verify.json", verification.to_dict())
+    write_text(out / "verify.md", _markdown(verification))
