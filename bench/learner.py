@@ -18,7 +18,7 @@ from opacus.optimizers import DPOptimizer
 from threadpoolctl import threadpool_limits
 
 from dpaudit_mix.learner import BLOCK, LearnerConfig, default_threads, fit
-from dpaudit_mix.mixmin import scaled_likelihoods
+from dpaudit_mix.optimum import scaled_likelihoods
 from dpaudit_mix.problem import Problem
 from dpaudit_mix.randomness import stream
 

@@ -17,8 +17,6 @@ the command line and ``import dpaudit_mix`` stay fast):
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.2.0"  # the one place the version is written (pyproject.toml reads it)
@@ -26,7 +24,7 @@ __version__ = "0.2.0"  # the one place the version is written (pyproject.toml re
 #: each exported name and the module that defines it.
 _HOMES = {
     "Problem": "problem",
-    "mixmin": "mixmin",
+    "mixmin": "optimum",
     "fit": "learner",
     "LearnerConfig": "learner",
     "calibrate": "accounting",
@@ -36,7 +34,7 @@ _HOMES = {
     "AuditResult": "audit.scores",
     "run_audit": "audit.engine",
     "AuditSpec": "audit.spec",
-    "verify": "verify.suite",
+    "verify": "verification.suite",
 }
 __all__ = [
     "AuditResult",
@@ -59,22 +57,9 @@ if TYPE_CHECKING:
     from .audit.scores import AuditResult, audit_scores
     from .audit.spec import AuditSpec
     from .learner import LearnerConfig, fit
-    from .mixmin import mixmin
+    from .optimum import mixmin
     from .problem import Problem
-    from .verify.suite import verify
-
-
-class _Package(types.ModuleType):
-    """``mixmin`` and ``verify`` share their names with modules of this package; importing such a
-    module would make Python rebind the package attribute to it. This keeps the exported names."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _HOMES and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
+    from .verification.suite import verify
 
 
 def __getattr__(name: str) -> Any:

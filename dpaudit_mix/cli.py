@@ -136,7 +136,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
 def cmd_problem(args: argparse.Namespace) -> None:
     import numpy as np
 
-    from .mixmin import mixmin
+    from .optimum import mixmin
     from .recovery.metrics import cos_similarity
 
     proxy = registry.proxy_spec(args.name, args.proxy, args.proxy_epochs)
@@ -346,8 +346,8 @@ def cmd_warmsyn(args: argparse.Namespace) -> None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .verify.checks import FULL, QUICK
-    from .verify.suite import verify, write_verification
+    from .verification.checks import FULL, QUICK
+    from .verification.suite import verify, write_verification
 
     level = QUICK if args.quick else FULL
     out = check_output(args.out or Path("reports") / "verify", folder=True)

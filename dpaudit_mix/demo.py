@@ -18,7 +18,7 @@ from .audit.spec import load_spec
 from .data import registry
 from .errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VIOLATION
 from .learner import LearnerConfig, fit, fit_losses
-from .mixmin import mixmin
+from .optimum import mixmin
 from .problem import save
 from .randomness import stream
 from .recovery.metrics import cos_similarity

@@ -23,7 +23,7 @@ from scipy.special import logsumexp
 from threadpoolctl import threadpool_limits
 
 from .errors import present, require
-from .mixmin import mixture_loss, scaled_likelihoods
+from .optimum import mixture_loss, scaled_likelihoods
 from .problem import Problem
 from .randomness import RandomSource, SecureSource, Stream
 from .specfile import check_fields

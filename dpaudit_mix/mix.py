@@ -9,7 +9,7 @@ import numpy as np
 
 from . import accounting, learner
 from .learner import LearnerConfig
-from .mixmin import mixmin
+from .optimum import mixmin
 from .problem import Problem
 from .randomness import stream
 from .resources import require_memory

@@ -13,10 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 from . import owned
 from .atomic import atomic_path, write_text
@@ -24,11 +21,19 @@ from .atomic import atomic_path, write_text
 Block = tuple[str, Any]
 
 
-def save_figure(fig: plt.Figure, path: Path) -> Path:
+def subplots(
+    nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float], squeeze: bool = True
+) -> tuple[Figure, Any]:
+    """A figure and its axes, made without pyplot: no backend is chosen and no global figure
+    state is touched, so a report written from a notebook leaves the notebook's plots alone."""
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(nrows, ncols, squeeze=squeeze)
+
+
+def save_figure(fig: Figure, path: Path) -> Path:
     fig.tight_layout()
     with atomic_path(path, suffix=".png") as tmp:
         fig.savefig(tmp, dpi=90, bbox_inches="tight")
-    plt.close(fig)
     return path
 
 

@@ -2,7 +2,7 @@ import numpy as np
 
 from dpaudit_mix.data import registry
 from dpaudit_mix.data.sources import mnist_world
-from dpaudit_mix.mixmin import mixmin
+from dpaudit_mix.optimum import mixmin
 
 
 def test_mnist_world_is_deterministic_and_disjoint() -> None:

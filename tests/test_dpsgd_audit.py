@@ -14,7 +14,7 @@ from dpaudit_mix.audit.mechanisms.dpsgd import dirac_score
 from dpaudit_mix.audit.profile import epsilon_lower_bound_profile, profile_tradeoff
 from dpaudit_mix.audit.spec import AuditSpec
 from dpaudit_mix.problem import Problem, save
-from dpaudit_mix.verify.checks import dpsgd_probe_problem
+from dpaudit_mix.verification.checks import dpsgd_probe_problem
 
 from .conftest import random_problem
 

@@ -1,7 +1,7 @@
 """The package's layering, read from every module's imports (ast, function-level imports included).
 
 Layers, bottom up: base utilities → the core (problem, MixMin, learner, randomness, accounting,
-the audit statistics) → models → data → engines (audit, recovery, release, verify) → experiments
+the audit statistics) → models → data → engines (audit, recovery, release, verification) → experiments
 (pipeline, text and WarmSyn tracks) → the front (CLI, demo, experiments dispatch). A module may
 import its own layer or below; and no two subpackages may import each other, even through others.
 """
@@ -38,7 +38,7 @@ LAYERS: dict[str, int] = {
     **dict.fromkeys(
         [
             "problem",
-            "mixmin",
+            "optimum",
             "learner",
             "accounting",
             "audit.bounds",
@@ -54,7 +54,7 @@ LAYERS: dict[str, int] = {
     ),
     "models": 2,
     "data": 3,
-    **dict.fromkeys(["audit", "recovery", "release", "verify", "mix"], 4),
+    **dict.fromkeys(["audit", "recovery", "release", "verification", "mix"], 4),
     **dict.fromkeys(["pipeline", "lm", "synth"], 5),
     **dict.fromkeys(["experiments", "cli", "demo", "__init__"], 6),
 }
@@ -166,7 +166,7 @@ def test_no_cycle_between_subpackages() -> None:
 def test_the_core_imports_nothing_above_it() -> None:
     edges = graph()
     core = [m for m in edges if layer(m) <= CORE]
-    assert {"problem", "mixmin", "learner", "accounting", "randomness", "audit.bounds"} <= set(core)
+    assert {"problem", "optimum", "learner", "accounting", "randomness", "audit.bounds"} <= set(core)
     assert [f"{m} → {t}" for m in core for t in edges[m] if layer(t) > CORE] == []
 
 

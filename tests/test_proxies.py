@@ -79,7 +79,7 @@ def test_built_problem_names_its_proxies_and_their_accuracy() -> None:
 
 def test_recovery_and_audits_mix_the_network_proxies_they_name() -> None:
     from dpaudit_mix.audit.spec import AuditSpec, resolve_problem
-    from dpaudit_mix.mixmin import mixmin
+    from dpaudit_mix.optimum import mixmin
     from dpaudit_mix.recovery.grid import run_recovery
     from dpaudit_mix.recovery.spec import RecoverySpec
 

@@ -100,8 +100,10 @@ def test_a_2x_leak_is_refused_and_leaves_no_weights(tmp_path: Path, problem_file
 
 
 def test_a_patched_learner_is_refused(tmp_path: Path, problem_file: Path, monkeypatch, capsys) -> None:
-    shipped = learner._noise_scale
-    monkeypatch.setattr(learner, "_noise_scale", lambda sigma_clip, k: shipped(sigma_clip, k) / 2)
+    """A bug shipped in the learner's DP step (half the noise) is refused by the gate's checks."""
+    shipped = learner.SHIPPED.noise_scale
+    halved = learner.Privatiser(noise_scale=lambda sigma_clip, k: shipped(sigma_clip, k) / 2)
+    monkeypatch.setattr(learner, "SHIPPED", halved)
     out = tmp_path / "patched"
     assert main(["release", str(write_spec(tmp_path, problem_file)), "--out", str(out)]) == 3
     assert "REFUSED" in capsys.readouterr().err

@@ -6,9 +6,9 @@ import pytest
 
 from dpaudit_mix import cli, learner
 from dpaudit_mix.cli import main
-from dpaudit_mix.verify import checks
-from dpaudit_mix.verify.checks import CHECKS, AuditPoint, Level, noise_conformance
-from dpaudit_mix.verify.variants import MUTANTS, SHIPPED
+from dpaudit_mix.verification import checks
+from dpaudit_mix.verification.checks import CHECKS, AuditPoint, Level, noise_conformance
+from dpaudit_mix.verification.variants import MUTANTS, SHIPPED
 
 #: the smallest level that still exercises every check (for the failure-path tests).
 TINY = Level(

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import present, require
 from ..learner import Canary
-from ..mixmin import scaled_likelihoods
+from ..optimum import scaled_likelihoods
 from ..problem import Problem
 from ..randomness import stream
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.figure import Figure
 
 from .. import owned
 from ..atomic import write_json, write_npz
-from ..reporting import Block, save_figure, write_pages
+from ..reporting import Block, save_figure, subplots, write_pages
 from .attack import AttackResult
 from .engine import AuditOutcome, score_label
 from .profile import TradeOff
@@ -30,8 +30,8 @@ def _figures(outcome: AuditOutcome, out: Path) -> list[Path]:
     keys = list(outcome.attacks)
     cols = 2
     rows = -(-len(keys) // cols)
-    hist, hist_axes = plt.subplots(rows, cols, figsize=(11, 3 * rows), squeeze=False)
-    roc, roc_axes = plt.subplots(rows, cols, figsize=(9, 3.6 * rows), squeeze=False)
+    hist, hist_axes = subplots(rows, cols, figsize=(11, 3 * rows), squeeze=False)
+    roc, roc_axes = subplots(rows, cols, figsize=(9, 3.6 * rows), squeeze=False)
     for i, key in enumerate(keys):
         attacked = outcome.attacks[key]
         attack = attacked.attack
@@ -71,7 +71,7 @@ def _figures(outcome: AuditOutcome, out: Path) -> list[Path]:
             for name, value in (("strict ε_LB", r.epsilon_lower_bound), ("GDP ε_LB", r.epsilon_lower_bound_gdp))
         ]
     )
-    bar, ax = plt.subplots(figsize=(8, 0.6 * len(summary.results) + 1.2))
+    bar, ax = subplots(figsize=(8, 0.6 * len(summary.results) + 1.2))
     sns.barplot(frame, y="setting", x="ε", hue="bound", ax=ax)
     ax.axvline(summary.claimed_epsilon, color="red", ls="--", label=f"claimed ε = {summary.claimed_epsilon:g}")
     ax.legend()
@@ -83,13 +83,13 @@ def _figures(outcome: AuditOutcome, out: Path) -> list[Path]:
     return paths
 
 
-def tradeoff_figure(claimed: TradeOff, epsilon: float, attacks: dict[str, AttackResult]) -> plt.Figure:
+def tradeoff_figure(claimed: TradeOff, epsilon: float, attacks: dict[str, AttackResult]) -> Figure:
     """The FPR–FNR plane: the claimed trade-off curve and each attack's CP points.
 
     A point below the curve is a rigorous violation; the closer the points come to the curve
     from above, the tighter the audit.
     """
-    fig, ax = plt.subplots(figsize=(6.4, 5.6))
+    fig, ax = subplots(figsize=(6.4, 5.6))
     alpha = np.concatenate([np.geomspace(1e-6, 1e-2, 200), np.linspace(1e-2, 1, 400)])
     ax.plot(alpha, claimed.fnr_floor(alpha), color="red", lw=2, label=f"claimed trade-off f (ε = {epsilon:g})")
     markers = iter("osD^vP")

@@ -8,13 +8,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.ticker import NullLocator
 
 from ..atomic import atomic_path
-from ..reporting import Block, save_figure, write_pages
+from ..reporting import Block, save_figure, subplots, write_pages
 from ..stats import COLUMNS, finding, mean_std, paired_tests
 from .spec import TextPipelineSpec
 
@@ -109,7 +109,7 @@ def _choice_table(records: list[dict[str, Any]]) -> list[list[str]]:
 
 def _figure(frame: pd.DataFrame, out: Path) -> Path:
     sns.set_theme(style="whitegrid")
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig, ax = subplots(figsize=(6.5, 4.2))
     shown = frame[frame["method"] != "no_pretrain"]  # an order of magnitude above the rest
     sns.lineplot(shown, x="epsilon", y="perplexity", hue="method", marker="o", errorbar="sd", ax=ax)
     ax.set(
@@ -119,7 +119,7 @@ def _figure(frame: pd.DataFrame, out: Path) -> Path:
         title="Perplexity against ε, mean ± std over seeds",
     )
     ax.set_xticks(sorted(shown["epsilon"].unique()), [f"{e:g}" for e in sorted(shown["epsilon"].unique())])
-    ax.xaxis.set_minor_locator(plt.NullLocator())
+    ax.xaxis.set_minor_locator(NullLocator())
     return save_figure(fig, out / "perplexity_vs_epsilon.png")
 
 

@@ -54,7 +54,7 @@ class TextPipelineSpec:
     KEYED: ClassVar[dict[str, tuple[str, ...]]] = {
         "data": ("world", "seed", "rho"),
         "mixture": MIXTURE_FIELDS,
-        "pretrain": ("pretrain_windows", "pretrain_epochs", "pretrain_learning_rate", "device"),
+        "pretrain": ("pretrain_windows", "pretrain_epochs", "pretrain_learning_rate"),
         "finetune": (
             "delta",
             "composition",
@@ -65,11 +65,11 @@ class TextPipelineSpec:
             "finetune_learning_rates",
             "rehearsal_genre",
             "windows_per_user",
-            "device",
         ),
     }
     #: the fields no stage's output depends on, each with the reason.
     UNKEYED: ClassVar[dict[str, str]] = {
+        "device": "where a stage ran enters its key as device.key_ids (cpu and auto without a GPU alike)",
         "epsilons": "which jobs run: each job's ε is in its own stage keys",
         "methods": "which jobs run: each job's method is in its own stage keys",
         "seeds": "how many jobs run: each job's seed is in its own stage keys",

@@ -25,7 +25,7 @@ from .. import accounting
 from ..data.proxies import CLASSES, SMOOTHING
 from ..errors import present
 from ..learner import LearnerConfig, fit
-from ..mixmin import mixmin
+from ..optimum import mixmin
 from ..problem import Problem
 from ..randomness import source, stream
 

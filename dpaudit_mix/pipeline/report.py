@@ -10,15 +10,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.ticker import FuncFormatter, NullLocator
 
 from .. import accounting
 from ..atomic import atomic_path
 from ..models.cnn import CLASSES
-from ..reporting import Block, save_figure, write_pages
+from ..reporting import Block, save_figure, subplots, write_pages
 from ..stats import COLUMNS, finding, mean_std, paired_tests
 from .methods import Mixture
 from .run import ProxyReport
@@ -181,21 +181,21 @@ def _proxy_table(proxies: ProxyReport) -> list[list[str]]:
 
 def _figures(frame: pd.DataFrame, out: Path) -> list[Path]:
     sns.set_theme(style="whitegrid")
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig, ax = subplots(figsize=(6.5, 4.2))
     macro = frame[frame["task"] == "macro"]
     sns.lineplot(macro, x="epsilon", y="value", hue="method", marker="o", errorbar="sd", ax=ax)
     ax.set(
         xscale="log", xlabel="ε (total)", ylabel="macro AUC (test)", title="Macro AUC against ε, mean ± std over seeds"
     )
     ax.set_xticks(sorted(macro["epsilon"].unique()), [f"{e:g}" for e in sorted(macro["epsilon"].unique())])
-    ax.xaxis.set_minor_locator(plt.NullLocator())
+    ax.xaxis.set_minor_locator(NullLocator())
     paths = [save_figure(fig, out / "macro_auc_vs_epsilon.png")]
     eps = float(np.min(frame["epsilon"]))
     gains = frame[(frame["epsilon"] == eps) & frame["task"].isin(TASKS) & (frame["method"] != "no_pretrain")]
     if gains["relative_gain"].notna().any():
-        fig, ax = plt.subplots(figsize=(10, 4.2))
+        fig, ax = subplots(figsize=(10, 4.2))
         sns.barplot(gains, x="task", y="relative_gain", hue="method", errorbar="sd", ax=ax)
-        ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:+.0%}"))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:+.0%}"))
         ax.set(ylabel="AUC gain over no pretraining", title=f"Per-task relative gain at ε = {eps:g}")
         paths.append(save_figure(fig, out / "relative_gain.png"))
     return paths

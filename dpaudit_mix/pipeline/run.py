@@ -220,7 +220,7 @@ def split_key(spec: PipelineSpec) -> str:
 
 def proxies_key(spec: PipelineSpec) -> str:
     """The content key of the proxies: the data and the proxy spec."""
-    return stage_key(spec, "proxies", data=world_key(spec), **spec.proxy_spec.ids)
+    return stage_key(spec, "proxies", data=world_key(spec))
 
 
 def proxies_stage(spec: PipelineSpec, world: World, progress: bool) -> Stage[Arrays]:

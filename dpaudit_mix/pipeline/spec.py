@@ -84,7 +84,7 @@ class PipelineSpec:
         "proxies": ("proxy", "proxy_epochs"),
         "split": ("rho",),
         "mixture": MIXTURE_FIELDS,
-        "pretrain": ("pretrain_examples", "pretrain_epochs", "pretrain_learning_rate", "device"),
+        "pretrain": ("pretrain_examples", "pretrain_epochs", "pretrain_learning_rate"),
         "finetune": (
             "delta",
             "rho",
@@ -95,11 +95,11 @@ class PipelineSpec:
             "finetune_epochs_grid",
             "finetune_batch",
             "finetune_clip",
-            "device",
         ),
     }
     #: the fields no stage's output depends on, each with the reason.
     UNKEYED: ClassVar[dict[str, str]] = {
+        "device": "where a stage ran enters its key as device.key_ids (cpu and auto without a GPU alike)",
         "epsilons": "which jobs run: each job's ε is in its own stage keys",
         "methods": "which jobs run: each job's method is in its own stage keys",
         "seeds": "how many jobs run: each job's seed is in its own stage keys",

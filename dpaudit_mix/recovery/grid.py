@@ -22,7 +22,7 @@ from ..backend import Backend
 from ..data import registry
 from ..errors import present, require
 from ..learner import fit, fit_losses
-from ..mixmin import mixmin
+from ..optimum import mixmin
 from ..problem import Problem, load
 from ..randomness import stream
 from ..resources import require_memory
@@ -154,7 +154,7 @@ def score(target: Target, weights: np.ndarray) -> Score:
 
 
 @dataclass(frozen=True)
-class Plan:
+class RecoveryPlan:
     """Everything the spec asks for, resolved and validated before any fit runs."""
 
     spec: RecoverySpec  # with its defaults fitted to the problem (and C, η tuned on public data if asked)
@@ -170,7 +170,7 @@ def _available_tasks(spec: RecoverySpec, file_problem: Problem | None) -> tuple[
     return (file_problem.task or "file",)
 
 
-def plan(spec: RecoverySpec) -> Plan:
+def plan(spec: RecoverySpec) -> RecoveryPlan:
     """Resolve problems and tasks; every bad request fails here, before any output exists."""
     file_problem = None if spec.embedded else load(registry.problem_path(spec.problem))
     available = _available_tasks(spec, file_problem)
@@ -208,10 +208,10 @@ def plan(spec: RecoverySpec) -> Plan:
         require(largest <= offered, f"k = {largest} is larger than the {offered} public sources available")
         for t in spec.k_tasks or ():
             pool[t] = problem(t, largest)
-    return Plan(spec, grid, users, pool, tuning)
+    return RecoveryPlan(spec, grid, users, pool, tuning)
 
 
-def _cells(spec: RecoverySpec, the_plan: Plan) -> Iterator[tuple[str, Target, float | None, float, bool]]:
+def _cells(spec: RecoverySpec, the_plan: RecoveryPlan) -> Iterator[tuple[str, Target, float | None, float, bool]]:
     for user_level, targets in ((False, the_plan.grid_targets), (True, the_plan.user_targets)):
         for target in targets:
             for eps in spec.epsilons:

@@ -9,13 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.ticker import NullLocator
 
 from ..atomic import write_json
-from ..reporting import Block, save_figure, write_pages
+from ..reporting import Block, save_figure, subplots, write_pages
 from ..stats import sample_std
 from .grid import RecoveryResult
 
@@ -76,7 +76,7 @@ def _k_table(k_scaling: dict[str, Any]) -> list[list[str]]:
 
 def _heatmaps(frame: pd.DataFrame, out: Path) -> Path:
     variants = sorted(frame["user_level"].unique())
-    fig, axes = plt.subplots(1, len(variants), figsize=(5.2 * len(variants), 3.8), squeeze=False)
+    fig, axes = subplots(1, len(variants), figsize=(5.2 * len(variants), 3.8), squeeze=False)
     for ax, user_level in zip(axes[0], variants, strict=True):
         part = frame[frame["user_level"] == user_level]
         table = part.pivot(index="epsilon", columns="rho", values="cos_star")
@@ -89,7 +89,7 @@ def _heatmaps(frame: pd.DataFrame, out: Path) -> Path:
 
 def _k_figure(k_scaling: dict[str, Any], out: Path) -> Path:
     avg = pd.DataFrame(k_scaling["average"])
-    fig, ax = plt.subplots(figsize=(6, 4.2))
+    fig, ax = subplots(figsize=(6, 4.2))
     mean, std = avg["alpha_1e3_mean"], avg["alpha_1e3_std_across_tasks"]
     ax.fill_between(avg["k"], np.maximum(mean - std, mean * 0.05), mean + std, alpha=0.2)
     sns.lineplot(x=avg["k"], y=mean, marker="o", ax=ax, label="DP-MixMin α (mean over tasks)")
@@ -105,7 +105,7 @@ def _k_figure(k_scaling: dict[str, Any], out: Path) -> Path:
         title += f"; slope {slope:.2f} [{low:.2f}, {high:.2f}] for k ≥ {k_scaling['fit_range'][0]}"
     ax.set(xscale="log", yscale="log", xlabel="number of public sources k", ylabel="excess loss α (1e-3)", title=title)
     ax.set_xticks(ks, [f"{k:g}" for k in ks])
-    ax.xaxis.set_minor_locator(plt.NullLocator())
+    ax.xaxis.set_minor_locator(NullLocator())
     ax.legend(fontsize=8)
     return save_figure(fig, out / "alpha_vs_k.png")
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import accounting
 from ..learner import LearnerConfig, fit, fit_losses
-from ..mixmin import mixmin
+from ..optimum import mixmin
 from ..problem import Problem
 from ..randomness import stream
 

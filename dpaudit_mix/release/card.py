@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import matplotlib.pyplot as plt
 import numpy as np
 
-from ..reporting import save_figure, write_pages
+from ..reporting import save_figure, subplots, write_pages
 
 #: the card's files (it shows λ: only a published release may keep them).
 CARD = ("release.md", "release.html", "lambda.png", "tradeoff.png")
@@ -17,7 +16,7 @@ CARD = ("release.md", "release.html", "lambda.png", "tradeoff.png")
 def write_card(manifest: dict[str, Any], out: Path) -> None:
     """release.md / release.html: the claim, the audit picture and λ beside the uniform mixture."""
     lam, sources = np.array(manifest["weights"]), manifest["sources"]
-    fig, ax = plt.subplots(figsize=(8, 0.32 * len(sources) + 1.2))
+    fig, ax = subplots(figsize=(8, 0.32 * len(sources) + 1.2))
     y = np.arange(len(sources))
     ax.barh(y - 0.2, lam, height=0.4, label="released λ")
     ax.barh(y + 0.2, np.full(len(sources), 1 / len(sources)), height=0.4, label="uniform", color="lightgrey")

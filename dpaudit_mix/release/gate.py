@@ -31,8 +31,8 @@ from ..errors import EXIT_BAD_INPUT, EXIT_VIOLATION, InputError, require
 from ..learner import LearnerConfig, fit
 from ..problem import Problem
 from ..specfile import parse_spec, read_spec_bytes
-from ..verify.checks import QUICK
-from ..verify.suite import verify
+from ..verification.checks import QUICK
+from ..verification.suite import verify
 from . import ledger
 from .card import CARD, write_card
 from .manifest import Budget, Claim, Manifest, public_path

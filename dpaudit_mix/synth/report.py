@@ -6,12 +6,11 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
 from ..atomic import write_json
-from ..reporting import Block, save_figure, write_pages
+from ..reporting import Block, save_figure, subplots, write_pages
 from ..stats import mean_std, paired_tests, verdict
 from .spec import ROWS
 
@@ -82,7 +81,7 @@ def _effect_table(rows: list[dict[str, Any]]) -> list[list[str]]:
 
 def _figure(results: pd.DataFrame, out: Path) -> Path:
     sns.set_theme(style="whitegrid")
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = subplots(figsize=(7, 4))
     sns.barplot(results, x="epsilon", y="accuracy", hue="row", hue_order=list(ROWS), errorbar="sd", ax=ax)
     ax.set(xlabel="ε", ylabel="test accuracy", title="WarmSyn ablation: mean ± std over seeds")
     ax.set_ylim(max(0.0, results["accuracy"].min() - 0.05), 1.0)

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from dpaudit_mix.mixmin import duality_gap, gradient, mixmin, mixture_loss, scaled_likelihoods
+from dpaudit_mix.optimum import duality_gap, gradient, mixmin, mixture_loss, scaled_likelihoods
 
 from .conftest import random_problem
 
