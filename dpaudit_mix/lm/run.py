@@ -19,6 +19,7 @@ import numpy as np
 from .. import accounting
 from ..alphabet import V
 from ..backend import Backend
+from ..cache import content_key
 from ..data import registry
 from ..data.text import speeches, text_world
 from ..errors import present, require
@@ -27,7 +28,6 @@ from ..models import device
 from ..models.cnn import state_arrays
 from ..models.userdp import UserLevelSGD, train
 from ..pipeline.methods import Mixture
-from ..pipeline.spec import stage_key
 from ..pipeline.stages import (
     Arrays,
     Job,
@@ -131,7 +131,7 @@ class TextTrack(MixingTrack):
     """The character GRU on the text world: user-level DP-SGD, scored by held-out-user perplexity."""
 
     def __init__(self, spec: TextPipelineSpec, world: TextWorld, secure: bool) -> None:
-        data_key = stage_key(spec, "data")
+        data_key = content_key(world=registry.TEXT_WORLD, seed=spec.seed, rho=spec.rho)
         super().__init__(
             spec,
             (registry.TEXT_TASK,),
@@ -176,15 +176,20 @@ class TextTrack(MixingTrack):
     ) -> Stage[dict[str, Any]]:
         spec, world = self.text_spec, self.world
         grid = spec.finetune_learning_rates
-        key = stage_key(
-            spec,
-            "finetune",
+        key = content_key(
             pretrain=start_key,
             data=self.data_key,
+            composition=spec.composition,
             epsilon=job.epsilon,
+            delta=spec.delta,
             prior=[asdict(p) for p in prior],
             seed=job.seed,
+            steps=spec.finetune_steps,
+            users=spec.finetune_users,
+            clip=spec.finetune_clip,
+            windows=spec.windows_per_user,
             secure=self.secure,
+            **({"grid": grid, "rehearsal": spec.rehearsal_genre} if grid else {"lr": spec.finetune_learning_rate}),
             **device.key_ids(spec.device),
         )
         stage = self.finetune_key(job)

@@ -11,7 +11,7 @@ from ..data import registry
 from ..data.text import GENRES, SENSITIVE_GENRE
 from ..errors import require
 from ..learner import LearnerConfig
-from ..pipeline.spec import DEFAULT_METHODS, MIXTURE_FIELDS, check_shared_keys, variants
+from ..pipeline.spec import DEFAULT_METHODS, check_shared_keys, variants
 from ..resources import BYTES_PER_WINDOW, require_memory
 from ..specfile import Seed, check_fields, load_spec_file
 
@@ -50,30 +50,14 @@ class TextPipelineSpec:
     rhos: tuple[float, ...] | None = None  # rows: the pipeline once per split A fraction (paper Table 1)
     device: str = "cpu"  # where pretraining and the user-level finetune compute: cpu, cuda, or auto
 
-    #: the fields each cached stage's output depends on (see :func:`..pipeline.spec.stage_key`).
-    KEYED: ClassVar[dict[str, tuple[str, ...]]] = {
-        "data": ("world", "seed", "rho"),
-        "mixture": MIXTURE_FIELDS,
-        "pretrain": ("pretrain_windows", "pretrain_epochs", "pretrain_learning_rate"),
-        "finetune": (
-            "delta",
-            "composition",
-            "finetune_steps",
-            "finetune_users",
-            "finetune_clip",
-            "finetune_learning_rate",
-            "finetune_learning_rates",
-            "rehearsal_genre",
-            "windows_per_user",
-        ),
-    }
-    #: the fields no stage's output depends on, each with the reason.
+    #: the fields no stage cache key names, each with why (see PipelineSpec.UNKEYED).
     UNKEYED: ClassVar[dict[str, str]] = {
-        "device": "where a stage ran enters its key as device.key_ids (cpu and auto without a GPU alike)",
         "epsilons": "which jobs run: each job's ε is in its own stage keys",
         "methods": "which jobs run: each job's method is in its own stage keys",
         "seeds": "how many jobs run: each job's seed is in its own stage keys",
-        "protocol": "always multiclass here: the text world has one task, which is in the keys",
+        "protocol": "always multiclass: the text world has one task",
+        "mix_share": "enters the mixture's key as the ε it spends (sequential composition)",
+        "world": "always the text world (the spec refuses any other), which the data key names",
         "rhos": "rows: each row runs as a spec of its own, with rho set",
     }
 

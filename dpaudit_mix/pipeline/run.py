@@ -27,7 +27,7 @@ from ..models import cnn, device
 from ..problem import Problem
 from ..randomness import Key, stream
 from .methods import Mixture
-from .spec import PipelineSpec, stage_key
+from .spec import PipelineSpec
 from .stages import (
     Arrays,
     Job,
@@ -88,7 +88,13 @@ def build_world(spec: PipelineSpec) -> World:
 
 def world_key(spec: PipelineSpec) -> str:
     """The content key of the cut data: every stage of the run hashes it."""
-    return stage_key(spec, "data")
+    return content_key(
+        seed=spec.seed,
+        public_fraction=spec.public_fraction,
+        sensitive_fraction=spec.sensitive_fraction,
+        **({} if registry.canonical(spec.world) == "mnist-labels" else {"world": spec.world}),
+        **({"synthetic": True} if spec.synthetic_source else {}),
+    )
 
 
 def _images(
@@ -148,16 +154,20 @@ class ImageTrack(MixingTrack):
         self, job: Job, start: Arrays | None, start_key: str | None, prior: tuple[accounting.GaussianPhase, ...]
     ) -> Stage[dict[str, Any]]:
         spec, world, grid = self.image_spec, self.world, self.image_spec.finetune_grid
-        key = stage_key(
-            spec,
-            "finetune",
+        key = content_key(
             pretrain=start_key,
             task=job.task,
             **({} if job.task == "multiclass" else {"head": "binary, from the pretrained head"}),
             data=self.data_key,
+            rho=spec.rho,
+            composition=spec.composition,
             epsilon=job.epsilon,
+            delta=spec.delta,
             prior=[asdict(p) for p in prior],
             seed=job.seed,
+            **({"epochs": grid[0][1], "lr": grid[0][0]} if len(grid) == 1 else {"grid": grid}),
+            batch=spec.finetune_batch,
+            clip=spec.finetune_clip,
             secure=self.secure,
             **device.key_ids(spec.device),
         )
@@ -215,12 +225,7 @@ class ImageTrack(MixingTrack):
 
 def split_key(spec: PipelineSpec) -> str:
     """The content key of split A's problems: the data, ρ and the proxies."""
-    return stage_key(spec, "split", data=world_key(spec), proxies=proxies_key(spec))
-
-
-def proxies_key(spec: PipelineSpec) -> str:
-    """The content key of the proxies: the data and the proxy spec."""
-    return stage_key(spec, "proxies", data=world_key(spec))
+    return content_key(data=world_key(spec), rho=spec.rho, **spec.proxy_spec.ids)
 
 
 def proxies_stage(spec: PipelineSpec, world: World, progress: bool) -> Stage[Arrays]:
@@ -238,7 +243,7 @@ def proxies_stage(spec: PipelineSpec, world: World, progress: bool) -> Stage[Arr
             "epochs": np.array([m.epochs or 0 for m in models], dtype=np.int64),
         }
 
-    return Stage(proxies_key(spec), compute)
+    return Stage(content_key(data=world_key(spec), **proxy.ids), compute)
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 from .. import accounting
-from ..cache import content_key
 from ..data import registry
 from ..data.proxies import ProxySpec
 from ..errors import require
@@ -24,16 +23,6 @@ COMPOSITIONS = ("parallel", "sequential")
 #: multiclass: one mixture and one 10-class model; per_task: per digit (one-vs-rest) its own
 #: mixture, pretraining and binary finetune, macro AUC over the digits (the paper's protocol).
 PROTOCOLS = ("multiclass", "per_task")
-#: the fields a mixture depends on, in the image and the text spec alike (the keys they share).
-MIXTURE_FIELDS = (
-    "delta",
-    "composition",
-    "mix_share",
-    "mix_steps",
-    "mix_clip",
-    "mix_learning_rate",
-    "search_candidates",
-)
 
 
 @dataclass(frozen=True)
@@ -78,32 +67,14 @@ class PipelineSpec:
     protocols: tuple[str, ...] | None = None
     device: str = "cpu"  # where pretraining and finetuning compute: cpu, cuda, or auto (cuda when present)
 
-    #: the fields each cached stage's output depends on: :func:`stage_key` hashes exactly these.
-    KEYED: ClassVar[dict[str, tuple[str, ...]]] = {
-        "data": ("world", "seed", "public_fraction", "sensitive_fraction", "synthetic_source"),
-        "proxies": ("proxy", "proxy_epochs"),
-        "split": ("rho",),
-        "mixture": MIXTURE_FIELDS,
-        "pretrain": ("pretrain_examples", "pretrain_epochs", "pretrain_learning_rate"),
-        "finetune": (
-            "delta",
-            "rho",
-            "composition",
-            "finetune_epochs",
-            "finetune_learning_rate",
-            "finetune_learning_rates",
-            "finetune_epochs_grid",
-            "finetune_batch",
-            "finetune_clip",
-        ),
-    }
-    #: the fields no stage's output depends on, each with the reason.
+    #: the fields no stage cache key names, each with why it cannot change a stage's output
+    #: (every other field is in some stage's key: tests/test_stage_keys.py perturbs each).
     UNKEYED: ClassVar[dict[str, str]] = {
-        "device": "where a stage ran enters its key as device.key_ids (cpu and auto without a GPU alike)",
         "epsilons": "which jobs run: each job's ε is in its own stage keys",
         "methods": "which jobs run: each job's method is in its own stage keys",
         "seeds": "how many jobs run: each job's seed is in its own stage keys",
         "protocol": "which tasks run: each task is in its own stage keys",
+        "mix_share": "enters the mixture's key as the ε it spends (sequential composition)",
         "rhos": "rows: each row runs as a spec of its own, with rho set",
         "proxies": "rows: each row runs as a spec of its own, with proxy set",
         "proxy_epochs_grid": "rows: each row runs as a spec of its own, with proxy_epochs set",
@@ -155,19 +126,6 @@ class PipelineSpec:
             for lr in self.finetune_learning_rates or (self.finetune_learning_rate,)
             for e in self.finetune_epochs_grid or (self.finetune_epochs,)
         ]
-
-
-def stage_key(spec: Any, stage: str, **ids: object) -> str:
-    """The cache key of ``stage``'s output: every spec field it depends on (``KEYED[stage]`` of the
-    spec's class) and the job's own ``ids`` (its method, ε, seed, inputs' keys). The one place a
-    stage key is made, so that no field can be left out of one by hand (tests/test_stage_keys.py)."""
-    return content_key(stage=stage, **{name: getattr(spec, name) for name in type(spec).KEYED[stage]}, **ids)
-
-
-def unkeyed_fields(spec_class: Any) -> set[str]:
-    """The fields of ``spec_class`` no stage key names and its UNKEYED does not explain: [] when sound."""
-    keyed = {name for names in spec_class.KEYED.values() for name in names}
-    return {f.name for f in fields(spec_class)} - keyed - set(spec_class.UNKEYED)
 
 
 def check_shared_keys(spec: Any, methods: tuple[str, ...], scope: str = "") -> None:

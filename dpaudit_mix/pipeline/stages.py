@@ -32,7 +32,6 @@ from ..models import device
 from ..problem import Problem
 from ..randomness import Key
 from .methods import LOSS_BOUND, PRIVATE_METHODS, MixingSpec, Mixture, choose, mix_epsilon, mixing_phase
-from .spec import stage_key
 
 T = TypeVar("T")
 Arrays = dict[str, np.ndarray]
@@ -412,14 +411,17 @@ class MixingTrack:
         spec = self.spec
         private = job.method in PRIVATE_METHODS
         eps_mix = mix_epsilon(spec, job.epsilon)
-        key = stage_key(
-            spec,
-            "mixture",
+        key = content_key(
             split=self.split_key,
             task=job.task,
             method=job.method,
             seed=job.seed,
+            delta=spec.delta,
             epsilon=eps_mix if private else None,
+            steps=spec.mix_steps,
+            clip=spec.mix_clip,
+            lr=spec.mix_learning_rate,
+            candidates=spec.search_candidates,
             secure=self.secure and private,
         )
 
@@ -446,9 +448,7 @@ class MixingTrack:
         weights = None if mixture.weights is None else [float(w) for w in mixture.weights]
         if weights is None and job.method != "warm":
             return None
-        key = stage_key(
-            self.spec,
-            "pretrain",
+        key = content_key(
             data=self.data_key,
             weights="warm" if weights is None else [round(w, 12) for w in weights],
             seed=job.seed,
