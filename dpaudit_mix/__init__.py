@@ -9,6 +9,7 @@ the command line and ``import dpaudit_mix`` stay fast):
   with ``LearnerConfig(secure=True)``, the OS CSPRNG);
 - ``calibrate``, ``epsilon``, ``GaussianPhase``: the accountant (PLD by default);
 - ``audit_scores``, ``AuditResult``: audit a claim from canary-in and canary-out scores of any stack;
+- ``audit_one_run``, ``OneRunResult``: audit a claim from one training run's canaries (scores, membership);
 - ``run_audit``, ``AuditSpec``: the audit engine, on the DP-MixMin learner or the pipeline's DP-SGD
   (``AuditSpec(mechanism="opacus" | "user-dpsgd")``);
 - ``verify``: verify-accountant (checks, and a mutation self-test).
@@ -32,6 +33,8 @@ _HOMES = {
     "GaussianPhase": "accounting",
     "audit_scores": "audit.scores",
     "AuditResult": "audit.scores",
+    "audit_one_run": "audit.one_run",
+    "OneRunResult": "audit.one_run",
     "run_audit": "audit.engine",
     "AuditSpec": "audit.spec",
     "verify": "verification.suite",
@@ -41,7 +44,9 @@ __all__ = [
     "AuditSpec",
     "GaussianPhase",
     "LearnerConfig",
+    "OneRunResult",
     "Problem",
+    "audit_one_run",
     "audit_scores",
     "calibrate",
     "epsilon",
@@ -54,6 +59,7 @@ __all__ = [
 if TYPE_CHECKING:
     from .accounting import GaussianPhase, calibrate, epsilon
     from .audit.engine import run_audit
+    from .audit.one_run import OneRunResult, audit_one_run
     from .audit.scores import AuditResult, audit_scores
     from .audit.spec import AuditSpec
     from .learner import LearnerConfig, fit

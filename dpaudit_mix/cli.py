@@ -221,6 +221,8 @@ def cmd_audit_scores(args: argparse.Namespace) -> int:
     phases = None if args.steps is None else [accounting.GaussianPhase(*mechanism)]
     path = Path(args.file)
     out = Path(args.out) if args.out else None
+    if args.one_run:
+        return _one_run_scores(args, path, phases, out)
     result = audit_score_file(
         path,
         read_scores(path),
@@ -248,6 +250,24 @@ def cmd_audit_scores(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_INCONCLUSIVE
+    return 0
+
+
+def _one_run_scores(
+    args: argparse.Namespace, path: Path, phases: list[accounting.GaussianPhase] | None, out: Path | None
+) -> int:
+    """``audit-scores --one-run``: one training run's canaries (scores, membership), exit 3 on a violation."""
+    from .audit.score_file import audit_canary_file, one_run_line, read_canaries
+
+    require(args.threshold == "bonferroni", "--one-run chooses its guesses by its own fixed grid: drop --threshold")
+    result = audit_canary_file(
+        path, read_canaries(path), args.epsilon, args.delta, phases, args.confidence, out, args.accountant
+    )
+    print(json.dumps(result.to_dict(), indent=2))
+    if result.violation:
+        see = f"; see {out}/report.md" if out else ""
+        print(f"dpaudit-mix: {one_run_line(result)}{see}", file=sys.stderr)
+        return EXIT_VIOLATION
     return 0
 
 
@@ -520,6 +540,11 @@ def _audit_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
         "--label",
         default="scores",
         help="names those streams too (an audit's scores/<label>.npz with --seed of the audit reproduces its result)",
+    )
+    scores.add_argument(
+        "--one-run",
+        action="store_true",
+        help="FILE holds one training run's canaries: scores and membership (.npz), or score,label (.csv)",
     )
     scores.add_argument("--out", help="output folder for audit.json, report.md/html and tradeoff.png")
     scores.set_defaults(func=cmd_audit_scores)

@@ -63,6 +63,8 @@ PURPOSES = frozenset(
         "verify-conformance",
         # simulated membership scores (tests and benches of the score audit)
         "simulated-scores",
+        # one-run audits: which canaries are in (tests; a real audit draws membership from the CSPRNG)
+        "canary-membership",
         # made-up model inputs for tests and benches (toy images, text windows, user picks)
         "synthetic-inputs",
     }

@@ -48,6 +48,8 @@ LAYERS: dict[str, int] = {
             "audit.canaries",
             "audit.chunks",
             "audit.scores",
+            "audit.one_run",
+            "audit.dirac",
             "audit.result",
         ],
         1,

@@ -109,7 +109,7 @@ BISECTION_MIN_SIGMA, BISECTION_MAX_SCALE, BISECTION_RATIO = 0.3, 64.0, 1.005
 FINE_STEP = 1.05
 
 
-def _threshold(
+def scale_threshold(
     violated: Callable[[float], bool], start: float, step: float, floor: float, ratio: float
 ) -> tuple[float, float] | None:
     """(low, high) within ``ratio`` with violated(high) and not violated(low), stepping by ``step``
@@ -153,7 +153,7 @@ def epsilon_lower_bound_profile(
         return lambda c: bool(np.any(profile_tradeoff(scaled(c), interval).violated(fpr_ub, fnr_ub)))
 
     floor = min(1.0, BISECTION_MIN_SIGMA / min(p.noise_multiplier for p in phases))
-    scout = _threshold(violated_at(SCOUT_INTERVAL), 1.0, 2.0, floor, SCOUT_RATIO)
+    scout = scale_threshold(violated_at(SCOUT_INTERVAL), 1.0, 2.0, floor, SCOUT_RATIO)
     start, step = (BISECTION_MAX_SCALE, 2.0) if scout is None else (scout[1], FINE_STEP)
-    fine = _threshold(violated_at(BISECTION_INTERVAL), start, step, floor, BISECTION_RATIO)
+    fine = scale_threshold(violated_at(BISECTION_INTERVAL), start, step, floor, BISECTION_RATIO)
     return 0.0 if fine is None else accounting.optimistic_epsilon(scaled(fine[1]), delta)

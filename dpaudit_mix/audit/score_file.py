@@ -2,8 +2,10 @@
 reported like an audit (audit.json, report.md/html, tradeoff.png).
 
 A file is an ``.npz`` with ``in_scores`` and ``out_scores``, or a ``.csv`` with columns ``score``
-and ``label`` (1 = the run had the canary, 0 = it did not). Every bad input is one InputError,
-raised before anything is written.
+and ``label`` (1 = the run had the canary, 0 = it did not). A one-run file (``--one-run``) holds
+one training run's canaries: an ``.npz`` with ``scores`` and ``membership`` (0/1 per canary), or
+the same ``.csv`` (a row per canary, ``label`` its membership). Every bad input is one
+InputError, raised before anything is written.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ..atomic import check_output, write_json
 from ..errors import InputError, require
 from ..reporting import Block, save_figure, write_pages
 from .attack import AttackResult
+from .one_run import OneRunResult, audit_one_run, checked_canaries
 from .profile import TradeOff
 from .report import tradeoff_figure
 from .scores import (
@@ -52,11 +55,32 @@ def read_scores(path: Path) -> dict[str, np.ndarray]:
         require(not missing, f"{path} lacks {' and '.join(missing)} (an .npz needs in_scores and out_scores)")
         require(("control_in" in data) == ("control_out" in data), f"{path}: control_in and control_out come together")
         return {key: checked_scores(data[key], key) for key in NPZ_KEYS if key in data}
-    return _read_csv(path, content)
+    scores, member = _read_csv(path, content)
+    return {
+        "in_scores": checked_scores(scores[member], "scores labelled 1"),
+        "out_scores": checked_scores(scores[~member], "scores labelled 0"),
+    }
 
 
-def _read_csv(path: Path, content: bytes) -> dict[str, np.ndarray]:
-    """A CSV with one ``score`` and one ``label`` column (other columns are ignored)."""
+def read_canaries(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """One run's canary scores and membership from ``path`` (checked by :func:`.one_run.checked_canaries`)."""
+    npz.check_file(path, "canary scores file")
+    require(
+        path.suffix in (".npz", ".csv"),
+        f"{path}: one run's canaries come as .npz (scores, membership) or .csv (score, label)",
+    )
+    content = npz.read_file(path, "canary scores file")
+    if path.suffix == ".npz":
+        data = npz.loads(content, f"canary scores file {path}")
+        missing = [key for key in ("scores", "membership") if key not in data]
+        require(not missing, f"{path} lacks {' and '.join(missing)} (a one-run .npz needs scores and membership)")
+        return checked_canaries(data["scores"], data["membership"])
+    scores, member = _read_csv(path, content)
+    return checked_canaries(scores, member)
+
+
+def _read_csv(path: Path, content: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """A CSV's ``score`` column and its ``label`` column as membership (other columns are ignored)."""
     try:
         table = list(csv.reader(io.StringIO(content.decode("utf-8"))))
     except (UnicodeDecodeError, csv.Error) as exc:
@@ -77,11 +101,7 @@ def _read_csv(path: Path, content: bytes) -> dict[str, np.ndarray]:
         scores = np.array([float(row[at_score]) for row in rows])
     except ValueError:
         raise InputError(f"{path}: every score must be a number") from None
-    member = labels == "1"
-    return {
-        "in_scores": checked_scores(scores[member], "scores labelled 1"),
-        "out_scores": checked_scores(scores[~member], "scores labelled 0"),
-    }
+    return scores, labels == "1"
 
 
 def audit_score_file(
@@ -183,4 +203,59 @@ def _write_report(
             "scores": path.name,
             **result.to_dict(),
         },
+    )
+
+
+def audit_canary_file(
+    path: Path,
+    canaries: tuple[np.ndarray, np.ndarray],
+    epsilon: float,
+    delta: float,
+    phases: Sequence[accounting.GaussianPhase] | None = None,
+    confidence: float = 0.95,
+    out: Path | None = None,
+    accountant: str = accounting.DEFAULT_ACCOUNTANT,
+) -> OneRunResult:
+    """:func:`.one_run.audit_one_run` on one run's canaries as :func:`read_canaries` read them;
+    with ``out``, audit.json and report.md/html there (made only after every check)."""
+    checked_claim(epsilon, delta, phases, confidence, "bonferroni", accountant)
+    if out is not None:  # every input checked first: a refused audit makes no folder
+        out = check_output(out, folder=True, inputs=[path])
+    result = audit_one_run(
+        *canaries, epsilon=epsilon, delta=delta, phases=phases, confidence=confidence, accountant=accountant
+    )
+    if out is not None:
+        write_pages(
+            out, "dpaudit-mix one-run audit", [("strong", one_run_line(result)), ("p", _one_run_text(result, path))]
+        )
+        write_json(out / "audit.json", {"scores": path.name, **result.to_dict()})
+    return result
+
+
+def one_run_line(result: OneRunResult) -> str:
+    """The verdict of a one-run audit in one line."""
+    verdict = "VIOLATION" if result.violation else "no violation"
+    profile = (
+        ""
+        if result.profile_violation is None
+        else f"; the claimed profile {'REJECTED' if result.profile_violation else 'not rejected'}"
+        + (
+            ""
+            if result.epsilon_lower_bound_profile is None
+            else f" (ε_LB profile {result.epsilon_lower_bound_profile:.3f})"
+        )
+    )
+    return (
+        f"{verdict}: ε_LB = {result.epsilon_lower_bound:.3f} against the claimed ε = {result.epsilon:g} "
+        f"(δ = {result.delta:g}; {result.correct} of {result.guesses} guesses right){profile}"
+    )
+
+
+def _one_run_text(result: OneRunResult, path: Path) -> str:
+    return (
+        f"One training run, {result.canaries} canaries from {path.name} ({result.members} in). Guesses: the k "
+        f"highest scores 'in', the k lowest 'out', over {result.guess_sets} sizes k fixed by the number of "
+        f"canaries (Bonferroni); each test at level {result.level_per_test:.3g}, {result.confidence:.0%} "
+        "overall. The ε bound is Steinke, Nasr & Jagielski (2023); the profile test applies it at every point "
+        "(ε′, δ(ε′)) of the claimed mechanism's privacy profile at once."
     )

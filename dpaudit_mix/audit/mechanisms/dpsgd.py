@@ -4,16 +4,8 @@ DP-SGD (:mod:`...models.opacus_sgd`) and the text track's user-level DP-SGD
 
 The canary (Nasr et al. 2023) is an example (a user) whose clipped gradient is a Dirac of norm C
 in a coordinate w no other example touches: a bias-free weight that only the canary's loss
-reaches, pulled at CANARY_PULL · C so that clipping leaves exactly C. Released per step is the
-noisy mean; its w-coordinate times the mechanism's divisor over σC is x_t ~ N(μ·b_t, 1), μ =
-1/σ, b_t = 1 when the canary was sampled. The white-box score is the log-likelihood ratio of
-every step (Poisson at rate q),
-
-    Σ_t log((1 − q) + q · exp(μ x_t − μ²/2)),
-
-the Neyman–Pearson test of the claimed subsampled Gaussian; a step skipped for an empty batch
-tells that the canary was out (log(1 − q)). At σ = 0 (the controls) it is the canary's hits,
-Σ_t x_t σ. The black-box score is w after the last step.
+reaches, pulled at CANARY_PULL · C so that clipping leaves exactly C. Its white-box score is the
+per-step likelihood ratio of :mod:`..dirac`; the black-box score is w after the last step.
 """
 
 from __future__ import annotations
@@ -33,6 +25,7 @@ from ...errors import present, require
 from ...models import cnn, opacus_sgd, userdp
 from ...problem import Problem
 from ...randomness import Key, RandomSource
+from ..dirac import dirac_scores
 from ..spec import AuditSpec
 from .base import Plan, Setting
 
@@ -41,16 +34,8 @@ CANARY_PULL = 4.0
 
 
 def dirac_score(released: np.ndarray, sigma: float, sample_rate: float) -> float:
-    """The white-box score of one run from its per-step released values x_t σ (the noisy sum's
-    w-coordinate over C, negated so that the canary pushes it up; NaN = a skipped step)."""
-    skipped = np.isnan(released)
-    if sigma == 0:
-        return float(np.sum(released[~skipped]))
-    mu = 1 / sigma
-    x = released[~skipped] / sigma
-    log_miss = np.log1p(-sample_rate) if sample_rate < 1 else -np.inf
-    terms = np.logaddexp(log_miss, np.log(sample_rate) + mu * x - mu**2 / 2)
-    return float(np.sum(terms) + (np.sum(skipped) * log_miss if skipped.any() else 0.0))
+    """The white-box score of one run from its per-step released values (:func:`..dirac.dirac_scores`)."""
+    return float(dirac_scores(released[None, :], sigma, sample_rate)[0])
 
 
 def _run_key(seed: int, mechanism: str, setting: Setting, run: int) -> Key:
