@@ -56,7 +56,7 @@ LAYERS: dict[str, int] = {
     ),
     "models": 2,
     "data": 3,
-    **dict.fromkeys(["audit", "recovery", "release", "verification", "mix"], 4),
+    **dict.fromkeys(["audit", "recovery", "release", "verification", "mix", "canaries"], 4),
     **dict.fromkeys(["pipeline", "lm", "synth"], 5),
     **dict.fromkeys(["experiments", "cli", "demo", "__init__"], 6),
 }

@@ -1,0 +1,78 @@
+"""Dirac canaries inside a user's own Opacus training: attached after make_private, the user's
+loop unchanged, one run audited; an optimizer adding a quarter of its noise is caught."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from opacus import PrivacyEngine
+from torch.utils.data import DataLoader, TensorDataset
+
+from dpaudit_mix import accounting
+from dpaudit_mix.canaries import attach
+from dpaudit_mix.errors import InputError
+from dpaudit_mix.randomness import stream, torch_scope
+
+DELTA, BATCH, EXAMPLES, EPOCHS = 1e-5, 64, 512, 3
+Q = BATCH / EXAMPLES
+STEPS = EPOCHS * round(1 / Q)
+
+
+def _training(test: str) -> tuple[torch.nn.Module, torch.optim.Optimizer, DataLoader, float]:
+    """A user's own small model, data and Opacus engine (σ for ε = 2 by the PLD accountant)."""
+    rng = stream(0, "simulated-scores", test=test).numpy()
+    x = torch.from_numpy(rng.normal(size=(EXAMPLES, 5)).astype(np.float32))
+    y = torch.from_numpy((rng.random(EXAMPLES) < 0.5).astype(np.int64))
+    with torch_scope(stream(0, "model-init", test=test)):
+        model = torch.nn.Linear(5, 2)
+    sigma = accounting.calibrate(2.0, DELTA, Q, STEPS)
+    generator = torch.Generator().manual_seed(stream(0, "finetune-noise", test=test).integer())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model, optimizer, loader = PrivacyEngine().make_private(
+            module=model,
+            optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+            data_loader=DataLoader(TensorDataset(x, y), batch_size=BATCH),
+            noise_multiplier=sigma,
+            max_grad_norm=1.0,
+            noise_generator=generator,
+        )
+    return model, optimizer, loader, sigma
+
+
+def _train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: DataLoader) -> None:
+    """The user's loop, as they wrote it."""
+    for _ in range(EPOCHS):
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+
+
+@pytest.mark.parametrize(("test", "noise_factor", "violation"), [("honest", 1.0, False), ("quarter-noise", 0.25, True)])
+def test_one_opacus_run_with_canaries_is_audited(test: str, noise_factor: float, violation: bool) -> None:
+    model, optimizer, loader, sigma = _training(test)
+    canaries = attach(optimizer, 4000, sample_rate=Q, source=stream(0, "canary-membership", test=test).numpy())
+    optimizer.noise_multiplier = sigma * noise_factor  # a bug after the claim was made, or none
+    _train(model, optimizer, loader)
+    phases = [accounting.GaussianPhase(sigma, Q, len(canaries.released))]
+    result = canaries.audit(epsilon=accounting.epsilon(phases, DELTA), delta=DELTA, phases=phases)
+    assert result.violation is violation and result.canaries == 4000
+    assert all(p.shape[0] != 4000 for p in model.parameters())  # the model holds no canary coordinate
+    canaries.detach()
+    assert all(p is not canaries.weight for p in optimizer.params)
+    _train(model, optimizer, loader)  # the optimizer works as before once the canaries are gone
+
+
+def test_canaries_need_an_opacus_optimizer_and_enough_of_them() -> None:
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(InputError, match="Opacus DPOptimizer"):
+        attach(torch.optim.SGD(model.parameters(), lr=0.1), 100, sample_rate=0.1)
+    _, optimizer, _, _ = _training("bad")
+    with pytest.raises(InputError, match="m must be an integer >= 20"):
+        attach(optimizer, 5, sample_rate=Q)
+    with pytest.raises(InputError, match="sample_rate"):
+        attach(optimizer, 100, sample_rate=1.5)
