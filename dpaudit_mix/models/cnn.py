@@ -168,8 +168,9 @@ def opacus_sigma(epsilon: float, delta: float, sample_rate: float, epochs: int) 
     return bounded(compute, what=what, seconds=OPACUS_CALIBRATION_SECONDS)
 
 
-#: how long Opacus' own calibration may take (it takes under a second where it succeeds).
-OPACUS_CALIBRATION_SECONDS = 10.0
+#: how long Opacus' own calibration may take: it takes under a second where it succeeds, and 10 s
+#: failed once with the machine three times oversubscribed (a bench beside the test suite).
+OPACUS_CALIBRATION_SECONDS = 30.0
 
 
 def finetune_sigma(
