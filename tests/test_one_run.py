@@ -41,16 +41,16 @@ def _audit(q: float, steps: int, leak: float, trial: int, canaries: int = 1000):
 
 @pytest.mark.parametrize(("q", "steps"), [(1.0, 1), (0.1, 10)])
 def test_honest_one_run_audits_keep_their_level(q: float, steps: int) -> None:
-    """100 honest runs per setting: the false-violation rate is not above the 5% level (binomial
+    """60 honest runs per setting: the false-violation rate is not above the 5% level (binomial
     test), and no strict bound exceeds the claim. bench/one_run.py runs 1,000 per setting."""
-    results = [_audit(q, steps, 1.0, trial) for trial in range(100)]
+    results = [_audit(q, steps, 1.0, trial) for trial in range(60)]
     flagged = sum(r.violation for r in results)
     assert binomtest(flagged, len(results), 0.05, alternative="greater").pvalue > 1e-3, flagged
     assert max(r.epsilon_lower_bound for r in results) <= 1.0
 
 
 def test_a_mechanism_with_a_fifth_of_its_noise_is_flagged() -> None:
-    results = [_audit(1.0, 1, 5.0, trial) for trial in range(10)]
+    results = [_audit(1.0, 1, 5.0, trial) for trial in range(6)]
     assert all(r.violation and r.epsilon_lower_bound > 1.0 for r in results)
 
 
