@@ -26,6 +26,10 @@ T = TypeVar("T")
 NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
 
 
+def _article(kind: str) -> str:
+    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+
+
 class Registry(Generic[T]):
     """``name → T`` for one ``kind`` of seam (its plugins in entry-point group
     ``dpaudit_mix.<group>``), with ``check`` run on every object registered."""
@@ -43,14 +47,16 @@ class Registry(Generic[T]):
         """Add ``obj`` under ``name`` (``replace``: over an existing one); returns ``obj``."""
         require(
             isinstance(name, str) and bool(name) and set(name) <= NAME_CHARS and len(name) <= 64,
-            f"a {self.kind} name must be 1-64 characters of lowercase letters, digits, '-', '_' or '.', got {name!r}",
+            f"the name of {_article(self.kind)} must be 1-64 characters of lowercase letters, digits, '-', '_' "
+            f"or '.', got {name!r}",
         )
         if self._check is not None:
             self._check(name, obj)
         with self._lock:
             require(
                 replace or name not in self._entries,
-                f"a {self.kind} named {name!r} is already registered (pass replace=True to replace it)",
+                f"{_article(self.kind).capitalize()} named {name!r} is already registered "
+                "(pass replace=True to replace it)",
             )
             self._entries[name] = obj
         for listener in self._listeners:

@@ -8,7 +8,7 @@ from dpaudit_mix import cli, learner
 from dpaudit_mix.cli import main
 from dpaudit_mix.verification import checks
 from dpaudit_mix.verification.checks import CHECKS, AuditPoint, Level, noise_conformance
-from dpaudit_mix.verification.variants import MUTANTS, SHIPPED
+from dpaudit_mix.verification.variants import HONEST, MUTANTS
 
 #: the smallest level that still exercises every check (for the failure-path tests).
 TINY = Level(
@@ -83,6 +83,6 @@ def test_a_learner_mutant_changes_what_the_learner_releases_and_nothing_else() -
 
 def test_noise_conformance_statistic_is_standard_normal_for_the_shipped_learner() -> None:
     """The probe's whitened log λ has unit variance in every direction (up to sampling error)."""
-    result = noise_conformance(SHIPPED, TINY)
+    result = noise_conformance(HONEST, TINY)
     case = result.cases[0]
     assert result.passed and abs(case["variance_ratio_pooled"] - 1) < 5 * np.sqrt(2 / (1024 * 15))

@@ -18,7 +18,7 @@ from tqdm import tqdm
 from ..atomic import write_json, write_text
 from ..errors import require
 from .checks import CHECKS, LEVELS, CheckResult, Level
-from .variants import MUTANTS, SHIPPED, Variant
+from .variants import HONEST, MUTANTS, Variant
 
 
 def run_checks(
@@ -123,7 +123,7 @@ def verify(level: Level | str = "quick", self_test: bool = False, progress: bool
         require(level in LEVELS, f"unknown verification level {level!r}; choose from {', '.join(LEVELS)}")
         level = LEVELS[level]
     start = time.perf_counter()
-    shipped = run_checks(SHIPPED, level, progress=progress)
+    shipped = run_checks(HONEST, level, progress=progress)
     mutants = None
     if self_test:
         found = []

@@ -67,7 +67,7 @@ class Variant:
         return dict(self.audited).get(name, name)
 
 
-SHIPPED = Variant("honest", "the package as shipped")
+HONEST = Variant("honest", "the package as shipped")
 
 
 # --- the accountant ------------------------------------------------------------------------------
