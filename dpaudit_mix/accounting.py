@@ -23,7 +23,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.stats import norm
 
-from .errors import InputError, require
+from .errors import InputError, is_real, require
 from .registry import Registry
 from .resources import bounded
 from .specfile import check_fields
@@ -76,19 +76,15 @@ class GaussianPhase:
         require(1 <= self.steps <= MAX_STEPS, f"steps T must be in [1, {MAX_STEPS:,}], got {self.steps}")
 
 
-def _is_real(value: object) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
-
-
 def check_epsilon(epsilon: float) -> None:
     require(
-        _is_real(epsilon) and 0 < epsilon <= MAX_EPSILON,
+        is_real(epsilon) and 0 < epsilon <= MAX_EPSILON,
         f"epsilon must be in (0, {MAX_EPSILON:g}], got {epsilon!r}",
     )
 
 
 def check_delta(delta: float) -> None:
-    require(_is_real(delta) and 0 < delta < 1, f"delta must be in (0, 1), got {delta!r}")
+    require(is_real(delta) and 0 < delta < 1, f"delta must be in (0, 1), got {delta!r}")
 
 
 def _pld_accountant(phases: Sequence[GaussianPhase], interval: float | None = None) -> dp_accounting.pld.PLDAccountant:
@@ -394,7 +390,7 @@ def _checked_calibration(
     target (or is no σ) is an error, never a claim."""
     sigma = own(target_epsilon, delta, sample_rate, steps, prior)
     require(
-        _is_real(sigma) and 0 < sigma <= MAX_NOISE_MULTIPLIER,
+        is_real(sigma) and 0 < sigma <= MAX_NOISE_MULTIPLIER,
         f"the {accountant} accountant's calibrate returned {sigma!r}: not a noise multiplier in "
         f"(0, {MAX_NOISE_MULTIPLIER:g}]",
     )

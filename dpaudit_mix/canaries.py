@@ -35,7 +35,7 @@ import numpy as np
 from . import accounting
 from .audit.dirac import dirac_scores
 from .audit.one_run import MIN_CANARIES, OneRunResult, audit_one_run
-from .errors import require
+from .errors import is_real, require
 from .randomness import RandomSource, SecureSource
 from .resources import require_memory
 
@@ -115,11 +115,12 @@ def attach(
         isinstance(optimizer, DPOptimizer), f"canaries attach to an Opacus DPOptimizer, got {type(optimizer).__name__}"
     )
     require(
-        isinstance(m, int) and not isinstance(m, bool) and m >= MIN_CANARIES,
+        isinstance(m, (int, np.integer)) and not isinstance(m, bool) and m >= MIN_CANARIES,
         f"m must be an integer >= {MIN_CANARIES}, got {m!r}",
     )
+    m = int(m)
     require(
-        isinstance(sample_rate, (int, float)) and not isinstance(sample_rate, bool) and 0 < sample_rate <= 1,
+        is_real(sample_rate) and 0 < sample_rate <= 1,
         f"sample_rate must be the training's q in (0, 1], got {sample_rate!r}",
     )
     require_memory(m * BYTES_PER_CANARY_STEP * 1000, f"{m} canaries over 1,000 steps")

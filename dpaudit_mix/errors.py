@@ -2,6 +2,8 @@
 
 from typing import TypeVar
 
+import numpy as np
+
 T = TypeVar("T")
 
 EXIT_OK = 0
@@ -14,6 +16,12 @@ EXIT_INTERRUPTED = 130  # Ctrl-C: finished chunks and stages are kept
 
 class InputError(ValueError):
     """Invalid user input: a bad flag, a malformed file, an impossible parameter."""
+
+
+def is_real(value: object) -> bool:
+    """A real number (int or float, numpy's too, never bool): what a numeric argument must be
+    before it is compared."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
 def present(value: T | None, message: str) -> T:

@@ -128,9 +128,10 @@ def _noise_scale(sigma_clip: float, k: int) -> np.ndarray:
     return np.full((k, 1), sigma_clip, dtype=np.float32)
 
 
-def _normaliser(sample_rate: float, units: int, realised: np.ndarray) -> float | np.ndarray:
-    """The divisor of the noisy sum: the public expected batch size qn, never the ``realised``
-    batch size of each run (dividing by it would make the divisor itself reveal membership)."""
+def _normaliser(sample_rate: float, units: int, mask: np.ndarray | None, canary_in: np.ndarray) -> float | np.ndarray:
+    """The divisor of the noisy sum: the public expected batch size qn, never the realised one
+    (the sampled ``mask`` and ``canary_in``: dividing by them would make the divisor itself reveal
+    membership). They are the interface's so that a variant may misuse them; they cost nothing."""
     return sample_rate * units
 
 
@@ -139,12 +140,13 @@ class Privatiser:
     """How a step of the learner privatises its gradient sum: the clipped weight of each example
     (``clip_weights(f, ‖p̃‖/C)``, in place), the noise's standard deviation per coordinate
     (``noise_scale(σC, k)``, (k, 1)) and the divisor of the noisy sum (``normaliser(q, units,
-    realised batch sizes)``). The shipped one is the DP-MixMin mechanism; verify-accountant audits
-    deliberately broken ones, and a user may audit a variant of their own the same way."""
+    mask, canary_in)``: the sampled units and canary of each run). The shipped one is the
+    DP-MixMin mechanism; verify-accountant audits deliberately broken ones, and a user may audit
+    a variant of their own the same way."""
 
     clip_weights: Callable[[np.ndarray, np.ndarray | float], np.ndarray] = _clip_weights
     noise_scale: Callable[[float, int], np.ndarray] = _noise_scale
-    normaliser: Callable[[float, int, np.ndarray], float | np.ndarray] = _normaliser
+    normaliser: Callable[[float, int, np.ndarray | None, np.ndarray], float | np.ndarray] = _normaliser
 
 
 SHIPPED = Privatiser()
@@ -232,8 +234,7 @@ def _fit_block(
             norms = np.linalg.norm(canary_grad, axis=0)
             scores += np.einsum("kr,kr->r", residual, canary_grad) / np.maximum(norms, 1e-30)
         total = total + noise_scale * step_noise
-        realised = (prep.units if mask is None else mask.sum(axis=0)) + canary_in
-        normaliser = privatiser.normaliser(q, prep.units, realised)
+        normaliser = privatiser.normaliser(q, prep.units, mask, canary_in)
         log_lam -= config.learning_rate * total.astype(np.float64) / normaliser
         log_lam -= logsumexp(log_lam, axis=0, keepdims=True)
     return np.exp(log_lam).T, scores

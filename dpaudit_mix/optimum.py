@@ -13,8 +13,8 @@ from typing import cast
 import numpy as np
 from scipy.special import logsumexp
 
-from .errors import require
-from .problem import checked_logp, is_real
+from .errors import is_real, require
+from .problem import checked_logp
 
 #: the adaptive step never grows beyond this (an infinite step would make λ NaN).
 MAX_STEP = 1e6

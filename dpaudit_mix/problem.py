@@ -59,11 +59,6 @@ class Problem:
         return Problem(self.logp[:, columns], names, self.users, held, self.task, self.meta, self.heldout_users)
 
 
-def is_real(value: object) -> bool:
-    """A real number (int or float, never bool): what a numeric argument must be before it is compared."""
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
-
-
 def checked_logp(logp: object, name: str = "logp") -> np.ndarray:
     """``logp`` as a float64 (n, k) array of log-probabilities, k >= 2, or one InputError: what every
     function taking a bare array checks, as the problem file's loader does."""

@@ -137,7 +137,8 @@ def run_audit(
     # release the GIL) or, for Python-bound torch loops, processes
     runner = Backend.connect(backend, scheduler, threads)
     with owned.folder_lock(out, "audit"):
-        outcome = _collect_and_analyse(spec, out, plan, full, include, bounds, settings, runner, progress)
+        scores = _collect(spec, out, plan, full, include, bounds, settings, runner, progress)
+        outcome = _analyse(spec, plan, settings, include, scores)
         if report is not None:
             report(outcome, out)
     return outcome
@@ -178,18 +179,14 @@ def _collect(
         return {s: _gather(store, s, bounds, spec.runs) for s in settings}
 
 
-def _collect_and_analyse(
+def _analyse(
     spec: AuditSpec,
-    out: Path,
     plan: Plan,
-    full: Problem,
-    include: np.ndarray,
-    bounds: list[tuple[int, int]],
     settings: list[Setting],
-    runner: Backend,
-    progress: bool,
+    include: np.ndarray,
+    scores: dict[Setting, dict[str, np.ndarray]],
 ) -> AuditOutcome:
-    scores = _collect(spec, out, plan, full, include, bounds, settings, runner, progress)
+    """Every (setting, threat)'s bounds and verdicts from the collected scores, and the summary."""
     check_claim(spec.epsilon, spec.delta, plan.claimed_phases, plan.accountant)
     claimed = claimed_tradeoff(spec.epsilon, spec.delta, plan.claimed_phases)
     per_result = result_confidence(spec.confidence, sum(s.noise for s in settings) * len(spec.threats))

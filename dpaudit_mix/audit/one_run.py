@@ -36,7 +36,7 @@ from scipy.special import expit
 from scipy.stats import binom
 
 from .. import accounting
-from ..errors import require
+from ..errors import is_real, require
 from .profile import BISECTION_INTERVAL, BISECTION_MIN_SIGMA, BISECTION_RATIO, scale_threshold
 from .scores import check_claim
 
@@ -181,7 +181,7 @@ def audit_one_run(
     ``epsilon_lower_bound_profile`` (seconds; the verdict does not rest on it): Monte Carlo
     studies of the verdict run thousands of audits."""
     s, b = checked_canaries(scores, membership)
-    require(isinstance(confidence, float) and 0 < confidence < 1, f"confidence must be in (0, 1), got {confidence!r}")
+    require(is_real(confidence) and 0 < confidence < 1, f"confidence must be in (0, 1), got {confidence!r}")
     check_claim(epsilon, delta, phases, accountant)
     m = len(s)
     counts = _counts(s, b)
@@ -201,7 +201,7 @@ def audit_one_run(
         correct=counts[best][1],
         epsilon=float(epsilon),
         delta=float(delta),
-        confidence=confidence,
+        confidence=float(confidence),
         epsilon_lower_bound=float(bounds[best]),
         epsilon_violation=bool(bounds[best] > epsilon),
         epsilon_lower_bound_profile=profile_epsilon,

@@ -105,8 +105,9 @@ def _half_noise(sigma_clip: float, k: int) -> np.ndarray:
     return scale
 
 
-def _realised_normaliser(sample_rate: float, units: int, realised: np.ndarray) -> np.ndarray:
-    return np.maximum(realised, 1.0)
+def _realised_normaliser(sample_rate: float, units: int, mask: np.ndarray | None, canary_in: np.ndarray) -> np.ndarray:
+    batch = (units if mask is None else mask.sum(axis=0)) + canary_in
+    return np.maximum(batch, 1.0)
 
 
 # --- the pipeline's DP-SGD -----------------------------------------------------------------------
