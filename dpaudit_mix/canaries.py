@@ -67,6 +67,12 @@ class Canaries:
         q = self.sample_rate if sample_rate is None else sample_rate
         return dirac_scores(np.stack(self.released, axis=1), sigma, q)
 
+    def final_scores(self) -> np.ndarray:
+        """Each canary's black-box score: its coordinate after plain SGD on everything released,
+        Σ_t x_t σ (what an observer of final weights that held w would see, up to the step size)."""
+        require(len(self.released) >= 1, "the canaries saw no step: train before auditing")
+        return np.nansum(np.stack(self.released, axis=1), axis=1)
+
     def audit(
         self,
         *,

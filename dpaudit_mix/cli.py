@@ -184,9 +184,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from .audit.spec import load_spec
 
     spec = load_spec(args.spec, problem=args.problem, runs=args.runs, epsilon=args.epsilon)
+    if spec.one_run:
+        require(args.runs is None, "--runs: a one-run audit trains once; set one_run_canaries in the spec instead")
+        require(args.backend == "local", "--backend: a one-run audit is one training run; it runs here")
     out = check_output(
         args.out or Path("reports") / Path(args.spec).stem, folder=True, inputs=[args.spec, args.problem]
     )
+    if spec.one_run:
+        return _one_run_audit(args, spec, out)
     outcome = run_audit(
         spec,
         out,
@@ -199,10 +204,28 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if outcome.summary.violation:
         print(f"dpaudit-mix: {summary_verdict(outcome.summary)}; see {out}/report.md", file=sys.stderr)
         return EXIT_VIOLATION
-    if outcome.summary.inconclusive:
+    return _inconclusive(outcome.summary, spec.epsilon, out)
+
+
+def _one_run_audit(args: argparse.Namespace, spec: Any, out: Path) -> int:
+    """``audit`` of a spec with ``one_run = true``: one training run, many canaries."""
+    from .audit.run_once import run_one_run_audit, write_one_run_report
+    from .audit.score_file import one_run_line
+
+    outcome = run_one_run_audit(spec, out, noise_multiplier=args.noise_multiplier, report=write_one_run_report)
+    print(json.dumps(outcome.summary.to_dict(), indent=2))
+    if outcome.summary.violation:
+        found = next(r for r in outcome.summary.results if r.noise and r.result.violation)
+        print(f"dpaudit-mix: {found.name}: {one_run_line(found.result)}; see {out}/report.md", file=sys.stderr)
+        return EXIT_VIOLATION
+    return _inconclusive(outcome.summary, spec.epsilon, out)
+
+
+def _inconclusive(summary: Any, epsilon: float, out: Path) -> int:
+    if summary.inconclusive:
         print(
-            f"dpaudit-mix: INCONCLUSIVE: the sigma=0 control(s) {', '.join(outcome.summary.blind_controls)} "
-            f"stay within the claimed epsilon {spec.epsilon:g}: this audit cannot see leakage; see {out}/report.md",
+            f"dpaudit-mix: INCONCLUSIVE: the sigma=0 control(s) {', '.join(summary.blind_controls)} "
+            f"stay within the claimed epsilon {epsilon:g}: this audit cannot see leakage; see {out}/report.md",
             file=sys.stderr,
         )
         return EXIT_INCONCLUSIVE

@@ -63,8 +63,10 @@ PURPOSES = frozenset(
         "verify-conformance",
         # simulated membership scores (tests and benches of the score audit)
         "simulated-scores",
-        # one-run audits: which canaries are in (tests; a real audit draws membership from the CSPRNG)
+        # one-run audits: which canaries are in, and when each is sampled (an audit spec's seed
+        # names them; a release's canaries, and attach() by default, draw from the CSPRNG)
         "canary-membership",
+        "canary-sampling",
         # made-up model inputs for tests and benches (toy images, text windows, user picks)
         "synthetic-inputs",
     }

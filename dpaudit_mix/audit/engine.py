@@ -37,7 +37,7 @@ from .scores import analyse, check_claim
 from .spec import THREATS, AuditSpec, assignments, mixing_data, resolve_problem
 
 
-def _spec_hash(spec: AuditSpec, sigma: float, problem: Problem) -> str:
+def spec_hash(spec: AuditSpec, sigma: float, problem: Problem) -> str:
     """Everything that determines the scores: a resumed audit must match it exactly."""
     h = json_sha256({**asdict(spec), "sigma": sigma, "streams": randomness.VERSION})
     for array in (problem.logp, problem.heldout_logp, problem.users, problem.heldout_users):  # users pick the
@@ -147,7 +147,7 @@ def run_audit(
 def _collect(
     spec: AuditSpec,
     out: Path,
-    plan: Plan,
+    plan: Plan[Collector],
     full: Problem,
     include: np.ndarray,
     bounds: list[tuple[int, int]],
@@ -157,7 +157,7 @@ def _collect(
 ) -> dict[Setting, dict[str, np.ndarray]]:
     """Every setting's scores of every run: finished chunks from disk, the others collected on
     ``runner`` and saved as each finishes (memory stays bounded by the chunk size)."""
-    with ChunkStore(out, _spec_hash(spec, plan.noise_multiplier, full), THREATS) as store:
+    with ChunkStore(out, spec_hash(spec, plan.noise_multiplier, full), THREATS) as store:
         jobs = [(s, a, b) for s in settings for a, b in bounds if store.load(s.name, np.arange(a, b)) is None]
         store.warn()
         bar = tqdm(
@@ -181,7 +181,7 @@ def _collect(
 
 def _analyse(
     spec: AuditSpec,
-    plan: Plan,
+    plan: Plan[Collector],
     settings: list[Setting],
     include: np.ndarray,
     scores: dict[Setting, dict[str, np.ndarray]],

@@ -234,7 +234,14 @@ def audit_canary_file(
 
 def one_run_line(result: OneRunResult) -> str:
     """The verdict of a one-run audit in one line."""
-    verdict = "VIOLATION" if result.violation else "no violation"
+    verdict = (
+        "VIOLATION (ε violated)"
+        if result.epsilon_violation
+        else "VIOLATION (curve violated: the mechanism is not the claimed one; the (ε, δ) claim itself is not "
+        "shown violated)"
+        if result.violation
+        else "no violation"
+    )
     profile = (
         ""
         if result.profile_violation is None

@@ -4,7 +4,8 @@
 ``mechanism`` names what is audited (a registered mechanism, see :mod:`.mechanisms`): the
 DP-MixMin learner, the pipeline's Opacus DP-SGD, the text track's user-level DP-SGD, or a user's
 own. Keys that contradict the mechanism (its ``check``) are refused here, before anything is
-written.
+written. ``one_run = true`` audits a DP-SGD mechanism from one training run with
+``one_run_canaries`` canaries (:mod:`.run_once`) instead of ``runs`` neighbouring runs.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from ..randomness import stream
 from ..specfile import Seed, check_fields, load_spec_file
 from .attack import THRESHOLDS
 from .canaries import CANARY_KINDS, NATURAL_POLICIES
-from .mechanisms import MECHANISMS
+from .mechanisms import MECHANISMS, supports_one_run
+from .one_run import MIN_CANARIES
 
 THREATS = ("black_box", "white_box")
 
@@ -56,6 +58,8 @@ class AuditSpec:
     confidence: float = 0.95
     threshold: str = "bonferroni"  # a registered threshold strategy: "bonferroni" (all runs) or "split"
     chunk_size: int = 512
+    one_run: bool = False  # one training run with one_run_canaries canaries, not `runs` runs
+    one_run_canaries: int = 10_000
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -87,6 +91,8 @@ class AuditSpec:
                 raise
             except ValueError as exc:  # a user's mechanism refusing the spec in its own words
                 raise InputError(f"mechanism {self.mechanism}: {exc}") from None
+        if self.one_run:
+            _check_one_run(self)
         LearnerConfig(
             steps=self.steps,
             clip=self.clip,
@@ -94,6 +100,22 @@ class AuditSpec:
             learning_rate=self.learning_rate,
             user_level=self.user_level,
         )
+
+
+def _check_one_run(spec: AuditSpec) -> None:
+    require(
+        supports_one_run(spec.mechanism),
+        f"mechanism {spec.mechanism} has no one-run mode (the DP-SGD mechanisms opacus and user-dpsgd do): "
+        "drop one_run",
+    )
+    require(
+        spec.one_run_canaries >= MIN_CANARIES,
+        f"one_run_canaries must be >= {MIN_CANARIES}, got {spec.one_run_canaries}",
+    )
+    require(
+        spec.threshold == "bonferroni",
+        "a one-run audit chooses its guesses by its own fixed grid (Bonferroni): drop threshold",
+    )
 
 
 def load_spec(path: str | Path, **overrides: Any) -> AuditSpec:
@@ -109,11 +131,15 @@ def resolve_problem(spec: AuditSpec) -> Problem:
     return load(registry.problem_path(spec.problem))
 
 
+def mixing_rows(examples: int, spec: AuditSpec) -> np.ndarray:
+    """D's rows: a seeded fraction ρ of the problem's ``examples`` (sorted)."""
+    size = max(1, round(spec.rho * examples))
+    return np.sort(stream(spec.seed, "audit-mixing-rows", rho=spec.rho).numpy().permutation(examples)[:size])
+
+
 def mixing_data(problem: Problem, spec: AuditSpec) -> Problem:
     """D: a seeded fraction ρ of the problem's examples."""
-    size = max(1, round(spec.rho * problem.n))
-    rows = np.sort(stream(spec.seed, "audit-mixing-rows", rho=spec.rho).numpy().permutation(problem.n)[:size])
-    return problem.subset(rows)
+    return problem.subset(mixing_rows(problem.n, spec))
 
 
 def assignments(spec: AuditSpec) -> np.ndarray:

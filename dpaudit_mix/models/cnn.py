@@ -81,7 +81,8 @@ def binary_head(arrays: dict[str, np.ndarray], digit: int) -> dict[str, np.ndarr
     }
 
 
-def _tensors(images: np.ndarray, labels: np.ndarray) -> TensorDataset:
+def tensors(images: np.ndarray, labels: np.ndarray) -> TensorDataset:
+    """Images (N, H, W) as a (N, 1, H, W) float batch, labels as int64: what the CNN trains on."""
     return TensorDataset(
         torch.from_numpy(images[:, None].astype(np.float32)), torch.from_numpy(labels.astype(np.int64))
     )
@@ -93,7 +94,7 @@ def train_epochs(
     """Non-private training (Adam, batch 64) on ``device``, one epoch per step of the iterator;
     yields the epochs done so far (the caller decides when to stop)."""
     generator = key.stream("pretrain-shuffle").torch()
-    loader = DataLoader(_tensors(images, labels), batch_size=64, shuffle=True, generator=generator)
+    loader = DataLoader(tensors(images, labels), batch_size=64, shuffle=True, generator=generator)
     optimizer = torch.optim.Adam(model.to(device).parameters(), lr=learning_rate)
     loss_fn = nn.CrossEntropyLoss()
     for epoch in itertools.count(1):
@@ -216,15 +217,16 @@ def dp_finetune(
     The steps are :func:`.opacus_sgd.train`'s (the code the ``opacus`` audit mechanism audits),
     on ``device``.
     """
-    data = TensorDataset(*(t.to(device) for t in _tensors(images, labels).tensors))
+    data = TensorDataset(*(t.to(device) for t in tensors(images, labels).tensors))
     batches = batches_per_epoch(len(data), batch)
     sigma = finetune_sigma(epsilon, delta, batches, epochs, prior)
     private = opacus_sgd.make_private(model.to(device), len(data), batch, clip, sigma, learning_rate)
-    steps = opacus_sgd.train(private, data, epochs, _cross_entropy, key)
+    steps = opacus_sgd.train(private, data, epochs, cross_entropy, key)
     return Finetuned(private.module, sigma, private.sample_rate, steps, private.epsilon(delta))
 
 
-def _cross_entropy(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def cross_entropy(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The finetune's loss (a batch's mean)."""
     return nn.functional.cross_entropy(module(x), y)
 
 

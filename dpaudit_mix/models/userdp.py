@@ -169,12 +169,19 @@ def _pick(windows: torch.Tensor, cap: int, source: RandomSource) -> torch.Tensor
 def released_step(
     model: nn.Module, data: list[torch.Tensor], config: UserLevelSGD, batches: RandomSource, noise: RandomSource
 ) -> torch.Tensor:
-    """One step's released gradient: Poisson-sample the users (and their windows) from ``batches``,
-    take each sampled user's summed gradient over (at most ``windows_per_user`` of) their
-    windows, and :func:`noisy_mean` with Gaussians from ``noise``."""
+    """One step's released gradient: :func:`sampled_gradients`, then :func:`noisy_mean` with
+    Gaussians from ``noise``."""
+    return noisy_mean(sampled_gradients(model, data, config, batches), config, divisor_users(config, data), noise)
+
+
+def sampled_gradients(
+    model: nn.Module, data: list[torch.Tensor], config: UserLevelSGD, batches: RandomSource
+) -> torch.Tensor:
+    """(B, P): Poisson-sample the users (and their windows) from ``batches`` and take each sampled
+    user's summed gradient over (at most ``windows_per_user`` of) their windows."""
     sampled = np.flatnonzero(batches.random(len(data)) < config.sample_rate)
     picked = [_pick(data[u], config.windows_per_user, batches) for u in sampled]
-    return noisy_mean(per_user_gradients(model, picked), config, divisor_users(config, data), noise)
+    return per_user_gradients(model, picked)
 
 
 def divisor_users(config: UserLevelSGD, data: list[torch.Tensor]) -> int:

@@ -24,6 +24,7 @@ from .. import accounting, learner
 from ..audit.mechanisms import register_mechanism
 from ..audit.mechanisms.dpmixmin import DPMixMin
 from ..audit.mechanisms.dpsgd import OpacusCollector, OpacusMechanism, UserCollector, UserDPSGDMechanism
+from ..audit.mechanisms.once import OpacusCanaryRun, UserCanaryRun
 from ..models import opacus_sgd, userdp
 from ..randomness import RandomSource
 
@@ -52,6 +53,7 @@ class Variant:
     accountants: tuple[tuple[str, str], ...] = ()
     privatiser: learner.Privatiser | None = None
     audited: tuple[tuple[str, str], ...] = ()
+    one_run: tuple[tuple[str, type[OpacusCanaryRun] | type[UserCanaryRun]], ...] = ()
     breaks: frozenset[str] = field(default_factory=frozenset)
 
     def accountant(self, name: str = accounting.DEFAULT_ACCOUNTANT) -> str:
@@ -65,6 +67,11 @@ class Variant:
     def mechanism(self, name: str) -> str:
         """The registered mechanism this variant's audits run where the release runs ``name``."""
         return dict(self.audited).get(name, name)
+
+    def canary_run(self, name: str) -> type[OpacusCanaryRun] | type[UserCanaryRun]:
+        """What trains the DP-SGD ``name`` once with canaries in this variant (the one-run check)."""
+        shipped = {"opacus": OpacusCanaryRun, "user-dpsgd": UserCanaryRun}
+        return dict(self.one_run).get(name, shipped[name])
 
 
 HONEST = Variant("honest", "the package as shipped")
@@ -113,14 +120,24 @@ def _realised_normaliser(sample_rate: float, units: int, mask: np.ndarray | None
 # --- the pipeline's DP-SGD -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class HalfNoiseOpacus(OpacusCollector):
-    """The Opacus optimizer adds half the noise it was made private with."""
+class _HalfNoise:
+    """The Opacus optimizer adds half the noise it was made private with (in either audit of it:
+    many runs of the probe, or one run of the SmallCNN with canaries)."""
 
     def make_private(self, probe: nn.Module, sigma: float) -> opacus_sgd.Private:
-        private = super().make_private(probe, sigma)
+        private: opacus_sgd.Private = super().make_private(probe, sigma)  # type: ignore[misc]
         private.optimizer.noise_multiplier /= 2
         return private
+
+
+@dataclass(frozen=True)
+class HalfNoiseOpacus(_HalfNoise, OpacusCollector):
+    """The Opacus optimizer adds half the noise it was made private with (the multi-run probe)."""
+
+
+@dataclass(frozen=True)
+class HalfNoiseOpacusOnce(_HalfNoise, OpacusCanaryRun):
+    """The Opacus optimizer adds half the noise it was made private with (the one-run SmallCNN)."""
 
 
 @dataclass(frozen=True)
@@ -175,10 +192,23 @@ def _learner(name: str, description: str, privatiser: learner.Privatiser) -> Var
     return Variant(name, description, privatiser=privatiser, audited=audited, breaks=frozenset({LEARNER}))
 
 
-def _dpsgd(name: str, description: str, built_in: str, mechanism: OpacusMechanism | UserDPSGDMechanism) -> Variant:
-    """A DP-SGD mutant: audited in place of the pipeline's ``built_in`` DP-SGD."""
+def _dpsgd(
+    name: str,
+    description: str,
+    built_in: str,
+    mechanism: OpacusMechanism | UserDPSGDMechanism,
+    once: type[OpacusCanaryRun] | None = None,
+) -> Variant:
+    """A DP-SGD mutant: audited in place of the pipeline's ``built_in`` DP-SGD (and, where the
+    break reaches the one-run canaries, ``once`` trains in its one-run check)."""
     part = OPACUS if built_in == "opacus" else USER_DPSGD
-    return Variant(name, description, audited=_registered(name, built_in, mechanism), breaks=frozenset({part}))
+    return Variant(
+        name,
+        description,
+        audited=_registered(name, built_in, mechanism),
+        one_run=() if once is None else ((built_in, once),),
+        breaks=frozenset({part}),
+    )
 
 
 accounting.register_accountant(HalfStepsPLD(), replace=True)
@@ -231,6 +261,7 @@ MUTANTS: tuple[Variant, ...] = (
         "the Opacus optimizer adds half the noise it was made private with",
         "opacus",
         OpacusMechanism(HalfNoiseOpacus),
+        HalfNoiseOpacusOnce,
     ),
     _dpsgd(
         "fixed_size_batches",

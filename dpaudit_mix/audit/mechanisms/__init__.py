@@ -3,8 +3,10 @@
 
 A mechanism has ``plan(spec, full, data, noise_multiplier) -> Plan`` (:mod:`.base`) and may have
 ``check(spec)``: its rules on an audit spec, run when the spec is read, before anything is
-written. The built-ins register themselves through the same call, as :class:`Lazy` entries: the
-DP-SGD ones import torch and Opacus, so each module is imported only when an audit plans with it.
+written, and ``one_run(spec, full, data, noise_multiplier) -> Plan`` of a
+:class:`.base.CanaryCollector`: its audit from one training run with many canaries. The
+built-ins register themselves through the same call, as :class:`Lazy` entries: the DP-SGD ones
+import torch and Opacus, so each module is imported only when an audit plans with it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from ...registry import Registry
 if TYPE_CHECKING:
     from ...problem import Problem
     from ..spec import AuditSpec
-    from .base import Mechanism, Plan
+    from .base import CanaryCollector, Collector, Mechanism, Plan
 
 #: the canaries a DP-SGD mechanism is audited with: the Dirac ("max_clip") canary only.
 DPSGD_CANARIES = ("max_clip",)
@@ -27,8 +29,9 @@ DPSGD_CANARIES = ("max_clip",)
 
 def _check_mechanism(name: str, obj: Any) -> None:
     require(callable(getattr(obj, "plan", None)), f"mechanism {name!r} needs a plan(spec, full, data, sigma) method")
-    check = getattr(obj, "check", None)
-    require(check is None or callable(check), f"mechanism {name!r}: check must be a method")
+    for method in ("check", "one_run"):
+        found = getattr(obj, method, None)
+        require(found is None or callable(found), f"mechanism {name!r}: {method} must be a method")
 
 
 #: every mechanism an audit spec may name.
@@ -44,6 +47,12 @@ def mechanism(name: str) -> Mechanism:
     return MECHANISMS.get(name)
 
 
+def supports_one_run(name: str) -> bool:
+    """Whether the mechanism ``name`` can be audited from one training run (``one_run = true``)."""
+    obj = MECHANISMS.get(name)
+    return bool(obj.one_run_target) if isinstance(obj, Lazy) else callable(getattr(obj, "one_run", None))
+
+
 @dataclass(frozen=True)
 class Lazy:
     """The mechanism ``module:cls`` (relative to this package), imported at its first plan; its
@@ -51,15 +60,26 @@ class Lazy:
 
     target: str
     rules: tuple[str, ...] = ()
+    one_run_target: str = ""  # its one-run audit (``module:cls``), if it has one
 
     def check(self, spec: AuditSpec) -> None:
         for rule in self.rules:
             RULES[rule](spec)
 
-    def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> Plan:
-        module, cls = self.target.split(":")
-        built: Mechanism = getattr(import_module(module, __package__), cls)()
-        return built.plan(spec, full, data, noise_multiplier)
+    def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> Plan[Collector]:
+        return _built(self.target).plan(spec, full, data, noise_multiplier)
+
+    def one_run(
+        self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None
+    ) -> Plan[CanaryCollector]:
+        require(bool(self.one_run_target), f"mechanism {spec.mechanism} has no one-run mode")
+        plan: Plan[CanaryCollector] = _built(self.one_run_target).one_run(spec, full, data, noise_multiplier)
+        return plan
+
+
+def _built(target: str) -> Any:
+    module, cls = target.split(":")
+    return getattr(import_module(module, __package__), cls)()
 
 
 def _dirac_only(spec: AuditSpec) -> None:
@@ -99,5 +119,8 @@ RULES = {
 }
 
 register_mechanism("dpmixmin", Lazy(".dpmixmin:DPMixMin"))
-register_mechanism("opacus", Lazy(".dpsgd:OpacusMechanism", ("dirac-only", "example-level", "whole-epochs")))
-register_mechanism("user-dpsgd", Lazy(".dpsgd:UserDPSGDMechanism", ("dirac-only", "user-level")))
+register_mechanism(
+    "opacus",
+    Lazy(".dpsgd:OpacusMechanism", ("dirac-only", "example-level", "whole-epochs"), ".once:OpacusOneRun"),
+)
+register_mechanism("user-dpsgd", Lazy(".dpsgd:UserDPSGDMechanism", ("dirac-only", "user-level"), ".once:UserOneRun"))

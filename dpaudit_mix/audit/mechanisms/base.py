@@ -1,13 +1,14 @@
 """What the engine needs from an audited mechanism: a :class:`Plan`, made before anything is
 written, whose ``collect`` turns run ids, their membership and a setting into both threat
 models' scores. The engine persists and resumes chunks and analyses the scores; a mechanism
-only knows how to run itself with and without a canary.
+only knows how to run itself with and without a canary. A one-run plan's ``collect`` is a
+:class:`CanaryCollector` instead: one training run with many canaries (:mod:`..run_once`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -36,11 +37,22 @@ class Collector(Protocol):
     def __call__(self, setting: Setting, runs: np.ndarray, include: np.ndarray) -> dict[str, np.ndarray]: ...
 
 
+class CanaryCollector(Protocol):
+    """One training run of a setting with a canary per entry of ``membership`` (in where True):
+    each canary's score per threat model, ``{"black_box": (m,), "white_box": (m,)}``, larger when
+    it is more likely in. Its randomness is the setting's own."""
+
+    def __call__(self, setting: Setting, membership: np.ndarray) -> dict[str, np.ndarray]: ...
+
+
+C = TypeVar("C", Collector, CanaryCollector)
+
+
 @dataclass(frozen=True)
-class Plan:
+class Plan(Generic[C]):
     """A mechanism's audit, fixed before any run: what it collects and what it claims."""
 
-    collect: Collector
+    collect: C
     claimed_phases: tuple[GaussianPhase, ...]  # the Gaussian phases σ was calibrated for: the claim
     noise_multiplier: float  # σ the runs use (the calibrated one unless overridden)
     problem: dict[str, Any]  # audit.json's description of the data D
@@ -54,7 +66,7 @@ class Plan:
 
 
 class Mechanism(Protocol):
-    def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> Plan:
+    def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> Plan[Collector]:
         """The audit of ``spec`` on D = ``data`` (drawn from ``full``); ``noise_multiplier``
         overrides the calibrated σ. Every input error is raised here, before anything is written."""
         ...

@@ -17,7 +17,7 @@ from ...problem import Problem
 from ...randomness import Stream, stream
 from ..canaries import black_box_scores, max_clip_canary, natural_canary, natural_canary_index
 from ..spec import AuditSpec
-from .base import Plan, Setting
+from .base import Collector, Plan, Setting
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class DPMixMin:
 
     privatiser: Privatiser | None = None
 
-    def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> Plan:
+    def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> Plan[Collector]:
         calibrated = accounting.calibrate(spec.epsilon, spec.delta, spec.sample_rate, spec.steps)
         sigma = calibrated if noise_multiplier is None else noise_multiplier
         canaries: dict[str, Canary] = {}

@@ -27,7 +27,7 @@ from ...problem import Problem
 from ...randomness import Key, RandomSource
 from ..dirac import dirac_scores
 from ..spec import AuditSpec
-from .base import Plan, Setting
+from .base import Collector, Plan, Setting
 
 #: the canary's raw gradient on w is CANARY_PULL · C: clipping scales it to exactly C.
 CANARY_PULL = 4.0
@@ -147,7 +147,7 @@ class OpacusMechanism:
 
     collector: type[OpacusCollector] = OpacusCollector
 
-    def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> Plan:
+    def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> Plan[Collector]:
         batches = round(1 / spec.sample_rate)
         batch = -(-data.n // batches)
         require(
@@ -274,7 +274,7 @@ class UserDPSGDMechanism:
 
     collector: type[UserCollector] = UserCollector
 
-    def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> Plan:
+    def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> Plan[Collector]:
         require(
             data.users is not None,
             f"mechanism user-dpsgd needs a problem with users (e.g. shakespeare-users); {spec.problem} has none",
