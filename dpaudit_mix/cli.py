@@ -579,7 +579,8 @@ def _audit_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
 def _release_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     """release, check-release and the privacy ledger."""
     release_cmd = sub.add_parser(
-        "release", help="verify, audit the exact configuration, then release λ (exit 3 if refused)"
+        "release",
+        help="verify, audit the exact configuration, then release λ or a finetuned model (exit 3 if refused)",
     )
     release_cmd.add_argument("spec")
     release_cmd.add_argument("--out", help="output folder (default reports/release-<spec name>)")
@@ -590,7 +591,9 @@ def _release_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
     release_cmd.set_defaults(func=cmd_release)
 
-    check = sub.add_parser("check-release", help="re-verify a release.json (hash, epsilon, problem file)")
+    check = sub.add_parser(
+        "check-release", help="re-verify a release.json (hash, epsilon, problem file or model weights)"
+    )
     check.add_argument("manifest")
     check.add_argument("--problem", help="the problem file to check against (default: the path in the manifest)")
     check.set_defaults(func=cmd_check_release)

@@ -23,6 +23,7 @@ from .problem import save
 from .randomness import stream
 from .recovery.metrics import cos_similarity
 from .release.gate import Refused, release
+from .release.manifest import Manifest
 
 OUT = Path("reports/demo")
 EPSILONS = (1.0, 5.0)
@@ -86,6 +87,7 @@ def main() -> int:
     except Refused as refusal:
         print(f"\nrelease {RELEASE_SPEC}: REFUSED ({refusal.stage}): {refusal.reason}")
         return refusal.exit_code
+    assert isinstance(manifest, Manifest)  # RELEASE_SPEC releases λ
     print(
         f"\nrelease {RELEASE_SPEC}: verified, audited ({manifest.audit['results'][0]['runs']} white-box runs per "
         f"canary, no violation), released λ = {np.round(manifest.weights, 3).tolist()}; manifest "

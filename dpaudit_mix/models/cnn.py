@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from functools import cache
 from typing import Any
@@ -209,18 +209,22 @@ def dp_finetune(
     key: Key | None,
     prior: tuple[accounting.GaussianPhase, ...] = (),
     device: str = "cpu",
+    on_private: Callable[[opacus_sgd.Private], None] | None = None,
 ) -> Finetuned:
     """DP-SGD finetuning with Poisson sampling at q = 1 / ⌈n / batch⌉ (Opacus' rate).
 
     Alone (no ``prior``), σ is Opacus' own calibration for (ε, δ) (:func:`opacus_sigma`); after a
     ``prior`` phase on the same data, σ comes from our accountant so that both compose to ε.
     The steps are :func:`.opacus_sgd.train`'s (the code the ``opacus`` audit mechanism audits),
-    on ``device``.
+    on ``device``. ``on_private`` hears of the private model before the first step (a model
+    release attaches its canaries there).
     """
     data = TensorDataset(*(t.to(device) for t in tensors(images, labels).tensors))
     batches = batches_per_epoch(len(data), batch)
     sigma = finetune_sigma(epsilon, delta, batches, epochs, prior)
     private = opacus_sgd.make_private(model.to(device), len(data), batch, clip, sigma, learning_rate)
+    if on_private is not None:
+        on_private(private)
     steps = opacus_sgd.train(private, data, epochs, cross_entropy, key)
     return Finetuned(private.module, sigma, private.sample_rate, steps, private.epsilon(delta))
 

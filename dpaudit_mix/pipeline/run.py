@@ -173,10 +173,7 @@ class ImageTrack(MixingTrack):
         )
         stage = self.finetune_key(job)
         task = job.task
-
-        def target(labels: np.ndarray) -> np.ndarray:
-            """The finetune's labels: the digit, or (per task) whether it is the task's digit."""
-            return labels if task == "multiclass" else cnn.task_labels(labels, task)
+        target = self.target(task)
 
         def rehearse(candidate: dict[str, float], rehearsal: Key) -> float:
             """The same DP finetune (ε, δ, clip, prior, batches per epoch: the same q, T and σ) on
@@ -204,23 +201,43 @@ class ImageTrack(MixingTrack):
         def compute() -> dict[str, Any]:
             candidates = [{"learning_rate": lr, "epochs": epochs} for lr, epochs in grid]
             choice = choose_by_rehearsal(candidates, rehearse, REHEARSAL, stage)
-            tuned = cnn.dp_finetune(
-                cnn.from_arrays(start, stage, task),
-                world.train_images[self.rows],
-                target(world.train_labels[self.rows]),
-                job.epsilon,
-                spec.delta,
-                choice["epochs"],
-                spec.finetune_batch,
-                choice["learning_rate"],
-                spec.finetune_clip,
-                None if self.secure else stage,
-                prior,
-                spec.device,
-            )
+            tuned = self.dp_finetune(job, start, choice, prior)
             return {**tuned.scored(world.test_images, world.test_labels, task), "finetune_choice": choice}
 
         return Stage(key, compute)
+
+    @staticmethod
+    def target(task: str) -> Callable[[np.ndarray], np.ndarray]:
+        """The finetune's labels: the digit, or (per task) whether it is the task's digit."""
+        return lambda labels: labels if task == "multiclass" else cnn.task_labels(labels, task)
+
+    def dp_finetune(
+        self,
+        job: Job,
+        start: Arrays | None,
+        choice: dict[str, Any],
+        prior: tuple[accounting.GaussianPhase, ...],
+        on_private: Callable[[Any], None] | None = None,
+    ) -> cnn.Finetuned:
+        """The private finetune of ``job`` from ``start`` with the chosen learning rate and epochs,
+        on the track's finetuning rows; its noise and batches from the job's key, or from the OS
+        CSPRNG when the track is secure (a model release hooks its canaries in ``on_private``)."""
+        spec, world, stage = self.image_spec, self.world, self.finetune_key(job)
+        return cnn.dp_finetune(
+            cnn.from_arrays(start, stage, job.task),
+            world.train_images[self.rows],
+            self.target(job.task)(world.train_labels[self.rows]),
+            job.epsilon,
+            spec.delta,
+            choice["epochs"],
+            spec.finetune_batch,
+            choice["learning_rate"],
+            spec.finetune_clip,
+            None if self.secure else stage,
+            prior,
+            spec.device,
+            on_private,
+        )
 
 
 def split_key(spec: PipelineSpec) -> str:

@@ -34,12 +34,16 @@ def _field(mapping: Any, key: str, kinds: tuple[type, ...], where: str) -> Any:
     return value
 
 
-def _read_manifest(path: Path) -> tuple[dict[str, Any], accounting.GaussianPhase, str]:
-    """The manifest, its phase and its accountant, every field the checks read type-checked first."""
+def _json(path: Path) -> Any:
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError, OSError, RecursionError) as exc:
         raise InputError(f"{path} is not a release manifest: {exc!r}") from None
+
+
+def _read_manifest(path: Path) -> tuple[dict[str, Any], accounting.GaussianPhase, str]:
+    """The manifest, its phase and its accountant, every field the checks read type-checked first."""
+    manifest = _json(path)
     where = f"release manifest {path}"
     claim = _field(manifest, "claim", (dict,), where)
     for key in ("inputs", "audit", "verification"):
@@ -70,6 +74,12 @@ def check_release(manifest_path: str | Path, problem: str | Path | None = None) 
     counts against the claim, the spec and the gate's rules; the sources and λ against the problem."""
     manifest_path = Path(manifest_path)
     require(manifest_path.is_file(), f"manifest not found: {manifest_path}")
+    manifest = _json(manifest_path)
+    if isinstance(manifest, dict) and manifest.get("kind") == "model":
+        from .model_check import check_model_release
+
+        require(problem is None, "--problem: a model release names no problem file")
+        return check_model_release(manifest, manifest_path.parent, f"release manifest {manifest_path}")
     manifest, phase, accountant = _read_manifest(manifest_path)
     problems = []
     if manifest.get("manifest_sha256") != manifest_digest(manifest):

@@ -14,7 +14,7 @@ import sys
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,6 +38,9 @@ from .card import CARD, write_card
 from .manifest import Budget, Claim, Manifest, public_path
 from .spec import ReleaseSpec
 
+if TYPE_CHECKING:
+    from .model import ModelManifest
+
 #: the verification level run before every release (tests swap in a smaller one).
 VERIFY_LEVEL = QUICK
 
@@ -56,11 +59,27 @@ class Published:
     """A published release: its folder and its manifest (release.json, exactly as hashed)."""
 
     out: Path
-    manifest: Manifest
+    manifest: Manifest | ModelManifest
 
     def to_dict(self) -> dict[str, Any]:
         """What the command line says of it."""
+        from .model import ModelManifest
+
         manifest = self.manifest
+        if isinstance(manifest, ModelManifest):
+            return {
+                "out": str(self.out),
+                "manifest": str(self.out / "release.json"),
+                "model": str(self.out / manifest.model["file"]),
+                "model_sha256": manifest.model["sha256"],
+                "epsilon": manifest.claim.epsilon,
+                "delta": manifest.claim.delta,
+                "one_run_epsilon_lower_bound": manifest.audit["epsilon_lower_bound"],
+                "metrics": manifest.metrics,
+                "manifest_sha256": manifest.digest,
+                "spent_epsilon": manifest.budget.spent_epsilon,
+                "budget_epsilon": manifest.budget.budget_epsilon,
+            }
         return {
             "out": str(self.out),
             "manifest": str(self.out / "release.json"),
@@ -132,7 +151,7 @@ def _release(
             delta=spec.delta,
             phase=phase,
             user_level=spec.user_level,
-            timestamp=_now(),
+            timestamp=now(),
             budget=spec.budget_epsilon,
             aliases=aliases,
         )
@@ -212,7 +231,7 @@ def _checked_release(
         verification={"level": verification.level, "passed": True, "seconds": verification.seconds},
         audit=_audit_record(audit, spec, prob),
         budget=budget,
-        timestamp=_now(),
+        timestamp=now(),
     )
     write_card(manifest.to_dict(), out)
     return manifest
@@ -296,7 +315,7 @@ def _audit_record(audit: AuditSummary, spec: ReleaseSpec, prob: Problem) -> dict
     }
 
 
-def _now() -> str:
+def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
@@ -320,14 +339,20 @@ def release(
         not (out / "release.json").exists(),
         f"{out} already holds a published release (release.json); a release is never overwritten: choose another --out",
     )
+    from .model import MODEL_FILE, is_model_spec, release_model  # it builds on this module
+
+    manifest: Manifest | ModelManifest
     try:
         spec_bytes = read_spec_bytes(spec_path)
-        spec = parse_spec(ReleaseSpec, spec_path, spec_bytes)
-        ledger_path = ledger_path or (Path(spec.ledger) if spec.ledger else ledger.default_path())
-        manifest = _release(spec_path, spec_bytes, spec, out, ledger_path, noise_multiplier, progress)
+        if is_model_spec(spec_path, spec_bytes):
+            manifest = release_model(spec_path, spec_bytes, out, ledger_path, noise_multiplier, progress)
+        else:
+            spec = parse_spec(ReleaseSpec, spec_path, spec_bytes)
+            ledger_path = ledger_path or (Path(spec.ledger) if spec.ledger else ledger.default_path())
+            manifest = _release(spec_path, spec_bytes, spec, out, ledger_path, noise_multiplier, progress)
     except (Refused, InputError) as exc:
         refusal = exc if isinstance(exc, Refused) else Refused("input", str(exc), exit_code=EXIT_BAD_INPUT)
-        for name in CARD:  # a card of an unpublished release must not outlive this refusal
+        for name in (*CARD, MODEL_FILE):  # a card (or weights) of an unpublished release must not outlive this refusal
             (out / name).unlink(missing_ok=True)
         try:
             write_json(
@@ -337,7 +362,7 @@ def release(
                     "reason": refusal.reason,
                     "exit_code": refusal.exit_code,
                     "spec": public_path(spec_path, out),
-                    "timestamp": _now(),
+                    "timestamp": now(),
                 },
             )
         except OSError as err:  # an unwritable --out: the one line on stderr must do

@@ -28,7 +28,7 @@ import stat
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ from ..atomic import write_bytes
 from ..cache import sha256_bytes, user_state_dir
 from ..errors import InputError, require
 
-FORMAT = "dpaudit-mix privacy ledger v3"
+FORMAT = "dpaudit-mix privacy ledger v4"
 STATUSES = ("reserved", "released")
 
 
@@ -66,10 +66,17 @@ class Entry:
     problem_sha256: str = ""  # the problem file's bytes (v1 ledgers keyed entries by these)
     manifest: str = ""
     manifest_sha256: str = ""
+    #: (σ, q, T) of the phases run on this data before ``phase`` (a model release: its mixture's)
+    before: tuple[tuple[float, float, int], ...] = ()
 
     @property
     def phase(self) -> accounting.GaussianPhase:
         return accounting.GaussianPhase(self.noise_multiplier, self.sample_rate, self.steps)
+
+    @property
+    def phases(self) -> tuple[accounting.GaussianPhase, ...]:
+        """Everything this release ran on its data, composed by the ledger."""
+        return (*(accounting.GaussianPhase(*p) for p in self.before), self.phase)
 
     def on(self, data_sha256: str, problem_sha256: str, aliases: tuple[str, ...] = ()) -> bool:
         """Whether this entry spent budget on that data (a v1 entry knows the file's bytes only;
@@ -120,6 +127,8 @@ def _entry(raw: object, where: str) -> Entry:
     if not isinstance(steps, int) or isinstance(steps, bool):
         raise InputError(f"{where}: 'steps' must be an integer, got {steps!r}")
     require(isinstance(raw.get("user_level"), bool), f"{where}: 'user_level' must be true or false")
+    unknown = sorted(set(raw) - {f.name for f in fields(Entry)})
+    require(not unknown, f"{where}: unknown key(s) {unknown} (a newer ledger?); refusing to guess what was spent")
     entry = Entry(
         id=_text(raw, "id", where, ""),
         status=_text(raw, "status", where, "released"),
@@ -134,6 +143,7 @@ def _entry(raw: object, where: str) -> Entry:
         problem_sha256=_text(raw, "problem_sha256", where, ""),
         manifest=_text(raw, "manifest", where, ""),
         manifest_sha256=_text(raw, "manifest_sha256", where, ""),
+        before=_before(raw.get("before", []), where),
     )
     require(entry.status in STATUSES, f"{where}: 'status' must be one of {STATUSES}, got {entry.status!r}")
     require(bool(entry.data_sha256 or entry.problem_sha256), f"{where}: names no data (data_sha256)")
@@ -141,10 +151,27 @@ def _entry(raw: object, where: str) -> Entry:
         entry.epsilon > 0 and 0 < entry.delta < 1, f"{where}: epsilon {entry.epsilon}, delta {entry.delta} out of range"
     )
     try:
-        _ = entry.phase  # σ, q and T within the accountant's ranges
+        _ = entry.phases  # σ, q and T within the accountant's ranges
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from None
     return entry
+
+
+def _before(raw: Any, where: str) -> tuple[tuple[float, float, int], ...]:
+    """An entry's earlier phases: a list of [σ, q, T]."""
+    require(isinstance(raw, list), f"{where}: 'before' must be a list of [sigma, q, T], got {raw!r}")
+    phases = []
+    for item in raw:
+        ok = (
+            isinstance(item, list)
+            and len(item) == 3
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in item[:2])
+            and isinstance(item[2], int)
+            and not isinstance(item[2], bool)
+        )
+        require(ok, f"{where}: 'before' holds {item!r}, not [sigma, q, T]")
+        phases.append((float(item[0]), float(item[1]), int(item[2])))
+    return tuple(phases)
 
 
 def _dataset(raw: object, where: str) -> Dataset:
@@ -278,7 +305,7 @@ def spent(
     aliases: tuple[str, ...] = (),
 ) -> float:
     """ε at ``delta`` of every entry (reservations too) on this data, plus ``extra``, composed in PLD."""
-    phases = [e.phase for e in entries if e.on(data_sha256, problem_sha256, aliases)] + list(extra)
+    phases = [p for e in entries if e.on(data_sha256, problem_sha256, aliases) for p in e.phases] + list(extra)
     return accounting.epsilon(phases, delta, "pld") if phases else 0.0
 
 
@@ -302,6 +329,7 @@ def reserve(
     timestamp: str,
     budget: float | None,
     aliases: tuple[str, ...] = (),
+    before: tuple[accounting.GaussianPhase, ...] = (),
 ) -> str:
     """Check the budget and append a reservation, atomically; its id, :class:`OverBudget`, or
     :class:`Conflict`.
@@ -309,7 +337,8 @@ def reserve(
     The data set's cap and δ are the ledger's, fixed by its first release: ``budget`` (the
     spec's) must be that cap or None, ``delta`` that δ, and everything on the data is composed
     at that δ. So neither a second spec with a larger cap (or none) nor a release at another δ
-    spends more on the same data."""
+    spends more on the same data. ``before``: phases this release runs on the data before
+    ``phase`` (a model release: its mixture's), charged with it."""
     with _locked(path) as real:
         datasets, entries = read_state(real)
         fixed = datasets.get(data_sha256) or Dataset(budget, delta, timestamp)
@@ -326,10 +355,10 @@ def reserve(
                 f"release at delta {delta:g} cannot be composed with it: release at delta {fixed.delta:g}"
             )
         if fixed.budget_epsilon is not None:
-            total = spent(entries, data_sha256, problem_sha256, fixed.delta, (phase,), aliases)
+            total = spent(entries, data_sha256, problem_sha256, fixed.delta, (*before, phase), aliases)
             if total > fixed.budget_epsilon:
-                before = spent(entries, data_sha256, problem_sha256, fixed.delta, (), aliases)
-                raise OverBudget(before, total, fixed.budget_epsilon)
+                earlier = spent(entries, data_sha256, problem_sha256, fixed.delta, (), aliases)
+                raise OverBudget(earlier, total, fixed.budget_epsilon)
         entry = Entry(
             id=uuid.uuid4().hex,
             status="reserved",
@@ -342,6 +371,7 @@ def reserve(
             user_level=user_level,
             timestamp=timestamp,
             problem_sha256=problem_sha256,
+            before=tuple((p.noise_multiplier, p.sample_rate, p.steps) for p in before),
         )
         _write(real, [*entries, entry], {**datasets, data_sha256: fixed})
         return entry.id

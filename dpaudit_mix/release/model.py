@@ -1,0 +1,361 @@
+"""`dpaudit-mix release MODEL.toml`: the image pipeline's finetuned model, released through the gate.
+
+read both specs once and hash those bytes → the claim, fixed before anything runs: the
+mixture's phase on split A and the finetune's (σ by the pipeline's own calibration), composed as
+the pipeline composes them (parallel or sequential) → reserve the budget on the ledger (both
+phases charged, composed by PLD with everything else on the data: an upper bound for the
+parallel split too) → verify-accountant → λ and the pretraining → the DP finetune **once**, its
+noise and batches from the OS CSPRNG, with m Dirac canaries on its optimizer (membership and
+sampling from the CSPRNG too) → the one-run audit of that very run against the finetune's phase
+→ only then ``model.npz`` (the model's weights, no canary coordinate), the card and release.json,
+and the reservation committed. A refusal withdraws the reservation and publishes no weights.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import __version__, accounting
+from ..atomic import write_json, write_npz
+from ..audit.one_run import MIN_CANARIES
+from ..audit.score_file import one_run_line
+from ..cache import sha256_bytes, user_cache_dir
+from ..errors import InputError, require
+from ..specfile import check_fields, parse_spec, read_spec_bytes, spec_table
+from . import ledger
+from .gate import VERIFY_LEVEL, Refused, now
+from .manifest import Budget, manifest_digest, public_path
+
+#: the released weights' file, beside release.json.
+MODEL_FILE = "model.npz"
+
+
+@dataclass(frozen=True)
+class ModelReleaseSpec:
+    """A model release (``releases/*.toml`` with a ``pipeline`` key); unknown keys are rejected."""
+
+    pipeline: str = ""  # an image pipeline spec; a relative path is relative to this spec's folder
+    method: str = "dpmixmin"  # one of the pipeline's methods: how λ is chosen
+    epsilon: float = 1.0  # one of the pipeline's epsilons: the released model's total ε
+    task: str = "multiclass"  # the pipeline's task (digit-d under the per-task protocol)
+    canaries: int = 10_000  # Dirac canaries riding on the finetune, audited from that one run
+    confidence: float = 0.95
+    budget_epsilon: float | None = None  # the data's cap, fixed in the ledger by its first release
+    ledger: str = ""  # default: $DPAUDIT_MIX_LEDGER, else ~/.local/state/dpaudit-mix/ledger.json
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        require(bool(self.pipeline), 'a model release names its pipeline spec: pipeline = "pipeline/....toml"')
+        accounting.check_epsilon(self.epsilon)
+        require(self.canaries >= MIN_CANARIES, f"canaries must be >= {MIN_CANARIES}, got {self.canaries}")
+        require(0 < self.confidence < 1, f"confidence must be in (0, 1), got {self.confidence}")
+        require(
+            self.budget_epsilon is None or self.budget_epsilon >= self.epsilon,
+            f"budget_epsilon must be at least this release's epsilon {self.epsilon:g}, got {self.budget_epsilon}",
+        )
+
+
+def is_model_spec(path: Path, content: bytes) -> bool:
+    """Whether a release spec releases a model (it names a pipeline) rather than λ."""
+    return "pipeline" in spec_table(path, content)
+
+
+@dataclass(frozen=True)
+class ModelClaim:
+    """The released model's (ε, δ): the mixture's phase and the finetune's, composed as the
+    pipeline composes them; each phase's ε by the accountant that calibrated it."""
+
+    epsilon: float  # the total, as the pipeline composes it
+    delta: float
+    composition: str  # "parallel" (disjoint splits: the max) or "sequential" (PLD)
+    method: str
+    mixture_phase: accounting.GaussianPhase | None
+    mixture_epsilon: float  # PLD; 0 for a free method
+    finetune_phase: accounting.GaussianPhase
+    finetune_epsilon: float
+    finetune_accountant: str  # "prv" (Opacus' own calibration) alone, ours after a prior phase
+    clip: float
+    batch: int
+    learning_rate: float
+    epochs: int
+
+
+def _finetune_accountant(sequential: bool, mixture: accounting.GaussianPhase | None) -> str:
+    return accounting.DEFAULT_ACCOUNTANT if sequential and mixture is not None else "prv"
+
+
+def composed_epsilon(claim: ModelClaim) -> float:
+    """ε of the model from its phases: sequential = both composed by PLD; parallel = the larger
+    of the two (each split sees one phase)."""
+    if claim.composition == "sequential":
+        phases = (*((claim.mixture_phase,) if claim.mixture_phase else ()), claim.finetune_phase)
+        return accounting.epsilon(phases, claim.delta)
+    return max(claim.mixture_epsilon, claim.finetune_epsilon)
+
+
+@dataclass(frozen=True)
+class ModelManifest:
+    """release.json of a model release, and its own digest."""
+
+    model: dict[str, Any]  # file, sha256, architecture, task, classes, parameters
+    metrics: dict[str, float]  # on the world's test set
+    claim: ModelClaim
+    mixture: dict[str, Any]  # λ over the sources (None without pretraining)
+    audit: dict[str, Any]  # the one-run audit of the finetune that made these weights
+    verification: dict[str, Any]
+    budget: Budget
+    inputs: dict[str, str]
+    timestamp: str
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "kind": "model",
+            "model": dict(self.model),
+            "metrics": dict(self.metrics),
+            "claim": asdict(self.claim),
+            "mixture": dict(self.mixture),
+            "audit": dict(self.audit),
+            "verification": dict(self.verification),
+            "budget": asdict(self.budget),
+            "inputs": dict(self.inputs),
+            "timestamp": self.timestamp,
+        }
+
+    @property
+    def digest(self) -> str:
+        return manifest_digest(self.body())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.body(), "manifest_sha256": self.digest}
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything fixed before the first private step: the specs, the track, the job, the claim."""
+
+    spec: ModelReleaseSpec
+    pipeline: Any  # PipelineSpec
+    track: Any  # pipeline.run.ImageTrack (secure)
+    cache: Any  # StageCache of public stages
+    job: Any  # pipeline.stages.Job
+    claim: ModelClaim
+    inputs: dict[str, str]
+
+
+def _pipeline_path(spec_path: Path, pipeline: str) -> Path:
+    path = Path(pipeline)
+    return path if path.is_absolute() else spec_path.parent / path
+
+
+def prepare(spec_path: Path, spec_bytes: bytes, out: Path, progress: bool) -> Prepared:
+    """The release's specs, world, track and claim; every input error is raised here."""
+    from ..experiments import is_text_world
+    from ..models import cnn
+    from ..models.device import resolved
+    from ..pipeline.methods import mix_epsilon, mixing_phase
+    from ..pipeline.run import build_world, image_track
+    from ..pipeline.spec import PipelineSpec
+    from ..pipeline.stages import Job, StageCache
+
+    spec = parse_spec(ModelReleaseSpec, spec_path, spec_bytes)
+    path = _pipeline_path(spec_path, spec.pipeline)
+    pipeline_bytes = read_spec_bytes(path)
+    require(
+        not is_text_world(spec_table(path, pipeline_bytes).get("world")),
+        f"{path}: a model release releases the image pipeline's CNN; the text track's model is not released here",
+    )
+    pipe = resolved(parse_spec(PipelineSpec, path, pipeline_bytes))
+    require(
+        spec.method in pipe.methods, f"method {spec.method!r} is not one the pipeline runs ({', '.join(pipe.methods)})"
+    )
+    require(
+        spec.method != "nonprivate_mixmin",
+        "method nonprivate_mixmin fits λ on the sensitive data without privacy: its model cannot be released",
+    )
+    require(
+        spec.epsilon in pipe.epsilons, f"epsilon {spec.epsilon:g} is not one of the pipeline's {list(pipe.epsilons)}"
+    )
+    require(
+        len(pipe.finetune_grid) == 1,
+        "a model release fixes its finetune before it runs: give the pipeline one finetune_epochs and one "
+        "finetune_learning_rate (a grid is chosen by rehearsal after λ, too late for the claim)",
+    )
+    world = build_world(pipe)
+    cache = StageCache(user_cache_dir() / "model-releases" / sha256_bytes(pipeline_bytes)[:16])
+    track = image_track(pipe, world, cache, progress, secure=True)
+    require(spec.task in track.tasks, f"task {spec.task!r} is not one the pipeline runs ({', '.join(track.tasks)})")
+    sequential = pipe.composition == "sequential"
+    mixture = mixing_phase(spec.method, mix_epsilon(pipe, spec.epsilon), pipe)
+    learning_rate, epochs = pipe.finetune_grid[0]
+    batches = track.batches()
+    prior = (mixture,) if sequential and mixture is not None else ()
+    sigma = cnn.finetune_sigma(spec.epsilon, pipe.delta, batches, epochs, prior)
+    finetune = accounting.GaussianPhase(sigma, 1 / batches, epochs * batches)
+    accountant = _finetune_accountant(sequential, mixture)
+    claim = ModelClaim(
+        epsilon=0.0,
+        delta=pipe.delta,
+        composition=pipe.composition,
+        method=spec.method,
+        mixture_phase=mixture,
+        mixture_epsilon=0.0 if mixture is None else accounting.epsilon([mixture], pipe.delta),
+        finetune_phase=finetune,
+        finetune_epsilon=accounting.epsilon([finetune], pipe.delta, accountant),
+        finetune_accountant=accountant,
+        clip=pipe.finetune_clip,
+        batch=pipe.finetune_batch,
+        learning_rate=float(learning_rate),
+        epochs=int(epochs),
+    )
+    claim = replace(claim, epsilon=composed_epsilon(claim))
+    data = sha256_bytes(
+        b"images\0" + np.ascontiguousarray(world.train_images).tobytes() + b"labels\0" + world.train_labels.tobytes()
+    )
+    inputs = {
+        "pipeline": public_path(path, out),
+        "pipeline_sha256": sha256_bytes(pipeline_bytes),
+        "spec": public_path(spec_path, out),
+        "spec_sha256": sha256_bytes(spec_bytes),
+        "data_sha256": data,
+        "package_version": __version__,
+        **_versions(),
+    }
+    return Prepared(spec, pipe, track, cache, Job(spec.method, spec.epsilon, 0, spec.task), claim, inputs)
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    return {f"{name}_version": version(name) for name in ("torch", "opacus", "dp-accounting")}
+
+
+def release_model(
+    spec_path: Path,
+    spec_bytes: bytes,
+    out: Path,
+    ledger_path: Path | None,
+    noise_multiplier: float | None,
+    progress: bool,
+) -> ModelManifest:
+    """Reserve, verify, train once with canaries, audit that run, publish (the module's order)."""
+    ready = prepare(spec_path, spec_bytes, out, progress)
+    spec, claim = ready.spec, ready.claim
+    require(
+        noise_multiplier is None or (math.isfinite(noise_multiplier) and noise_multiplier > 0),
+        f"noise multiplier must be finite and > 0, got {noise_multiplier}",
+    )
+    path = ledger_path or (Path(spec.ledger) if spec.ledger else ledger.default_path())
+    try:
+        reservation = ledger.reserve(
+            path,
+            data_sha256=ready.inputs["data_sha256"],
+            problem_sha256=ready.inputs["pipeline_sha256"],
+            epsilon=claim.epsilon,
+            delta=claim.delta,
+            phase=claim.finetune_phase,
+            before=(claim.mixture_phase,) if claim.mixture_phase else (),
+            user_level=False,
+            timestamp=now(),
+            budget=spec.budget_epsilon,
+        )
+    except ledger.OverBudget as over:
+        raise Refused(
+            "budget",
+            f"this model would bring the epsilon spent on this data from {over.before:.4g} to {over.after:.4g} "
+            f"(PLD, delta {claim.delta:g}), over its budget_epsilon {over.budget:g}",
+            private=f"the ledger is {path}",
+        ) from None
+    except ledger.Conflict as conflict:
+        raise Refused("budget", str(conflict), private=f"the ledger is {path}") from None
+    try:
+        spent, cap, delta = ledger.standing(path, ready.inputs["data_sha256"], ready.inputs["pipeline_sha256"])
+        manifest = _trained_and_audited(ready, out, noise_multiplier, progress, Budget(spent, cap, delta))
+    except BaseException as exc:
+        (out / MODEL_FILE).unlink(missing_ok=True)  # weights go out with their manifest, or not at all
+        if isinstance(exc, (Refused, InputError)):
+            ledger.withdraw(path, reservation)  # refused: nothing published, nothing spent
+        raise  # a crash leaves the reservation counted (the finetune may have run)
+    # Only now is the model published; a crash before the commit leaves the reservation counted.
+    write_json(out / "release.json", manifest.to_dict())
+    ledger.commit(path, reservation, manifest.digest)
+    return manifest
+
+
+def _trained_and_audited(
+    ready: Prepared, out: Path, noise_multiplier: float | None, progress: bool, budget: Budget
+) -> ModelManifest:
+    from ..canaries import Canaries, attach
+    from ..models import cnn
+    from ..pipeline.methods import Mixture
+    from ..verification.suite import verify
+    from .model_card import write_model_card
+
+    spec, claim, track, job = ready.spec, ready.claim, ready.track, ready.job
+    verification = verify(VERIFY_LEVEL, progress=progress)
+    if verification.failures():
+        raise Refused("verify", "verify-accountant failed: " + "; ".join(verification.failures()))
+    choice = track.mixture(job)
+    mixture = Mixture(None, None) if choice is None else choice.compute()  # its noise: the OS CSPRNG
+    pretraining = track.pretrain(job, mixture)
+    start = None if pretraining is None else ready.cache.arrays("pretrain", pretraining)
+    attached: list[Canaries] = []
+
+    def with_canaries(private: Any) -> None:
+        attached.append(attach(private.optimizer, spec.canaries, sample_rate=private.sample_rate))
+        if noise_multiplier is not None:  # a test of the gate: the run adds other noise than it claims
+            private.optimizer.noise_multiplier = noise_multiplier
+
+    prior = (claim.mixture_phase,) if claim.composition == "sequential" and claim.mixture_phase else ()
+    choice_ft = {"learning_rate": claim.learning_rate, "epochs": claim.epochs}
+    tuned = track.dp_finetune(job, start, choice_ft, prior, with_canaries)
+    canaries = attached[0]
+    canaries.detach()
+    result = canaries.audit(
+        epsilon=claim.finetune_epsilon,
+        delta=claim.delta,
+        phases=[claim.finetune_phase],
+        confidence=spec.confidence,
+        accountant=claim.finetune_accountant,
+    )
+    if result.violation:
+        raise Refused("audit", f"the one-run audit of this very finetune found: {one_run_line(result)}")
+    model = getattr(tuned.model, "_module", tuned.model)  # Opacus' GradSampleModule wraps the CNN
+    weights = cnn.state_arrays(model)
+    write_npz(out / MODEL_FILE, **weights)
+    world = track.world
+    manifest = ModelManifest(
+        model={
+            "file": MODEL_FILE,
+            "sha256": sha256_bytes((out / MODEL_FILE).read_bytes()),
+            "architecture": "SmallCNN",
+            "task": job.task,
+            "classes": int(model.head.out_features),
+            "parameters": int(sum(v.size for v in weights.values())),
+        },
+        metrics=tuned.scored(world.test_images, world.test_labels, job.task)["metrics"],
+        claim=claim,
+        mixture={
+            "method": job.method,
+            "sources": [s.name for s in world.sources],
+            "weights": None if mixture.weights is None else [float(w) for w in mixture.weights],
+        },
+        audit={
+            **result.to_dict(),
+            "noise_multiplier": float(canaries.optimizer.noise_multiplier),
+            "sample_rate": claim.finetune_phase.sample_rate,
+            "steps": claim.finetune_phase.steps,
+            "steps_run": len(canaries.released),
+            "membership": "OS CSPRNG",
+        },
+        verification={"level": verification.level, "passed": True, "seconds": verification.seconds},
+        budget=budget,
+        inputs=ready.inputs,
+        timestamp=now(),
+    )
+    write_model_card(manifest.to_dict(), out)
+    return manifest

@@ -1,0 +1,62 @@
+"""The card a model release writes beside release.json: the composed claim, the one-run audit
+of the finetune that made the weights, and the model's test metrics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..reporting import Block, write_pages
+
+
+def _phase(phase: dict[str, Any] | None) -> str:
+    if phase is None:
+        return "none (a free method)"
+    return f"σ = {phase['noise_multiplier']:.5g}, q = {phase['sample_rate']:.4g}, T = {phase['steps']}"
+
+
+def write_model_card(manifest: dict[str, Any], out: Path) -> None:
+    """release.md / release.html of a model release."""
+    claim, audit, budget, model = manifest["claim"], manifest["audit"], manifest["budget"], manifest["model"]
+    cap = "no cap" if budget["budget_epsilon"] is None else f"{budget['budget_epsilon']:g}"
+    verdict = "VIOLATION" if audit["violation"] else "no violation"
+    profile = audit["epsilon_lower_bound_profile"]
+    metrics = [["metric", "value"]] + [[k, f"{v:.4f}"] for k, v in manifest["metrics"].items()]
+    weights = manifest["mixture"]["weights"]
+    mixture = (
+        "no pretraining mixture"
+        if weights is None
+        else "λ = " + ", ".join(f"{n} {w:.3f}" for n, w in zip(manifest["mixture"]["sources"], weights, strict=True))
+    )
+    blocks: list[Block] = [
+        (
+            "strong",
+            f"Released: a {model['architecture']} ({model['task']}, {model['parameters']} weights) that is "
+            f"({claim['epsilon']:.4g}, {claim['delta']:g})-DP for each example of the sensitive data "
+            f"({claim['composition']} composition of its mixture and its finetune).",
+        ),
+        (
+            "p",
+            f"Mixture ({claim['method']}): {_phase(claim['mixture_phase'])}, ε {claim['mixture_epsilon']:.4g} (PLD); "
+            f"{mixture}. Finetune: {_phase(claim['finetune_phase'])}, C = {claim['clip']:g}, batch "
+            f"{claim['batch']}, {claim['epochs']} epochs, ε {claim['finetune_epsilon']:.4g} "
+            f"({claim['finetune_accountant']}). Noise, batches and canaries from the OS CSPRNG.",
+        ),
+        (
+            "p",
+            f"Spent ε = {budget['spent_epsilon']:.4g} of {cap} on this data (both phases of this model charged, "
+            f"with every other release on it, composed by PLD at δ = {budget['delta']:g}).",
+        ),
+        (
+            "p",
+            f"verify-accountant ({manifest['verification']['level']}): "
+            f"{'PASS' if manifest['verification']['passed'] else 'FAIL'}. One-run audit of this very finetune "
+            f"(Steinke, Nasr & Jagielski 2023; {audit['canaries']} Dirac canaries, {audit['members']} in, "
+            f"{audit['confidence']:.0%}): {verdict}; ε_LB {audit['epsilon_lower_bound']:.3f}"
+            + ("" if profile is None else f", ε_LB (profile) {profile:.3f}")
+            + f" against the finetune's claimed ε {audit['claimed_epsilon']:.4g}.",
+        ),
+        ("table", metrics),
+        ("p", f"Weights: {model['file']}, sha256 {model['sha256'][:16]}…; released {manifest['timestamp']}."),
+    ]
+    write_pages(out, "dpaudit-mix model release", blocks, name="release")

@@ -1,0 +1,130 @@
+"""check-release of a model manifest (``"kind": "model"``): the weights file against its
+sha256 (and loadable without pickle, every weight finite), the claim recomputed from its phases
+by the accountants, and the one-run audit's verdict tied to the finetune it audited. The
+manifest is untrusted JSON: every field read is type-checked first."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import accounting, npz
+from ..audit.one_run import MIN_CANARIES
+from ..cache import sha256_bytes
+from ..errors import InputError
+from .check import _field
+from .manifest import manifest_digest
+from .model import ModelClaim, composed_epsilon
+
+#: how far a recorded ε may sit from its recomputation (float formatting, not accounting).
+RELATIVE, ABSOLUTE = 1e-6, 1e-9
+
+
+def _phase(raw: Any, where: str) -> accounting.GaussianPhase:
+    for key in ("noise_multiplier", "sample_rate"):
+        _field(raw, key, (int, float), where)
+    _field(raw, "steps", (int,), where)
+    try:
+        return accounting.GaussianPhase(raw["noise_multiplier"], raw["sample_rate"], raw["steps"])
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
+
+
+def _claim(manifest: dict[str, Any], where: str) -> ModelClaim:
+    raw = _field(manifest, "claim", (dict,), where)
+    where = f"{where}, claim"
+    for key in ("epsilon", "delta", "mixture_epsilon", "finetune_epsilon", "clip", "learning_rate"):
+        _field(raw, key, (int, float), where)
+    for key in ("batch", "epochs"):
+        _field(raw, key, (int,), where)
+    for key in ("composition", "method", "finetune_accountant"):
+        _field(raw, key, (str,), where)
+    accounting.check_delta(raw["delta"])
+    mixture = None if raw.get("mixture_phase") is None else _phase(raw["mixture_phase"], f"{where}, mixture_phase")
+    values = {k: raw[k] for k in ModelClaim.__dataclass_fields__ if k not in ("mixture_phase", "finetune_phase")}
+    return ModelClaim(
+        **values, mixture_phase=mixture, finetune_phase=_phase(raw.get("finetune_phase"), f"{where}, finetune_phase")
+    )
+
+
+def check_model_release(manifest: dict[str, Any], folder: Path, where: str) -> list[str]:
+    """Everything about a model release.json that does not hold; [] when it all does."""
+    claim = _claim(manifest, where)
+    for key in ("model", "audit", "verification", "inputs"):
+        _field(manifest, key, (dict,), where)
+    problems = []
+    if manifest.get("manifest_sha256") != manifest_digest(manifest):
+        problems.append("manifest_sha256 does not match the manifest's contents (edited after release)")
+    problems += _weights(manifest["model"], folder, f"{where}, model")
+    problems += _claim_mismatch(claim)
+    if manifest["verification"].get("passed") is not True:
+        problems.append("verification: the manifest's own verification did not pass (verification.passed is not true)")
+    problems += _audit_mismatch(manifest["audit"], claim)
+    return problems
+
+
+def _weights(model: dict[str, Any], folder: Path, where: str) -> list[str]:
+    name = _field(model, "file", (str,), where)
+    digest = _field(model, "sha256", (str,), where)
+    path = folder / name
+    if Path(name).name != name or not path.is_file():
+        return [f"model: the weights file {name!r} is not beside the manifest"]
+    content = path.read_bytes()
+    if sha256_bytes(content) != digest:
+        return [f"model: {name} does not match its sha256 (the weights were changed after release)"]
+    try:
+        arrays = npz.loads(content, f"the released weights {path}")
+    except InputError as exc:
+        return [f"model: {exc}"]
+    if not arrays or not all(a.dtype.kind == "f" and np.all(np.isfinite(a)) for a in arrays.values()):
+        return [f"model: {name} holds no weights, or weights that are not finite floats"]
+    return []
+
+
+def _claim_mismatch(claim: ModelClaim) -> list[str]:
+    """Each phase's ε recomputed by the accountant that calibrated it, and the total as the
+    pipeline composes them, against what the manifest says."""
+    if claim.finetune_accountant not in accounting.ACCOUNTANTS:
+        return [f"claim: unknown accountant {claim.finetune_accountant!r}"]
+    if claim.composition not in ("parallel", "sequential"):
+        return [f"claim: unknown composition {claim.composition!r}"]
+    problems = []
+    try:
+        recomputed = {
+            "mixture_epsilon": 0.0
+            if claim.mixture_phase is None
+            else accounting.epsilon([claim.mixture_phase], claim.delta),
+            "finetune_epsilon": accounting.epsilon([claim.finetune_phase], claim.delta, claim.finetune_accountant),
+        }
+    except InputError as exc:
+        return [f"claim: its phases cannot be accounted: {exc}"]
+    for key, value in recomputed.items():
+        if not math.isclose(getattr(claim, key), value, rel_tol=RELATIVE, abs_tol=ABSOLUTE):
+            problems.append(f"claim: {key} recomputed {value:.6g} from its phase, manifest says {getattr(claim, key)}")
+    total = composed_epsilon(ModelClaim(**{**claim.__dict__, **recomputed}))
+    if claim.epsilon < total * (1 - 1e-9):
+        problems.append(
+            f"claim: the claimed epsilon {claim.epsilon:g} is below its phases' {claim.composition} {total:.6g}"
+        )
+    return problems
+
+
+def _audit_mismatch(audit: dict[str, Any], claim: ModelClaim) -> list[str]:
+    """A clean one-run audit of this finetune: its σ, q and T, the finetune's claimed ε, enough canaries."""
+    if audit.get("violation") is not False or audit.get("profile_violation") is not False:
+        return ["audit: the manifest's own one-run audit does not show a clean pass"]
+    phase, problems = claim.finetune_phase, []
+    for key in ("noise_multiplier", "sample_rate", "steps"):
+        if audit.get(key) != getattr(phase, key):
+            problems.append(
+                f"audit: it ran {key} {audit.get(key)!r}, the finetune's claim says {getattr(phase, key)!r}"
+            )
+    if audit.get("claimed_epsilon") != claim.finetune_epsilon:
+        problems.append("audit: it tested another epsilon than the finetune's claim")
+    canaries = audit.get("canaries")
+    if not isinstance(canaries, int) or isinstance(canaries, bool) or canaries < MIN_CANARIES:
+        problems.append(f"audit: {canaries!r} canaries (at least {MIN_CANARIES})")
+    return problems

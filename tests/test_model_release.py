@@ -1,0 +1,118 @@
+"""The finetuned model released through the gate (release/model.py): reserve, verify, train once
+with canaries, audit that run, publish weights that load without pickle; check-release on them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dpaudit_mix.cli import main
+from dpaudit_mix.models import cnn
+from dpaudit_mix.npz import load
+from dpaudit_mix.release import gate, ledger
+from dpaudit_mix.release.manifest import manifest_digest
+
+from .conftest import TINY_PIPELINE
+from .test_verify import TINY
+
+
+@pytest.fixture(autouse=True)
+def tiny_verification(monkeypatch) -> None:
+    monkeypatch.setattr(gate, "VERIFY_LEVEL", TINY)
+
+
+def _specs(tmp_path: Path, **keys: object) -> Path:
+    pipeline = tmp_path / "pipeline.toml"
+    # 4 finetune epochs: a member canary is then sampled in at least one step in 99 % of them
+    settings = {**TINY_PIPELINE, "methods": ["dpmixmin", "uniform", "nonprivate_mixmin"], "finetune_epochs": 4}
+    pipeline.write_text(
+        "".join(f"{k} = {json.dumps(list(v) if isinstance(v, tuple) else v)}\n" for k, v in settings.items())
+    )
+    spec = tmp_path / "model.toml"
+    base = {
+        "pipeline": "pipeline.toml",
+        "method": "dpmixmin",
+        "epsilon": 2.0,
+        "canaries": 1000,
+        "ledger": str(tmp_path / "ledger.json"),
+        **keys,
+    }
+    spec.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in base.items()))
+    return spec
+
+
+def test_a_model_release_publishes_audited_weights_that_check_and_load(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "r"
+    assert main(["release", str(_specs(tmp_path)), "--out", str(out)]) == 0
+    manifest = json.loads((out / "release.json").read_text())
+    assert manifest["kind"] == "model" and manifest["manifest_sha256"] == manifest_digest(manifest)
+    claim, audit = manifest["claim"], manifest["audit"]
+    assert claim["composition"] == "parallel" and claim["epsilon"] == max(
+        claim["mixture_epsilon"], claim["finetune_epsilon"]
+    )
+    assert claim["epsilon"] <= 2.0 + 1e-3
+    assert audit["one_run"] and not audit["violation"] and audit["canaries"] == 1000
+    assert audit["noise_multiplier"] == claim["finetune_phase"]["noise_multiplier"]
+    assert len(manifest["mixture"]["weights"]) == len(manifest["mixture"]["sources"])
+    # the ledger charged both phases of the model
+    entry = ledger.read(tmp_path / "ledger.json")[0]
+    assert entry.status == "released" and entry.manifest_sha256 == manifest["manifest_sha256"]
+    assert [p.noise_multiplier for p in entry.phases] == [
+        claim["mixture_phase"]["noise_multiplier"],
+        claim["finetune_phase"]["noise_multiplier"],
+    ]
+    # the weights load without pickle into the CNN, hold no canary coordinate, and are the model scored
+    weights = load(out / "model.npz", "weights")
+    model = cnn.SmallCNN()
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})  # strict: no extra coordinate
+    from dpaudit_mix.data import registry
+
+    _, sensitive = registry.world_sources("mnist", 0)
+    metrics = cnn.evaluate(model, sensitive.test_images, sensitive.test_labels)
+    assert metrics["macro_auc"] == pytest.approx(manifest["metrics"]["macro_auc"], abs=1e-9)
+    for name in ("release.md", "release.html"):
+        assert "One-run audit of this very finetune" in (out / name).read_text()
+    capsys.readouterr()
+    assert main(["check-release", str(out / "release.json")]) == 0
+    # edited weights are refused
+    edited = dict(weights)
+    edited["head.bias"] = edited["head.bias"] + 1e-3
+    np.savez(out / "model.npz", **edited)
+    assert main(["check-release", str(out / "release.json")]) == 3
+    assert "the weights were changed after release" in capsys.readouterr().err
+
+
+def test_a_finetune_that_adds_less_noise_than_claimed_is_refused_and_publishes_nothing(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "r"
+    spec = _specs(tmp_path)
+    assert main(["release", str(spec), "--out", str(out), "--noise-multiplier", "0.05"]) == 3
+    err = capsys.readouterr().err
+    assert "REFUSED (audit)" in err and "one-run audit of this very finetune" in err
+    assert sorted(p.name for p in out.iterdir()) == ["refused.json"]
+    assert ledger.read(tmp_path / "ledger.json") == []  # the reservation was withdrawn
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ({"method": "random_search"}, "is not one the pipeline runs"),
+        ({"method": "nonprivate_mixmin"}, "cannot be released"),
+        ({"epsilon": 3.0}, "is not one of the pipeline's"),
+        ({"task": "digit-3"}, "is not one the pipeline runs"),
+        ({"canaries": 5}, "canaries must be >= 20"),
+        ({"pipeline": "missing.toml"}, "missing.toml"),
+    ],
+)
+def test_a_model_release_spec_the_pipeline_does_not_run_exits_2(
+    tmp_path: Path, capsys, keys: dict, message: str
+) -> None:
+    out = tmp_path / "r"
+    assert main(["release", str(_specs(tmp_path, **keys)), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert not (out / "model.npz").exists() and not (out / "release.json").exists()
+    assert ledger.read(tmp_path / "ledger.json") == []
