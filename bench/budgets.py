@@ -4,13 +4,18 @@
 2. `dpaudit-mix recovery recovery/default.toml` (budget 120 s), and one recovery cell as a single
    vectorised learner call against the loop of single-run fits it replaces.
 3. `dpaudit-mix pipeline pipeline/default.toml` (budget 900 s; skip with --no-pipeline).
-Each command runs in a fresh temporary output folder (no cache).
-Usage: python bench/budgets.py [--no-pipeline]
+4. The one-run audits of the pipeline's DP-SGD (`audits/opacus-one-run.toml`,
+   `audits/user-dpsgd-one-run.toml`) and the model release (`releases/model.toml`, into a
+   temporary ledger), no budget.
+Each command runs in a fresh temporary output folder (no stage cache; built problems and
+proxies come from the user cache, as for a user's second command).
+Usage: python bench/budgets.py [--no-pipeline] [--only SUBSTRING]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -25,12 +30,14 @@ NOISE = stream(0, "learner-noise", bench="budgets")
 
 def wall(*argv: str) -> float:
     with tempfile.TemporaryDirectory() as out:
+        env = {**os.environ, "DPAUDIT_MIX_LEDGER": os.path.join(out, "ledger.json")}
         start = time.perf_counter()
         subprocess.run(
-            [sys.executable, "-m", "dpaudit_mix.cli", *argv, "--out", out],
+            [sys.executable, "-m", "dpaudit_mix.cli", *argv, "--out", os.path.join(out, "out")],
             check=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            env=env,
         )
         return time.perf_counter() - start
 
@@ -53,17 +60,27 @@ def cell_speedup(seeds: int = 5, repeats: int = 5) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--no-pipeline", action="store_true")
+    parser.add_argument("--only", default="", help="run only the commands whose name holds this")
     args = parser.parse_args()
-    rows = [
-        ("verify-accountant --quick", wall("verify-accountant", "--quick"), 120.0),
-        ("verify-accountant --quick --self-test", wall("verify-accountant", "--quick", "--self-test"), None),
-        ("recovery recovery/default.toml", wall("recovery", "recovery/default.toml"), 120.0),
+    commands: list[tuple[tuple[str, ...], float | None]] = [
+        (("verify-accountant", "--quick"), 120.0),
+        (("verify-accountant", "--quick", "--self-test"), None),
+        (("recovery", "recovery/default.toml"), 120.0),
+        (("audit", "audits/opacus-one-run.toml"), None),
+        (("audit", "audits/user-dpsgd-one-run.toml"), None),
+        (("release", "releases/model.toml"), None),
     ]
     if not args.no_pipeline:
-        rows.append(("pipeline pipeline/default.toml", wall("pipeline", "pipeline/default.toml"), 900.0))
-    for name, seconds, budget in rows:
+        commands.append((("pipeline", "pipeline/default.toml"), 900.0))
+    for argv, budget in commands:
+        name = " ".join(argv)
+        if args.only not in name:
+            continue
+        seconds = wall(*argv)
         ratio = f"{seconds / budget:.2f} of budget {budget:.0f} s" if budget else "no budget"
-        print(f"{name:<42} {seconds:7.1f} s   {ratio}")
+        print(f"{name:<42} {seconds:7.1f} s   {ratio}", flush=True)
+    if args.only:
+        return
     batched, looped = cell_speedup()
     print(
         f"recovery cell (5 runs): vectorised {batched * 1e3:.1f} ms, loop of fits {looped * 1e3:.1f} ms, "

@@ -4,6 +4,7 @@ with canaries, audit that run, publish weights that load without pickle; check-r
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,16 +20,21 @@ from dpaudit_mix.release.manifest import manifest_digest
 from .conftest import TINY_PIPELINE
 from .test_verify import TINY
 
+#: verification still runs (and must pass) before the model trains, with one monotone axis: what
+#: these tests exercise is the model path (test_release.py runs the gate at TINY).
+BARE = replace(TINY, name="bare", monotone={"noise_multiplier": (1.0, 2.0)})
+
 
 @pytest.fixture(autouse=True)
-def tiny_verification(monkeypatch) -> None:
-    monkeypatch.setattr(gate, "VERIFY_LEVEL", TINY)
+def bare_verification(monkeypatch) -> None:
+    monkeypatch.setattr(gate, "VERIFY_LEVEL", BARE)
 
 
 def _specs(tmp_path: Path, **keys: object) -> Path:
     pipeline = tmp_path / "pipeline.toml"
     # 4 finetune epochs: a member canary is then sampled in at least one step in 99 % of them
-    settings = {**TINY_PIPELINE, "methods": ["dpmixmin", "uniform", "nonprivate_mixmin"], "finetune_epochs": 4}
+    methods = ["dpmixmin", "uniform", "no_pretrain", "nonprivate_mixmin"]
+    settings = {**TINY_PIPELINE, "methods": methods, "finetune_epochs": 4}
     pipeline.write_text(
         "".join(f"{k} = {json.dumps(list(v) if isinstance(v, tuple) else v)}\n" for k, v in settings.items())
     )
@@ -88,7 +94,7 @@ def test_a_model_release_publishes_audited_weights_that_check_and_load(tmp_path:
 
 def test_a_finetune_that_adds_less_noise_than_claimed_is_refused_and_publishes_nothing(tmp_path: Path, capsys) -> None:
     out = tmp_path / "r"
-    spec = _specs(tmp_path)
+    spec = _specs(tmp_path, method="no_pretrain")  # no λ to fit, no pretraining: the finetune alone
     assert main(["release", str(spec), "--out", str(out), "--noise-multiplier", "0.05"]) == 3
     err = capsys.readouterr().err
     assert "REFUSED (audit)" in err and "one-run audit of this very finetune" in err

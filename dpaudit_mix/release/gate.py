@@ -11,10 +11,11 @@ and nothing that holds λ.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -36,10 +37,13 @@ from ..verification.suite import verify
 from . import ledger
 from .card import CARD, write_card
 from .manifest import Budget, Claim, Manifest, public_path
+from .model_manifest import MODEL_FILE, ModelManifest, is_model_spec
 from .spec import ReleaseSpec
 
-if TYPE_CHECKING:
-    from .model import ModelManifest
+#: what releases a model from a model release spec's bytes (the image pipeline's, given by the
+#: command line: the pipeline is a layer above this gate): (spec path, its bytes, out, ledger
+#: path, σ override, progress) → the published manifest.
+ModelReleaser = Callable[[Path, bytes, Path, "Path | None", "float | None", bool], ModelManifest]
 
 #: the verification level run before every release (tests swap in a smaller one).
 VERIFY_LEVEL = QUICK
@@ -63,8 +67,6 @@ class Published:
 
     def to_dict(self) -> dict[str, Any]:
         """What the command line says of it."""
-        from .model import ModelManifest
-
         manifest = self.manifest
         if isinstance(manifest, ModelManifest):
             return {
@@ -325,8 +327,10 @@ def release(
     noise_multiplier: float | None = None,
     progress: bool = True,
     ledger_path: Path | None = None,
+    models: ModelReleaser | None = None,
 ) -> Published:
     """Run the gate and publish; on refusal write ``out/refused.json`` and raise :class:`Refused`.
+    A spec that names a pipeline releases a model, through ``models``.
 
     A folder that already holds a published release is refused up front (a release is never
     overwritten); what an unfinished earlier run left (a card without release.json, a refusal)
@@ -339,13 +343,15 @@ def release(
         not (out / "release.json").exists(),
         f"{out} already holds a published release (release.json); a release is never overwritten: choose another --out",
     )
-    from .model import MODEL_FILE, is_model_spec, release_model  # it builds on this module
-
     manifest: Manifest | ModelManifest
     try:
         spec_bytes = read_spec_bytes(spec_path)
         if is_model_spec(spec_path, spec_bytes):
-            manifest = release_model(spec_path, spec_bytes, out, ledger_path, noise_multiplier, progress)
+            require(
+                models is not None, f"{spec_path} releases a model (it names a pipeline): use `dpaudit-mix release`"
+            )
+            assert models is not None
+            manifest = models(spec_path, spec_bytes, out, ledger_path, noise_multiplier, progress)
         else:
             spec = parse_spec(ReleaseSpec, spec_path, spec_bytes)
             ledger_path = ledger_path or (Path(spec.ledger) if spec.ledger else ledger.default_path())

@@ -17,7 +17,7 @@ from ..cache import sha256_bytes
 from ..errors import InputError
 from .check import _field
 from .manifest import manifest_digest
-from .model import ModelClaim, composed_epsilon
+from .model_manifest import ModelClaim, composed_epsilon
 
 #: how far a recorded ε may sit from its recomputation (float formatting, not accounting).
 RELATIVE, ABSOLUTE = 1e-6, 1e-9

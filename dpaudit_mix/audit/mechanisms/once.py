@@ -27,7 +27,6 @@ from torch.utils.data import TensorDataset
 
 from ... import accounting
 from ...alphabet import V
-from ...canaries import attach
 from ...data import registry
 from ...errors import require
 from ...models import cnn, opacus_sgd, userdp
@@ -35,6 +34,7 @@ from ...problem import Problem
 from ...randomness import Key, RandomSource
 from ...resources import require_memory
 from ..dirac import dirac_scores
+from ..gradient_canaries import attach
 from ..spec import AuditSpec, mixing_rows
 from .base import CanaryCollector, Plan, Setting
 from .dpsgd import CANARY_PULL, UserProbe, _dirac_info, isolated_canary, user_windows

@@ -14,7 +14,7 @@ and the reservation committed. A refusal withdraws the reservation and publishes
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +22,25 @@ import numpy as np
 
 from .. import __version__, accounting
 from ..atomic import write_json, write_npz
+from ..audit.gradient_canaries import Canaries, attach
 from ..audit.one_run import MIN_CANARIES
 from ..audit.score_file import one_run_line
 from ..cache import sha256_bytes, user_cache_dir
+from ..data import registry
 from ..errors import InputError, require
+from ..models import cnn
+from ..models.device import resolved
+from ..release import gate, ledger
+from ..release.gate import Refused, now
+from ..release.manifest import Budget, public_path
+from ..release.model_card import write_model_card
+from ..release.model_manifest import MODEL_FILE, ModelClaim, ModelManifest, composed_epsilon
 from ..specfile import check_fields, parse_spec, read_spec_bytes, spec_table
-from . import ledger
-from .gate import VERIFY_LEVEL, Refused, now
-from .manifest import Budget, manifest_digest, public_path
-
-#: the released weights' file, beside release.json.
-MODEL_FILE = "model.npz"
+from ..verification.suite import verify
+from .methods import Mixture, mix_epsilon, mixing_phase
+from .run import ImageTrack, build_world, image_track
+from .spec import PipelineSpec
+from .stages import Job, StageCache
 
 
 @dataclass(frozen=True)
@@ -60,78 +68,8 @@ class ModelReleaseSpec:
         )
 
 
-def is_model_spec(path: Path, content: bytes) -> bool:
-    """Whether a release spec releases a model (it names a pipeline) rather than λ."""
-    return "pipeline" in spec_table(path, content)
-
-
-@dataclass(frozen=True)
-class ModelClaim:
-    """The released model's (ε, δ): the mixture's phase and the finetune's, composed as the
-    pipeline composes them; each phase's ε by the accountant that calibrated it."""
-
-    epsilon: float  # the total, as the pipeline composes it
-    delta: float
-    composition: str  # "parallel" (disjoint splits: the max) or "sequential" (PLD)
-    method: str
-    mixture_phase: accounting.GaussianPhase | None
-    mixture_epsilon: float  # PLD; 0 for a free method
-    finetune_phase: accounting.GaussianPhase
-    finetune_epsilon: float
-    finetune_accountant: str  # "prv" (Opacus' own calibration) alone, ours after a prior phase
-    clip: float
-    batch: int
-    learning_rate: float
-    epochs: int
-
-
 def _finetune_accountant(sequential: bool, mixture: accounting.GaussianPhase | None) -> str:
     return accounting.DEFAULT_ACCOUNTANT if sequential and mixture is not None else "prv"
-
-
-def composed_epsilon(claim: ModelClaim) -> float:
-    """ε of the model from its phases: sequential = both composed by PLD; parallel = the larger
-    of the two (each split sees one phase)."""
-    if claim.composition == "sequential":
-        phases = (*((claim.mixture_phase,) if claim.mixture_phase else ()), claim.finetune_phase)
-        return accounting.epsilon(phases, claim.delta)
-    return max(claim.mixture_epsilon, claim.finetune_epsilon)
-
-
-@dataclass(frozen=True)
-class ModelManifest:
-    """release.json of a model release, and its own digest."""
-
-    model: dict[str, Any]  # file, sha256, architecture, task, classes, parameters
-    metrics: dict[str, float]  # on the world's test set
-    claim: ModelClaim
-    mixture: dict[str, Any]  # λ over the sources (None without pretraining)
-    audit: dict[str, Any]  # the one-run audit of the finetune that made these weights
-    verification: dict[str, Any]
-    budget: Budget
-    inputs: dict[str, str]
-    timestamp: str
-
-    def body(self) -> dict[str, Any]:
-        return {
-            "kind": "model",
-            "model": dict(self.model),
-            "metrics": dict(self.metrics),
-            "claim": asdict(self.claim),
-            "mixture": dict(self.mixture),
-            "audit": dict(self.audit),
-            "verification": dict(self.verification),
-            "budget": asdict(self.budget),
-            "inputs": dict(self.inputs),
-            "timestamp": self.timestamp,
-        }
-
-    @property
-    def digest(self) -> str:
-        return manifest_digest(self.body())
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.body(), "manifest_sha256": self.digest}
 
 
 @dataclass(frozen=True)
@@ -139,10 +77,10 @@ class Prepared:
     """Everything fixed before the first private step: the specs, the track, the job, the claim."""
 
     spec: ModelReleaseSpec
-    pipeline: Any  # PipelineSpec
-    track: Any  # pipeline.run.ImageTrack (secure)
-    cache: Any  # StageCache of public stages
-    job: Any  # pipeline.stages.Job
+    pipeline: PipelineSpec
+    track: ImageTrack  # secure: every private draw from the OS CSPRNG
+    cache: StageCache  # the public stages (proxies, pretraining)
+    job: Job
     claim: ModelClaim
     inputs: dict[str, str]
 
@@ -154,19 +92,16 @@ def _pipeline_path(spec_path: Path, pipeline: str) -> Path:
 
 def prepare(spec_path: Path, spec_bytes: bytes, out: Path, progress: bool) -> Prepared:
     """The release's specs, world, track and claim; every input error is raised here."""
-    from ..experiments import is_text_world
-    from ..models import cnn
-    from ..models.device import resolved
-    from ..pipeline.methods import mix_epsilon, mixing_phase
-    from ..pipeline.run import build_world, image_track
-    from ..pipeline.spec import PipelineSpec
-    from ..pipeline.stages import Job, StageCache
-
     spec = parse_spec(ModelReleaseSpec, spec_path, spec_bytes)
     path = _pipeline_path(spec_path, spec.pipeline)
     pipeline_bytes = read_spec_bytes(path)
+    world_name = spec_table(path, pipeline_bytes).get("world")
     require(
-        not is_text_world(spec_table(path, pipeline_bytes).get("world")),
+        not (
+            isinstance(world_name, str)
+            and world_name in registry.PROBLEMS
+            and not registry.is_image(registry.world(world_name))
+        ),
         f"{path}: a model release releases the image pipeline's CNN; the text track's model is not released here",
     )
     pipe = resolved(parse_spec(PipelineSpec, path, pipeline_bytes))
@@ -289,14 +224,8 @@ def release_model(
 def _trained_and_audited(
     ready: Prepared, out: Path, noise_multiplier: float | None, progress: bool, budget: Budget
 ) -> ModelManifest:
-    from ..canaries import Canaries, attach
-    from ..models import cnn
-    from ..pipeline.methods import Mixture
-    from ..verification.suite import verify
-    from .model_card import write_model_card
-
     spec, claim, track, job = ready.spec, ready.claim, ready.track, ready.job
-    verification = verify(VERIFY_LEVEL, progress=progress)
+    verification = verify(gate.VERIFY_LEVEL, progress=progress)
     if verification.failures():
         raise Refused("verify", "verify-accountant failed: " + "; ".join(verification.failures()))
     choice = track.mixture(job)
@@ -334,7 +263,7 @@ def _trained_and_audited(
             "sha256": sha256_bytes((out / MODEL_FILE).read_bytes()),
             "architecture": "SmallCNN",
             "task": job.task,
-            "classes": int(model.head.out_features),
+            "classes": int(weights["head.bias"].shape[0]),
             "parameters": int(sum(v.size for v in weights.values())),
         },
         metrics=tuned.scored(world.test_images, world.test_labels, job.task)["metrics"],

@@ -1,0 +1,196 @@
+"""Dirac canaries inside a user's own Opacus training, audited from that one run.
+
+``canaries = attach(optimizer, m, sample_rate=q)`` after ``PrivacyEngine.make_private``; the
+user's training loop runs unchanged; ``canaries.audit(epsilon=..., delta=..., phases=[...])``
+then tests the claim with :func:`.one_run.audit_one_run`. Users reach it as
+:mod:`dpaudit_mix.canaries`.
+
+How (Opacus' own DPOptimizer does the privatising): the canaries are m extra coordinates w,
+one per canary, in a parameter group of their own that no example's loss reaches. Before
+Opacus clips, every real example's per-sample gradient on w is 0 (so its norm, and its clipping,
+are untouched); after Opacus has summed the clipped gradients, each canary that is a member
+(probability ½, drawn once) and sampled this step (probability q, like any example under
+Poisson sampling) adds C to its coordinate: a Dirac gradient of norm exactly the clipping norm.
+Opacus then adds its own noise to w with the rest and divides by its expected batch size, which
+the canaries do not change. What it released on w each step is kept: x_t σ = w.grad · B / C,
+and the white-box score of each canary is the per-step likelihood ratio of :mod:`.dirac`.
+The user's model never holds w: what they save has no canary coordinate. ``detach()`` takes w
+out of the optimizer.
+
+What this certifies: that the optimizer, as configured and as it ran (its σ, its clipping norm,
+its noise, how often a canary's gradient entered), releases no more than the claim allows on a
+worst-case example. It does not see a bug in how the user's loader samples their real examples
+(the canaries are sampled here, at the stated q) or in per-sample gradients of their model;
+input-space canaries (held-out or mislabelled examples scored by their loss, black-box) see the
+whole pipeline, at far less power.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import accounting
+from ..errors import is_real, require
+from ..randomness import RandomSource, SecureSource
+from ..resources import require_memory
+from .dirac import dirac_scores
+from .one_run import MIN_CANARIES, OneRunResult, audit_one_run
+
+#: bytes each canary keeps per step (its released value, float64).
+BYTES_PER_CANARY_STEP = 8
+
+
+@dataclass
+class Canaries:
+    """m canaries riding on an Opacus DPOptimizer, and what it released on them each step."""
+
+    optimizer: Any
+    weight: Any  # torch.nn.Parameter (m,): the canary coordinates
+    membership: np.ndarray  # (m,) bool: which canaries are in
+    sample_rate: float
+    source: RandomSource
+    released: list[np.ndarray] = field(default_factory=list)  # per step, (m,): x_t σ
+    _restore: list[Callable[[], None]] = field(default_factory=list)
+
+    @property
+    def canaries(self) -> int:
+        return len(self.membership)
+
+    def scores(self, noise_multiplier: float | None = None, sample_rate: float | None = None) -> np.ndarray:
+        """Each canary's white-box score under the claimed σ and q (default: the optimizer's σ and
+        the stated q): the log-likelihood ratio of everything it released."""
+        require(len(self.released) >= 1, "the canaries saw no step: train before auditing")
+        sigma = self.optimizer.noise_multiplier if noise_multiplier is None else noise_multiplier
+        q = self.sample_rate if sample_rate is None else sample_rate
+        return dirac_scores(np.stack(self.released, axis=1), sigma, q)
+
+    def final_scores(self) -> np.ndarray:
+        """Each canary's black-box score: its coordinate after plain SGD on everything released,
+        Σ_t x_t σ (what an observer of final weights that held w would see, up to the step size)."""
+        require(len(self.released) >= 1, "the canaries saw no step: train before auditing")
+        return np.nansum(np.stack(self.released, axis=1), axis=1)
+
+    def audit(
+        self,
+        *,
+        epsilon: float,
+        delta: float,
+        phases: Sequence[accounting.GaussianPhase] | None = None,
+        confidence: float = 0.95,
+        accountant: str = accounting.DEFAULT_ACCOUNTANT,
+    ) -> OneRunResult:
+        """The one-run audit of the claim: with ``phases`` (σ, q, T of the training), the canaries
+        are scored under the claimed σ and q (a σ the optimizer did not really use shows), and the
+        claim's whole privacy profile is tested."""
+        sigma, q = (phases[-1].noise_multiplier, phases[-1].sample_rate) if phases else (None, None)
+        return audit_one_run(
+            self.scores(sigma, q),
+            self.membership,
+            epsilon=epsilon,
+            delta=delta,
+            phases=phases,
+            confidence=confidence,
+            accountant=accountant,
+        )
+
+    def detach(self) -> None:
+        """Take the canary coordinates out of the optimizer (and its hooks), released values kept."""
+        while self._restore:
+            self._restore.pop()()
+
+
+def attach(
+    optimizer: Any,
+    m: int,
+    *,
+    sample_rate: float,
+    membership: np.ndarray | None = None,
+    source: RandomSource | None = None,
+) -> Canaries:
+    """Attach ``m`` Dirac canaries to ``optimizer`` (an Opacus DPOptimizer, after make_private),
+    each in with probability ½ (or as ``membership`` says) and sampled at ``sample_rate`` (the q
+    of the training's Poisson loader). Every draw comes from ``source``, the OS CSPRNG unless a
+    named stream is given (tests)."""
+    import torch
+    from opacus.optimizers import DPOptimizer
+
+    require(
+        isinstance(optimizer, DPOptimizer), f"canaries attach to an Opacus DPOptimizer, got {type(optimizer).__name__}"
+    )
+    require(
+        isinstance(m, (int, np.integer)) and not isinstance(m, bool) and m >= MIN_CANARIES,
+        f"m must be an integer >= {MIN_CANARIES}, got {m!r}",
+    )
+    m = int(m)
+    require(
+        is_real(sample_rate) and 0 < sample_rate <= 1,
+        f"sample_rate must be the training's q in (0, 1], got {sample_rate!r}",
+    )
+    require_memory(m * BYTES_PER_CANARY_STEP * 1000, f"{m} canaries over 1,000 steps")
+    draws: RandomSource = SecureSource() if source is None else source
+    member = draws.random(m) < 0.5 if membership is None else np.asarray(membership)
+    require(
+        member.shape == (m,) and bool(np.all((member == 0) | (member == 1))),
+        f"membership must be {m} values of 0 or 1",
+    )
+    reference = optimizer.params[0]
+    weight = torch.nn.Parameter(torch.zeros(m, dtype=reference.dtype, device=reference.device))
+    optimizer.original_optimizer.add_param_group({"params": [weight], "lr": 0.0})
+    canaries = Canaries(optimizer, weight, member.astype(bool), float(sample_rate), draws)
+    _hook_clipping(canaries)
+    _hook_release(canaries)
+    return canaries
+
+
+def _hook_clipping(canaries: Canaries) -> None:
+    """Before Opacus clips: a zero per-sample gradient on w for every real example; after it has
+    summed: each member canary sampled this step adds C to its coordinate."""
+    import torch
+
+    optimizer, weight = canaries.optimizer, canaries.weight
+    pre_step, clip_and_accumulate = optimizer.pre_step, optimizer.clip_and_accumulate
+
+    def zero_on_canaries(closure: Any = None) -> Any:
+        real = next(p for p in optimizer.params if p is not weight)
+        batch = len(optimizer._get_flat_grad_sample(real))
+        weight.grad_sample = torch.zeros((batch, canaries.canaries), dtype=weight.dtype, device=weight.device)
+        return pre_step(closure)
+
+    def with_canaries() -> None:
+        clip_and_accumulate()
+        sampled = canaries.membership & (canaries.source.random(canaries.canaries) < canaries.sample_rate)
+        dirac = torch.from_numpy(sampled.astype(np.float64) * optimizer.max_grad_norm)
+        weight.summed_grad = weight.summed_grad + dirac.to(weight.device, weight.dtype)
+
+    optimizer.pre_step, optimizer.clip_and_accumulate = zero_on_canaries, with_canaries
+
+    def restore() -> None:
+        del optimizer.pre_step, optimizer.clip_and_accumulate
+
+    canaries._restore.append(restore)
+
+
+def _hook_release(canaries: Canaries) -> None:
+    """After Opacus has noised and scaled: what it released on w, in units of σC per step."""
+    optimizer, weight = canaries.optimizer, canaries.weight
+    accountant_hook = optimizer.step_hook
+
+    def record(opt: Any) -> None:
+        require(opt.accumulated_iterations == 1, "canaries do not support gradient accumulation (one batch per step)")
+        scale = opt.expected_batch_size if opt.loss_reduction == "mean" else 1.0
+        canaries.released.append(weight.grad.detach().cpu().numpy().astype(np.float64) * scale / opt.max_grad_norm)
+        if accountant_hook is not None:
+            accountant_hook(opt)
+
+    optimizer.step_hook = record
+
+    def restore() -> None:
+        optimizer.step_hook = accountant_hook
+        groups = optimizer.original_optimizer.param_groups
+        groups[:] = [g for g in groups if not any(p is weight for p in g["params"])]
+
+    canaries._restore.append(restore)

@@ -1,0 +1,87 @@
+"""A model release's manifest, as types: the claim of a finetuned model (its mixture's phase and
+its finetune's, composed as the pipeline composes them), release.json's sections and its digest.
+The gate writes one (:mod:`..pipeline.release`); check-release reads one as untrusted JSON
+(:mod:`.model_check`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import accounting
+from ..specfile import spec_table
+from .manifest import Budget, manifest_digest
+
+#: the released weights' file, beside release.json.
+MODEL_FILE = "model.npz"
+
+
+def is_model_spec(path: Path, content: bytes) -> bool:
+    """Whether a release spec releases a model (it names a pipeline) rather than λ."""
+    return "pipeline" in spec_table(path, content)
+
+
+@dataclass(frozen=True)
+class ModelClaim:
+    """The released model's (ε, δ): the mixture's phase and the finetune's, composed as the
+    pipeline composes them; each phase's ε by the accountant that calibrated it."""
+
+    epsilon: float  # the total, as the pipeline composes it
+    delta: float
+    composition: str  # "parallel" (disjoint splits: the max) or "sequential" (PLD)
+    method: str
+    mixture_phase: accounting.GaussianPhase | None
+    mixture_epsilon: float  # PLD; 0 for a free method
+    finetune_phase: accounting.GaussianPhase
+    finetune_epsilon: float
+    finetune_accountant: str  # "prv" (Opacus' own calibration) alone, ours after a prior phase
+    clip: float
+    batch: int
+    learning_rate: float
+    epochs: int
+
+
+def composed_epsilon(claim: ModelClaim) -> float:
+    """ε of the model from its phases: sequential = both composed by PLD; parallel = the larger
+    of the two (each split sees one phase)."""
+    if claim.composition == "sequential":
+        phases = (*((claim.mixture_phase,) if claim.mixture_phase else ()), claim.finetune_phase)
+        return accounting.epsilon(phases, claim.delta)
+    return max(claim.mixture_epsilon, claim.finetune_epsilon)
+
+
+@dataclass(frozen=True)
+class ModelManifest:
+    """release.json of a model release, and its own digest."""
+
+    model: dict[str, Any]  # file, sha256, architecture, task, classes, parameters
+    metrics: dict[str, float]  # on the world's test set
+    claim: ModelClaim
+    mixture: dict[str, Any]  # λ over the sources (None without pretraining)
+    audit: dict[str, Any]  # the one-run audit of the finetune that made these weights
+    verification: dict[str, Any]
+    budget: Budget
+    inputs: dict[str, str]
+    timestamp: str
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "kind": "model",
+            "model": dict(self.model),
+            "metrics": dict(self.metrics),
+            "claim": asdict(self.claim),
+            "mixture": dict(self.mixture),
+            "audit": dict(self.audit),
+            "verification": dict(self.verification),
+            "budget": asdict(self.budget),
+            "inputs": dict(self.inputs),
+            "timestamp": self.timestamp,
+        }
+
+    @property
+    def digest(self) -> str:
+        return manifest_digest(self.body())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.body(), "manifest_sha256": self.digest}
