@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test selftest lint bench clean
 
 # torch==2.13.0 is named in the same pip call, so pip takes the local CPU wheel, never a CUDA build.
 # constraints.txt pins every package to the versions the tests ran with; pyproject.toml keeps ranges.
@@ -20,9 +20,13 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 demo: $(STAMP)
 	$(PY) -m dpaudit_mix.demo
 
-# One pytest worker per core (pytest-xdist): most tests compute on one thread.
+# One pytest worker per core (pytest-xdist): most tests compute on one thread. The verify
+# self-test (about 4 minutes) is a step of its own: `make selftest`, which .ci/run runs too.
 test: $(STAMP)
-	$(PY) -m pytest -q -n auto --dist worksteal
+	$(PY) -m pytest -q -n auto --dist worksteal -m "not selftest"
+
+selftest: $(STAMP)
+	$(PY) -m pytest -q -m selftest
 
 # ruff (lint and format) on everything, mypy on the package (strict on the core; see pyproject.toml).
 lint: $(STAMP)

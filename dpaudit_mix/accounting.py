@@ -20,8 +20,6 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
-from scipy.optimize import brentq
-from scipy.stats import norm
 
 from .errors import InputError, is_real, require
 from .registry import Registry
@@ -371,6 +369,8 @@ def _calibrate(
             )
             low, high = low / factor, low
     # Invariant: excess(low) > 0 >= excess(high). Brent's method to rel_tol, then keep the valid side.
+    from scipy.optimize import brentq  # scipy on first use: the command line starts without it
+
     sigma = brentq(excess, low, high, xtol=rel_tol * low / 4, rtol=rel_tol / 4)
     while excess(sigma) > 0:
         sigma = min(high, sigma * (1 + rel_tol / 4))
@@ -419,8 +419,10 @@ def gdp_delta(mu: float, epsilon: float | np.ndarray) -> float | np.ndarray:
     Tested against dp_accounting's ``GaussianPrivacyLoss`` (a μ-GDP mechanism is a Gaussian with
     sensitivity 1 and noise 1/μ).
     """
+    from scipy.special import log_ndtr, ndtr  # Φ and log Φ, on first use: the command line starts without scipy
+
     eps = np.asarray(epsilon, dtype=float)
-    delta = norm.cdf(-eps / mu + mu / 2) - np.exp(eps + norm.logcdf(-eps / mu - mu / 2))
+    delta = ndtr(-eps / mu + mu / 2) - np.exp(eps + log_ndtr(-eps / mu - mu / 2))
     return float(delta) if np.ndim(delta) == 0 else delta
 
 
@@ -433,6 +435,8 @@ def gdp_epsilon_of_mu(mu: float, delta: float) -> float:
     high = 1.0
     while gdp_delta(mu, high) > delta:
         high *= 2
+    from scipy.optimize import brentq
+
     return float(brentq(lambda e: gdp_delta(mu, e) - delta, 0.0, high, xtol=1e-12))
 
 
@@ -443,6 +447,8 @@ def gdp_mu_of_epsilon(epsilon: float, delta: float) -> float:
     high = 1.0
     while gdp_delta(high, epsilon) < delta:
         high *= 2
+    from scipy.optimize import brentq
+
     return float(brentq(lambda m: gdp_delta(m, epsilon) - delta, 1e-12, high, xtol=1e-14))
 
 

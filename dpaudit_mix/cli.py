@@ -167,11 +167,12 @@ def cmd_problem(args: argparse.Namespace) -> None:
 
 def cmd_bound(args: argparse.Namespace) -> None:
     from .audit.bounds import epsilon_lower_bound
-    from .audit.profile import GaussianTradeOff
 
     bound = epsilon_lower_bound(args.fp, args.fn, args.negatives, args.positives, args.delta, args.confidence)
     result: dict[str, Any] = dataclasses.asdict(bound)
     if args.claimed_mu is not None:
+        from .audit.profile import GaussianTradeOff  # scipy.stats: only when a curve is tested
+
         require(args.claimed_mu > 0, f"--claimed-mu must be > 0, got {args.claimed_mu}")
         result["claimed_mu"] = args.claimed_mu
         result["profile_violation"] = bool(GaussianTradeOff(args.claimed_mu).violated(bound.fpr_upper, bound.fnr_upper))

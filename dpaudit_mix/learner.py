@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
-from scipy.special import logsumexp
 from threadpoolctl import threadpool_limits
 
 from .errors import present, require
@@ -200,6 +199,8 @@ def _fit_block(
     privatiser: Privatiser,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Fit the runs of one block; returns weights (R, k) and white-box scores (R,) or None."""
+    from scipy.special import logsumexp  # scipy on first use: the command line starts without it
+
     k = prep.p.shape[1]
     r_count = len(runs)
     T, C, q = config.steps, config.clip, config.sample_rate

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
-from scipy.special import logsumexp
 
 from .errors import is_real, require
 from .problem import checked_logp
@@ -22,6 +21,8 @@ MAX_STEP = 1e6
 
 def mixture_loss(logp: np.ndarray, lam: np.ndarray) -> np.ndarray:
     """L(λ) for one λ of shape (k,) or many of shape (R, k) (then one loss per row)."""
+    from scipy.special import logsumexp  # scipy on first use: the command line starts without it
+
     lam = np.asarray(lam, dtype=np.float64)
     with np.errstate(divide="ignore"):
         log_lam = np.log(lam)
@@ -70,6 +71,8 @@ def mixmin(
     decay only like 1/t. ``adaptive=False`` is plain EG with step ``learning_rate`` (the DP
     learner's update without noise).
     """
+    from scipy.special import logsumexp
+
     for name, value in (("tol", tol), ("learning_rate", learning_rate)):
         require(is_real(value) and 0 < value < np.inf, f"{name} must be a finite number > 0, got {value!r}")
     require(

@@ -76,3 +76,5 @@ def test_canaries_need_an_opacus_optimizer_and_enough_of_them() -> None:
         attach(optimizer, 5, sample_rate=Q)
     with pytest.raises(InputError, match="sample_rate"):
         attach(optimizer, 100, sample_rate=1.5)
+    with pytest.raises(InputError, match="canaries over 1,000 steps"):  # refused before anything is allocated
+        attach(optimizer, 10**13, sample_rate=Q)

@@ -96,3 +96,15 @@ def test_corrupt_problem_file(capsys, tmp_path: Path) -> None:
     np.savez(bad, logp=np.array([[0.2, -1.0]]), sources=np.array(["a", "b"]))
     code, _, err = run(capsys, "mix", "--problem", str(bad), "--nonprivate")
     assert code == 2 and "positive log-likelihood" in err
+
+
+def test_the_command_line_starts_without_the_heavy_libraries() -> None:
+    """`--help` and argument errors stay fast: importing the CLI loads no scipy, torch, opacus,
+    dp_accounting, pandas or matplotlib (each command imports what it needs when it runs)."""
+    import subprocess
+    import sys
+
+    heavy = ("scipy", "torch", "opacus", "dp_accounting", "pandas", "matplotlib", "sklearn", "statsmodels")
+    code = f"import sys, dpaudit_mix.cli; print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})))"
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert out.strip() == "[]"

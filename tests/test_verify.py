@@ -26,7 +26,7 @@ TINY = Level(
 )
 
 
-@pytest.mark.long
+@pytest.mark.selftest
 def test_quick_verification_passes_and_catches_every_mutant(capsys, tmp_path: Path) -> None:
     """The CI job itself: `verify-accountant --quick --self-test` on the shipped code."""
     assert main(["verify-accountant", "--quick", "--self-test", "--out", str(tmp_path)]) == 0

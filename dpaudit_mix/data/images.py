@@ -5,10 +5,17 @@ from __future__ import annotations
 import gzip
 import pickle
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from scipy import ndimage
-from scipy.ndimage import zoom
+
+
+def _ndimage() -> Any:
+    """scipy.ndimage, imported on first use: the command line starts without scipy."""
+    from scipy import ndimage
+
+    return ndimage
+
 
 SIDE = 28
 
@@ -32,7 +39,7 @@ def uci_digits(framed: bool = False) -> tuple[np.ndarray, np.ndarray]:
     bunch = load_digits()
     small = bunch.images / 16.0
     inner = SIDE - 8 if framed else SIDE
-    big = zoom(small, (1, inner / 8, inner / 8), order=1)
+    big = _ndimage().zoom(small, (1, inner / 8, inner / 8), order=1)
     if framed:
         big = np.pad(big, ((0, 0), (4, 4), (4, 4)))
     return np.clip(big, 0, 1).astype(np.float32), bunch.target.astype(np.int64)
@@ -96,7 +103,7 @@ def blur(x: np.ndarray, factor: int = 4) -> np.ndarray:
 def thicken(x: np.ndarray, size: int) -> np.ndarray:
     """Stroke width: grey dilation (size > 0) or erosion (size < 0) with a |size|+1 square."""
     footprint = (1, abs(size) + 1, abs(size) + 1)
-    op = ndimage.grey_dilation if size > 0 else ndimage.grey_erosion
+    op = _ndimage().grey_dilation if size > 0 else _ndimage().grey_erosion
     return op(x, size=footprint).astype(np.float32)
 
 
@@ -105,7 +112,7 @@ def rescale(x: np.ndarray, factor: float) -> np.ndarray:
     centre = (SIDE - 1) / 2
     matrix = np.diag([1.0, 1 / factor, 1 / factor])
     offset = np.array([0.0, centre - centre / factor, centre - centre / factor])
-    return np.clip(ndimage.affine_transform(x, matrix, offset=offset, order=1), 0, 1).astype(np.float32)
+    return np.clip(_ndimage().affine_transform(x, matrix, offset=offset, order=1), 0, 1).astype(np.float32)
 
 
 def translate(x: np.ndarray, pixels: float, rng: np.random.Generator) -> np.ndarray:
@@ -113,12 +120,12 @@ def translate(x: np.ndarray, pixels: float, rng: np.random.Generator) -> np.ndar
     angle = rng.uniform(0, 2 * np.pi, len(x))
     out = np.empty_like(x)
     for i, a in enumerate(angle):
-        out[i] = ndimage.shift(x[i], (pixels * np.sin(a), pixels * np.cos(a)), order=1)
+        out[i] = _ndimage().shift(x[i], (pixels * np.sin(a), pixels * np.cos(a)), order=1)
     return out
 
 
 def rotate_by(x: np.ndarray, degrees: float) -> np.ndarray:
-    return np.clip(ndimage.rotate(x, degrees, axes=(1, 2), reshape=False, order=1), 0, 1).astype(np.float32)
+    return np.clip(_ndimage().rotate(x, degrees, axes=(1, 2), reshape=False, order=1), 0, 1).astype(np.float32)
 
 
 def elastic(x: np.ndarray, alpha: float, rng: np.random.Generator, sigma: float = 4.0) -> np.ndarray:
@@ -126,9 +133,9 @@ def elastic(x: np.ndarray, alpha: float, rng: np.random.Generator, sigma: float 
     out = np.empty_like(x)
     rows, cols = np.meshgrid(np.arange(SIDE), np.arange(SIDE), indexing="ij")
     for i in range(len(x)):
-        dr = ndimage.gaussian_filter(rng.uniform(-1, 1, (SIDE, SIDE)), sigma) * alpha
-        dc = ndimage.gaussian_filter(rng.uniform(-1, 1, (SIDE, SIDE)), sigma) * alpha
-        out[i] = ndimage.map_coordinates(x[i], [rows + dr, cols + dc], order=1)
+        dr = _ndimage().gaussian_filter(rng.uniform(-1, 1, (SIDE, SIDE)), sigma) * alpha
+        dc = _ndimage().gaussian_filter(rng.uniform(-1, 1, (SIDE, SIDE)), sigma) * alpha
+        out[i] = _ndimage().map_coordinates(x[i], [rows + dr, cols + dc], order=1)
     return out
 
 
@@ -139,7 +146,7 @@ def contrast(x: np.ndarray, level: float) -> np.ndarray:
 
 def smooth(x: np.ndarray, sigma: float) -> np.ndarray:
     """Gaussian blur of width ``sigma`` pixels."""
-    return ndimage.gaussian_filter(x, (0, sigma, sigma)).astype(np.float32)
+    return _ndimage().gaussian_filter(x, (0, sigma, sigma)).astype(np.float32)
 
 
 def features(x: np.ndarray) -> np.ndarray:

@@ -37,10 +37,14 @@ from ..release.model_card import write_model_card
 from ..release.model_manifest import MODEL_FILE, ModelClaim, ModelManifest, composed_epsilon
 from ..specfile import check_fields, parse_spec, read_spec_bytes, spec_table
 from ..verification.suite import verify
+from ..verification.variants import OPACUS
 from .methods import Mixture, mix_epsilon, mixing_phase
 from .run import ImageTrack, build_world, image_track
 from .spec import PipelineSpec
 from .stages import Job, StageCache
+
+#: what a model release runs, so what its verification checks: λ's parts and the finetune's Opacus DP-SGD.
+MODEL_PARTS = gate.LAMBDA_PARTS | {OPACUS}
 
 
 @dataclass(frozen=True)
@@ -225,7 +229,7 @@ def _trained_and_audited(
     ready: Prepared, out: Path, noise_multiplier: float | None, progress: bool, budget: Budget
 ) -> ModelManifest:
     spec, claim, track, job = ready.spec, ready.claim, ready.track, ready.job
-    verification = verify(gate.VERIFY_LEVEL, progress=progress)
+    verification = verify(gate.VERIFY_LEVEL, progress=progress, parts=MODEL_PARTS)
     if verification.failures():
         raise Refused("verify", "verify-accountant failed: " + "; ".join(verification.failures()))
     choice = track.mixture(job)
@@ -281,7 +285,7 @@ def _trained_and_audited(
             "steps_run": len(canaries.released),
             "membership": "OS CSPRNG",
         },
-        verification={"level": verification.level, "passed": True, "seconds": verification.seconds},
+        verification=gate.verification_record(verification),
         budget=budget,
         inputs=ready.inputs,
         timestamp=now(),

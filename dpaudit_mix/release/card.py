@@ -58,7 +58,8 @@ def write_card(manifest: dict[str, Any], out: Path) -> None:
         (
             "p",
             f"verify-accountant ({manifest['verification']['level']}): "
-            f"{'PASS' if manifest['verification']['passed'] else 'FAIL'}. White-box audit of this exact "
+            f"{'PASS' if manifest['verification']['passed'] else 'FAIL'} "
+            f"({', '.join(manifest['verification'].get('checks', []))}). White-box audit of this exact "
             f"configuration, {audit['confidence']:.0%} CP, thresholds '{audit['threshold_strategy']}': "
             f"{'VIOLATION' if audit['violation'] else 'no violation'}.",
         ),

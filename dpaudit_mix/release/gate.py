@@ -33,7 +33,8 @@ from ..learner import LearnerConfig, fit
 from ..problem import Problem
 from ..specfile import parse_spec, read_spec_bytes
 from ..verification.checks import QUICK
-from ..verification.suite import verify
+from ..verification.suite import Verification, verify
+from ..verification.variants import ACCOUNTANT, LEARNER, WIRING
 from . import ledger
 from .card import CARD, write_card
 from .manifest import Budget, Claim, Manifest, public_path
@@ -47,6 +48,9 @@ ModelReleaser = Callable[[Path, bytes, Path, "Path | None", "float | None", bool
 
 #: the verification level run before every release (tests swap in a smaller one).
 VERIFY_LEVEL = QUICK
+#: what releasing λ runs, so what its verification checks: the accountants, the σ they are
+#: told (the wiring) and the learner's DP step; not the pipeline's DP-SGD.
+LAMBDA_PARTS = frozenset({ACCOUNTANT, WIRING, LEARNER})
 
 
 class Refused(Exception):
@@ -193,7 +197,7 @@ def _checked_release(
     manifest, with its card written (release.json is the caller's, last). ``budget``: what the
     ledger says of the data with this release counted."""
     sigma = phase.noise_multiplier
-    verification = verify(VERIFY_LEVEL, progress=progress)
+    verification = verify(VERIFY_LEVEL, progress=progress, parts=LAMBDA_PARTS)
     if verification.failures():
         raise Refused("verify", "verify-accountant failed: " + "; ".join(verification.failures()))
     work = work_folder(inputs)
@@ -230,13 +234,23 @@ def _checked_release(
         claim=_claim(spec, phase, calibrated),
         inputs=inputs,
         spec=_public_spec(spec, inputs["problem"], out),
-        verification={"level": verification.level, "passed": True, "seconds": verification.seconds},
+        verification=verification_record(verification),
         audit=_audit_record(audit, spec, prob),
         budget=budget,
         timestamp=now(),
     )
     write_card(manifest.to_dict(), out)
     return manifest
+
+
+def verification_record(verification: Verification) -> dict[str, Any]:
+    """The manifest's verification section: the level, the checks that ran, and that they passed."""
+    return {
+        "level": verification.level,
+        "passed": verification.passed,
+        "checks": [c.name for c in verification.checks],
+        "seconds": verification.seconds,
+    }
 
 
 def _audit_spec(spec: ReleaseSpec, prob: Problem, inputs: dict[str, str]) -> AuditSpec:

@@ -50,7 +50,8 @@ def write_model_card(manifest: dict[str, Any], out: Path) -> None:
         (
             "p",
             f"verify-accountant ({manifest['verification']['level']}): "
-            f"{'PASS' if manifest['verification']['passed'] else 'FAIL'}. One-run audit of this very finetune "
+            f"{'PASS' if manifest['verification']['passed'] else 'FAIL'} "
+            f"({', '.join(manifest['verification'].get('checks', []))}). One-run audit of this very finetune "
             f"(Steinke, Nasr & Jagielski 2023; {audit['canaries']} Dirac canaries, {audit['members']} in, "
             f"{audit['confidence']:.0%}): {verdict}; ε_LB {audit['epsilon_lower_bound']:.3f}"
             + ("" if profile is None else f", ε_LB (profile) {profile:.3f}")
