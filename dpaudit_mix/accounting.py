@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
+from . import calibrations
 from .errors import InputError, is_real, require
 from .registry import Registry
 from .resources import bounded
@@ -336,6 +337,36 @@ def _calibrate(
         )
         return epsilon([*prior, GaussianPhase(sigma, sample_rate, steps)], delta, accountant) - target_epsilon
 
+    request = {
+        "epsilon": target_epsilon,
+        "delta": delta,
+        "sample_rate": sample_rate,
+        "steps": steps,
+        "accountant": accountant,
+        "rel_tol": rel_tol,
+        "prior": [[p.noise_multiplier, p.sample_rate, p.steps] for p in prior],
+    }
+    remembered = calibrations.hint(request) if accountant in BUILTIN_ACCOUNTANTS else None
+    # A remembered σ is used only if this accountant confirms it: within the target, and minimal
+    # to rel_tol (a σ one tolerance smaller overshoots). Else, or with none, calibrate afresh.
+    if remembered is not None and excess(remembered) <= 0 and excess(remembered / (1 + rel_tol)) > 0:
+        return remembered
+    sigma = _search(excess, target_epsilon, delta, sample_rate, steps, accountant, rel_tol)
+    if accountant in BUILTIN_ACCOUNTANTS:
+        calibrations.remember(request, sigma)
+    return sigma
+
+
+def _search(
+    excess: Callable[[float], float],
+    target_epsilon: float,
+    delta: float,
+    sample_rate: float,
+    steps: int,
+    accountant: str,
+    rel_tol: float,
+) -> float:
+    """The smallest σ with ``excess(σ)`` ≤ 0, to rel_tol: bracket, then Brent's method."""
     # Bracket in the accountant itself (no other accountant's floor limits the reachable ε),
     # from a start that is exact for full batch and close under Poisson sampling.
     factor = 1.5

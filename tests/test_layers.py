@@ -32,6 +32,7 @@ LAYERS: dict[str, int] = {
             "randomness",
             "backend",
             "registry",
+            "calibrations",
         ],
         0,
     ),

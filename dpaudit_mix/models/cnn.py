@@ -21,7 +21,7 @@ from sklearn.metrics import roc_auc_score
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from .. import accounting
+from .. import accounting, calibrations
 from ..errors import InputError
 from ..randomness import Key, torch_scope
 from ..resources import bounded
@@ -166,7 +166,30 @@ def opacus_sigma(epsilon: float, delta: float, sample_rate: float, epochs: int) 
             )
 
     what = f"Opacus' PRV calibration of epsilon {epsilon:g} at delta {delta:g}, q {sample_rate:g}, {epochs} epochs"
-    return bounded(compute, what=what, seconds=OPACUS_CALIBRATION_SECONDS)
+    request = {"opacus": "get_noise_multiplier", "epsilon": epsilon, "delta": delta, "q": sample_rate, "epochs": epochs}
+    remembered = calibrations.hint(request)
+    if remembered is not None:  # used only if Opacus' own PRV accountant confirms it (its own criterion)
+        spent = bounded(_opacus_epsilon, remembered, sample_rate, epochs, delta, what=what)
+        if 0 <= epsilon - spent <= OPACUS_TOLERANCE:
+            return remembered
+    sigma = bounded(compute, what=what, seconds=OPACUS_CALIBRATION_SECONDS)
+    calibrations.remember(request, sigma)
+    return sigma
+
+
+#: Opacus' calibration stops once ε(σ) is within this much below the target (its default).
+OPACUS_TOLERANCE = 0.01
+
+
+def _opacus_epsilon(sigma: float, sample_rate: float, epochs: int, delta: float) -> float:
+    """ε of σ by Opacus' PRV accountant at its calibration's q and steps (int(epochs / q))."""
+    from opacus.accountants import create_accountant
+
+    accountant = create_accountant(mechanism="prv")
+    accountant.history = [(sigma, sample_rate, int(epochs / sample_rate))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(accountant.get_epsilon(delta=delta))
 
 
 #: how long Opacus' own calibration may take: it takes under a second where it succeeds, and 10 s
