@@ -259,6 +259,7 @@ def cmd_audit_scores(args: argparse.Namespace) -> int:
         args.label,
         out,
         args.accountant,
+        progress=True,
     )
     print(json.dumps(result.to_dict(), indent=2))
     see = f"; see {out}/report.md" if out else ""
@@ -560,7 +561,7 @@ def _audit_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
     scores.add_argument("--confidence", type=_finite, default=0.95)
     scores.add_argument("--threshold", default="bonferroni", help="bonferroni (default) or split")
-    scores.add_argument("--seed", type=_seed, default=0, help="names the streams of the split and the bootstrap")
+    scores.add_argument("--seed", type=_seed, default=0, help="names the stream of the split strategy's SELECT half")
     scores.add_argument(
         "--label",
         default="scores",

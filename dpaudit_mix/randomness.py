@@ -57,7 +57,6 @@ PURPOSES = frozenset(
         "audit-mixing-rows",
         "audit-assignment",
         "audit-natural-canary",
-        "audit-bootstrap",
         "recovery-subset",
         "recovery-tuning",
         "verify-conformance",

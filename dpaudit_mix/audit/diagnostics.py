@@ -1,5 +1,5 @@
 """Attack diagnostics that carry no DP claim but tell an auditor how strong the attack is:
-AUROC with a stratified bootstrap interval, and TPR at small fixed FPRs."""
+AUROC with DeLong's interval, and TPR at small fixed FPRs."""
 
 from __future__ import annotations
 
@@ -7,11 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..randomness import Stream
-
 #: FPR levels at which the TPR is reported.
 FPR_LEVELS = (1e-3, 1e-2)
-BOOTSTRAP_RESAMPLES = 400
 
 
 @dataclass(frozen=True)
@@ -19,12 +16,6 @@ class Diagnostics:
     auroc: float
     auroc_ci: tuple[float, float]
     tpr_at_fpr: dict[str, float]
-
-
-def _auroc(count_in: np.ndarray, count_out: np.ndarray) -> float:
-    """P(in > out) + ½ P(in = out) from the counts of each distinct score value (sorted)."""
-    below = np.cumsum(count_out) - count_out
-    return float(count_in @ (below + 0.5 * count_out) / (count_in.sum() * count_out.sum()))
 
 
 def tpr_at_fpr(scores_in: np.ndarray, scores_out: np.ndarray, level: float) -> float:
@@ -36,34 +27,37 @@ def tpr_at_fpr(scores_in: np.ndarray, scores_out: np.ndarray, level: float) -> f
     return float(np.mean(scores_in > cut))
 
 
-def diagnose(
-    scores_in: np.ndarray,
-    scores_out: np.ndarray,
-    bootstrap: Stream,
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    confidence: float = 0.95,
-) -> Diagnostics:
-    """AUROC (percentile bootstrap, in- and out-runs resampled separately) and TPR at FPR_LEVELS."""
-    values, ranks = np.unique(np.concatenate([scores_in, scores_out]), return_inverse=True)
-    ranks_in, ranks_out = ranks[: len(scores_in)], ranks[len(scores_in) :]
-    levels = len(values)
+def auroc_interval(scores_in: np.ndarray, scores_out: np.ndarray, confidence: float) -> tuple[float, float, float]:
+    """AUROC and its two-sided normal interval at ``confidence`` by DeLong's variance (DeLong,
+    DeLong & Clarke-Pearson 1988, Biometrics 44: the structural components V10 and V01, ties
+    counted ½): var = s²(V10)/m + s²(V01)/n. Two sorts and two searches, so 10⁷ scores per class
+    take seconds where a bootstrap takes hours; clipped to [0, 1]. Asymptotic: near AUROC 1 with
+    few runs it is narrower than it should be (it is a diagnostic, never a privacy claim)."""
+    from scipy.special import ndtri
 
-    def auroc(r_in: np.ndarray, r_out: np.ndarray) -> float:
-        return _auroc(np.bincount(r_in, minlength=levels), np.bincount(r_out, minlength=levels))
+    sorted_in, sorted_out = np.sort(scores_in), np.sort(scores_out)
 
-    # Scores become the index of their distinct value, so a resample costs two bincounts.
-    rng = bootstrap.numpy()
-    boot = [
-        auroc(
-            ranks_in[rng.integers(len(ranks_in), size=len(ranks_in))],
-            ranks_out[rng.integers(len(ranks_out), size=len(ranks_out))],
-        )
-        for _ in range(resamples)
-    ]
-    tail = (1 - confidence) / 2
-    low, high = np.quantile(boot, [tail, 1 - tail])
+    def placements(queries: np.ndarray, sorted_other: np.ndarray) -> np.ndarray:
+        """Each query's share of ``sorted_other`` below it, ties ½ (sorted queries: the searches
+        walk memory in order, 20× faster than scattered ones at 10⁷)."""
+        left = np.searchsorted(sorted_other, queries, "left")
+        return (left + 0.5 * (np.searchsorted(sorted_other, queries, "right") - left)) / len(sorted_other)
+
+    v10 = placements(sorted_in, sorted_out)  # per in-score: P(out < it) + ½ P(out = it)
+    v01 = 1 - placements(sorted_out, sorted_in)  # per out-score: P(in > it) + ½ P(in = it)
+    auc = float(v10.mean())
+    variance = (
+        v10.var(ddof=1) / len(scores_in) + v01.var(ddof=1) / len(scores_out) if min(len(v10), len(v01)) > 1 else np.inf
+    )
+    half = float(ndtri(1 - (1 - confidence) / 2) * np.sqrt(variance))
+    return auc, max(0.0, auc - half), min(1.0, auc + half)
+
+
+def diagnose(scores_in: np.ndarray, scores_out: np.ndarray, confidence: float = 0.95) -> Diagnostics:
+    """AUROC with DeLong's interval (:func:`auroc_interval`) and TPR at FPR_LEVELS."""
+    auc, low, high = auroc_interval(scores_in, scores_out, confidence)
     return Diagnostics(
-        auroc(ranks_in, ranks_out),
-        (float(low), float(high)),
+        auc,
+        (low, high),
         {f"{level:g}": tpr_at_fpr(scores_in, scores_out, level) for level in FPR_LEVELS},
     )

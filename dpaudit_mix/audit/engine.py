@@ -53,7 +53,7 @@ def _collect_chunk(
 
 
 #: bytes per run the analysis holds besides the scores (16 per setting, kept for the report):
-#: include, the attack's sorted copy, the diagnostics' ranks and bootstrap resamples.
+#: include, the attack's sorted copy, and the diagnostics' sorted copies and placements.
 ANALYSIS_BYTES_PER_RUN = 72
 
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import csv
 import io
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from .. import accounting, npz
 from ..atomic import check_output, write_json
@@ -26,6 +28,7 @@ from .one_run import OneRunResult, audit_one_run, checked_canaries
 from .profile import TradeOff
 from .report import tradeoff_figure
 from .scores import (
+    STEPS,
     AuditResult,
     analyse,
     checked_claim,
@@ -104,6 +107,10 @@ def _read_csv(path: Path, content: bytes) -> tuple[np.ndarray, np.ndarray]:
     return scores, labels == "1"
 
 
+#: from this many scores on, each step of the analysis takes a second or more: a bar shows them.
+PROGRESS_RUNS = 1_000_000
+
+
 def audit_score_file(
     path: Path,
     scores: dict[str, np.ndarray],
@@ -116,17 +123,36 @@ def audit_score_file(
     label: str = "scores",
     out: Path | None = None,
     accountant: str = accounting.DEFAULT_ACCOUNTANT,
+    progress: bool = False,
 ) -> AuditResult:
     """:func:`.scores.audit_scores` on ``scores`` as :func:`read_scores` read them from ``path``
-    (read once: the caller checks them before it makes ``out``); with ``out``, the report there."""
+    (read once: the caller checks them before it makes ``out``); with ``out``, the report there.
+    ``progress``: a bar of the analysis' steps on stderr, from PROGRESS_RUNS scores on."""
     claimed = checked_claim(epsilon, delta, phases, confidence, threshold, accountant)
     if out is not None:  # every input checked first: a refused audit makes no folder
         out = check_output(out, folder=True, inputs=[path])
     args = (epsilon, delta, claimed, phases, confidence, threshold, seed)
-    result, found = analyse(scores["in_scores"], scores["out_scores"], *args, label)
-    if "control_in" in scores:
-        control = analyse(scores["control_in"], scores["control_out"], *args, control_label(label))[0]
-        result = with_control(result, control)
+    runs = sum(len(v) for v in scores.values())
+    with tqdm(
+        total=len(STEPS) * (1 + ("control_in" in scores)),
+        desc="audit-scores",
+        unit="step",
+        disable=not progress or runs < PROGRESS_RUNS,
+        file=sys.stderr,
+    ) as bar:
+
+        started: list[str] = []
+
+        def step(name: str) -> None:  # a step starts: the one before it is done
+            bar.update(len(started) > bar.n)
+            started.append(name)
+            bar.set_postfix_str(name)
+
+        result, found = analyse(scores["in_scores"], scores["out_scores"], *args, label, step)
+        if "control_in" in scores:
+            control = analyse(scores["control_in"], scores["control_out"], *args, control_label(label), step)[0]
+            result = with_control(result, control)
+        bar.update(len(started) - bar.n)
     if out is not None:
         _write_report(out, path, scores, result, found, claimed, epsilon, delta, phases, confidence, threshold, label)
     return result

@@ -11,7 +11,7 @@ result states its power: what an attack with no error could certify from as many
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -227,6 +227,11 @@ def _warnings(auroc: float, epsilon: float, max_epsilon: float, detectable: bool
     return tuple(said)
 
 
+#: what :func:`analyse` does, in order: the threshold attack and its bounds, the AUROC and TPRs, the
+#: claimed curve's test and the profile bound.
+STEPS = ("attack", "diagnostics", "profile")
+
+
 def analyse(
     scores_in: np.ndarray,
     scores_out: np.ndarray,
@@ -238,20 +243,26 @@ def analyse(
     threshold: str,
     seed: int,
     label: str,
+    step: Callable[[str], None] | None = None,
 ) -> tuple[AuditResult, AttackResult]:
-    """The result and the attack behind it (its thresholds and counted runs, for figures).
+    """The result and the attack behind it (its thresholds and counted runs, for figures);
+    ``step`` hears of each of its :data:`STEPS` as it starts (a progress bar).
 
-    Runs are in-scores then out-scores; ``split`` draws its SELECT half, and the AUROC bootstrap
-    its resamples, from streams named by ``seed`` and ``label``. ``phases`` are the claim's
+    Runs are in-scores then out-scores; ``split`` draws its SELECT half from a stream named by
+    ``seed`` and ``label``. ``phases`` are the claim's
     Gaussian phases (None: a μ-GDP claim, whose Gaussian numbers are then not known to be bounds).
     ``confidence`` holds for this one result: an audit of several shares its α over them.
     """
+    tell = step or (lambda name: None)
+    tell(STEPS[0])
     gdp_is_bound = full_batch(phases)
     scores = np.concatenate([scores_in, scores_out])
     include = np.arange(len(scores)) < len(scores_in)
     select = stream(seed, "audit-assignment", scores=label, runs=len(scores)).numpy().permutation(len(scores))
     found = attack(scores, include, select < len(scores) // 2, delta, confidence, threshold)
-    diag = diagnose(scores_in, scores_out, stream(seed, "audit-bootstrap", scores=label))
+    tell(STEPS[1])
+    diag = diagnose(scores_in, scores_out)
+    tell(STEPS[2])
     profile_violation = found.profile_violation(claimed)
     profile_bound = (
         found.epsilon_lower_bound_gdp
@@ -330,8 +341,8 @@ def audit_scores(
     profile (μ-GDP when every q = 1). Without phases the claim is μ-GDP from ε, which the package
     cannot know to be the mechanism's own (``gdp_is_bound`` is False). ``control_in`` and
     ``control_out`` are the same attack's scores on σ = 0 runs: given, a control that stays
-    within the claim makes the result ``inconclusive``. ``seed`` and ``label`` name the streams
-    the split strategy and the AUROC bootstrap draw from (same inputs, same result).
+    within the claim makes the result ``inconclusive``. ``seed`` and ``label`` name the stream
+    the split strategy draws from (same inputs, same result).
     """
     scores_in, scores_out = checked_scores(in_scores, "in_scores"), checked_scores(out_scores, "out_scores")
     require((control_in is None) == (control_out is None), "give control_in and control_out together, or neither")
