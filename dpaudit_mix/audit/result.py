@@ -58,21 +58,16 @@ class AuditSummary:
     seed: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "claimed_epsilon": self.claimed_epsilon,
-            "delta": self.delta,
-            "violation": self.violation,
-            "inconclusive": self.inconclusive,
-            "blind_controls": list(self.blind_controls),
-            "results": [r.to_dict() for r in self.results],
-            "mechanism": self.mechanism,
-            "noise_multiplier": self.noise_multiplier,
-            "calibrated_noise_multiplier": self.calibrated_noise_multiplier,
-            "problem": self.problem,
-            "canaries": self.canaries,
-            "confidence": self.confidence,
-            "confidence_per_result": self.confidence_per_result,
-            "threshold_strategy": self.threshold_strategy,
-            "claimed_tradeoff": self.claimed_tradeoff,
-            "seed": self.seed,
-        }
+        return summary_json(self)
+
+
+def summary_json(summary: Any) -> dict[str, Any]:
+    """An audit summary (any frozen dataclass of this shape) as audit.json: its fields in order,
+    tuples as lists, ``results`` as each result's ``to_dict()``."""
+    found: dict[str, Any] = {}
+    for f in fields(summary):
+        value = getattr(summary, f.name)
+        if f.name == "results":
+            value = [r.to_dict() for r in value]
+        found[f.name] = list(value) if isinstance(value, tuple) else value
+    return found

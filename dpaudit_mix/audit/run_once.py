@@ -29,6 +29,7 @@ from .engine import result_confidence, score_label, spec_hash
 from .mechanisms import mechanism
 from .mechanisms.base import CanaryCollector, Plan, Setting
 from .one_run import OneRunResult, audit_one_run
+from .result import summary_json
 from .score_file import one_run_line
 from .spec import THREATS, AuditSpec, mixing_data, resolve_problem
 
@@ -69,23 +70,7 @@ class OneRunSummary:
     seed: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "one_run": True,
-            "claimed_epsilon": self.claimed_epsilon,
-            "delta": self.delta,
-            "violation": self.violation,
-            "inconclusive": self.inconclusive,
-            "blind_controls": list(self.blind_controls),
-            "results": [r.to_dict() for r in self.results],
-            "mechanism": self.mechanism,
-            "noise_multiplier": self.noise_multiplier,
-            "calibrated_noise_multiplier": self.calibrated_noise_multiplier,
-            "problem": self.problem,
-            "canaries": self.canaries,
-            "confidence": self.confidence,
-            "confidence_per_result": self.confidence_per_result,
-            "seed": self.seed,
-        }
+        return {"one_run": True, **summary_json(self)}
 
 
 @dataclass(frozen=True)

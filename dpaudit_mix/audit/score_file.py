@@ -140,7 +140,6 @@ def audit_score_file(
         disable=not progress or runs < PROGRESS_RUNS,
         file=sys.stderr,
     ) as bar:
-
         started: list[str] = []
 
         def step(name: str) -> None:  # a step starts: the one before it is done

@@ -189,28 +189,18 @@ def release_model(
         f"noise multiplier must be finite and > 0, got {noise_multiplier}",
     )
     path = ledger_path or (Path(spec.ledger) if spec.ledger else ledger.default_path())
-    try:
-        reservation = ledger.reserve(
-            path,
-            data_sha256=ready.inputs["data_sha256"],
-            problem_sha256=ready.inputs["pipeline_sha256"],
-            epsilon=claim.epsilon,
-            delta=claim.delta,
-            phase=claim.finetune_phase,
-            before=(claim.mixture_phase,) if claim.mixture_phase else (),
-            user_level=False,
-            timestamp=now(),
-            budget=spec.budget_epsilon,
-        )
-    except ledger.OverBudget as over:
-        raise Refused(
-            "budget",
-            f"this model would bring the epsilon spent on this data from {over.before:.4g} to {over.after:.4g} "
-            f"(PLD, delta {claim.delta:g}), over its budget_epsilon {over.budget:g}",
-            private=f"the ledger is {path}",
-        ) from None
-    except ledger.Conflict as conflict:
-        raise Refused("budget", str(conflict), private=f"the ledger is {path}") from None
+    reservation = gate.reserve(
+        path,
+        data_sha256=ready.inputs["data_sha256"],
+        problem_sha256=ready.inputs["pipeline_sha256"],
+        epsilon=claim.epsilon,
+        delta=claim.delta,
+        phase=claim.finetune_phase,
+        before=(claim.mixture_phase,) if claim.mixture_phase else (),
+        user_level=False,
+        timestamp=now(),
+        budget=spec.budget_epsilon,
+    )
     try:
         spent, cap, delta = ledger.standing(path, ready.inputs["data_sha256"], ready.inputs["pipeline_sha256"])
         manifest = _trained_and_audited(ready, out, noise_multiplier, progress, Budget(spent, cap, delta))

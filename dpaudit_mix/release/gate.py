@@ -148,28 +148,18 @@ def _release(
     }
     phase = accounting.GaussianPhase(sigma, spec.sample_rate, spec.steps)
     aliases = (problem_io.exact_data_sha256(prob),)  # what ledgers before the canonical digest keyed by
-    try:
-        reservation = ledger.reserve(
-            ledger_path,
-            data_sha256=inputs["data_sha256"],
-            problem_sha256=inputs["problem_sha256"],
-            epsilon=spec.epsilon,
-            delta=spec.delta,
-            phase=phase,
-            user_level=spec.user_level,
-            timestamp=now(),
-            budget=spec.budget_epsilon,
-            aliases=aliases,
-        )
-    except ledger.OverBudget as over:
-        raise Refused(
-            "budget",
-            f"this release would bring the epsilon spent on this data from {over.before:.4g} "
-            f"to {over.after:.4g} (PLD, delta {spec.delta:g}), over its budget_epsilon {over.budget:g}",
-            private=f"the ledger is {ledger_path}",
-        ) from None
-    except ledger.Conflict as conflict:
-        raise Refused("budget", str(conflict), private=f"the ledger is {ledger_path}") from None
+    reservation = reserve(
+        ledger_path,
+        data_sha256=inputs["data_sha256"],
+        problem_sha256=inputs["problem_sha256"],
+        epsilon=spec.epsilon,
+        delta=spec.delta,
+        phase=phase,
+        user_level=spec.user_level,
+        timestamp=now(),
+        budget=spec.budget_epsilon,
+        aliases=aliases,
+    )
     spent, cap, delta = ledger.standing(ledger_path, inputs["data_sha256"], inputs["problem_sha256"], aliases)
     budget = Budget(spent, cap, delta)
     try:
@@ -181,6 +171,22 @@ def _release(
     write_json(out / "release.json", manifest.to_dict())
     ledger.commit(ledger_path, reservation, manifest.digest)
     return manifest
+
+
+def reserve(ledger_path: Path, **request: Any) -> str:
+    """:func:`.ledger.reserve` with its refusals as a release's: over budget, or a cap or δ that
+    is not the data's, is :class:`Refused` at the budget stage (nothing written)."""
+    try:
+        return ledger.reserve(ledger_path, **request)
+    except ledger.OverBudget as over:
+        raise Refused(
+            "budget",
+            f"this release would bring the epsilon spent on this data from {over.before:.4g} "
+            f"to {over.after:.4g} (PLD, delta {request['delta']:g}), over its budget_epsilon {over.budget:g}",
+            private=f"the ledger is {ledger_path}",
+        ) from None
+    except ledger.Conflict as conflict:
+        raise Refused("budget", str(conflict), private=f"the ledger is {ledger_path}") from None
 
 
 def _checked_release(

@@ -39,8 +39,22 @@ class Budget:
     delta: float
 
 
+class Digested:
+    """A manifest whose release.json is its ``body()`` and the digest over it."""
+
+    def body(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @property
+    def digest(self) -> str:
+        return manifest_digest(self.body())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.body(), "manifest_sha256": self.digest}
+
+
 @dataclass(frozen=True)
-class Manifest:
+class Manifest(Digested):
     """release.json: λ over ``sources``, what was claimed and checked, and its own digest.
     ``inputs``, ``spec``, ``verification`` and ``audit`` are the JSON sections check-release reads."""
 
@@ -69,13 +83,6 @@ class Manifest:
             "budget": asdict(self.budget),
             "timestamp": self.timestamp,
         }
-
-    @property
-    def digest(self) -> str:
-        return manifest_digest(self.body())
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.body(), "manifest_sha256": self.digest}
 
 
 def manifest_digest(manifest: dict[str, Any]) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import accounting
 from ..specfile import spec_table
-from .manifest import Budget, manifest_digest
+from .manifest import Budget, Digested
 
 #: the released weights' file, beside release.json.
 MODEL_FILE = "model.npz"
@@ -52,7 +52,7 @@ def composed_epsilon(claim: ModelClaim) -> float:
 
 
 @dataclass(frozen=True)
-class ModelManifest:
+class ModelManifest(Digested):
     """release.json of a model release, and its own digest."""
 
     model: dict[str, Any]  # file, sha256, architecture, task, classes, parameters
@@ -78,10 +78,3 @@ class ModelManifest:
             "inputs": dict(self.inputs),
             "timestamp": self.timestamp,
         }
-
-    @property
-    def digest(self) -> str:
-        return manifest_digest(self.body())
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.body(), "manifest_sha256": self.digest}

@@ -94,8 +94,32 @@ def opacus_dataset(data: Problem) -> TensorDataset:
     return TensorDataset(torch.from_numpy(inputs), torch.from_numpy(labels))
 
 
+class OpacusSteps:
+    """How the pipeline's Opacus finetune privatises a model and draws its batches: what both of
+    its audits (many runs of the probe, one run of the SmallCNN) run, and what a variant
+    overrides. A subclass has ``examples`` (the public n), ``batch``, ``clip`` and ``learning_rate``."""
+
+    batch: int
+    clip: float
+    learning_rate: float
+
+    @property
+    def examples(self) -> int:
+        raise NotImplementedError
+
+    def make_private(self, model: nn.Module, sigma: float) -> opacus_sgd.Private:
+        """The model made private by the pipeline's own Opacus wrapper (what is audited)."""
+        return opacus_sgd.make_private(model, self.examples, self.batch, self.clip, sigma, self.learning_rate)
+
+    def sampler(
+        self, data: TensorDataset, sample_rate: float, count: int, draws: RandomSource
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The pipeline's own batches: Poisson at q."""
+        return opacus_sgd.poisson_batches(data, sample_rate, count, draws)
+
+
 @dataclass(frozen=True)
-class OpacusCollector:
+class OpacusCollector(OpacusSteps):
     data: TensorDataset
     batch: int
     epochs: int
@@ -110,15 +134,9 @@ class OpacusCollector:
         canary[0, -1] = 1.0
         return TensorDataset(torch.cat([inputs, canary]), torch.cat([labels, torch.zeros(1, dtype=labels.dtype)]))
 
-    def make_private(self, probe: nn.Module, sigma: float) -> opacus_sgd.Private:
-        """The probe made private by the pipeline's own Opacus wrapper (what is audited)."""
-        return opacus_sgd.make_private(probe, len(self.data), self.batch, self.clip, sigma, self.learning_rate)
-
-    def sampler(
-        self, data: TensorDataset, sample_rate: float, count: int, draws: RandomSource
-    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """The pipeline's own batches: Poisson at q."""
-        return opacus_sgd.poisson_batches(data, sample_rate, count, draws)
+    @property
+    def examples(self) -> int:
+        return len(self.data)
 
     def run(self, setting: Setting, run: int, canary_in: bool) -> tuple[float, float]:
         key = _run_key(self.seed, "opacus", setting, run)

@@ -17,13 +17,11 @@ examples' gradients, clipping or divisor, so the m canaries do not interfere.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import TensorDataset
 
 from ... import accounting
 from ...alphabet import V
@@ -37,7 +35,7 @@ from ..dirac import dirac_scores
 from ..gradient_canaries import attach
 from ..spec import AuditSpec, mixing_rows
 from .base import CanaryCollector, Plan, Setting
-from .dpsgd import CANARY_PULL, UserProbe, _dirac_info, isolated_canary, user_windows
+from .dpsgd import CANARY_PULL, OpacusSteps, UserProbe, _dirac_info, isolated_canary, user_windows
 
 
 def _key(seed: int, mechanism: str, setting: Setting) -> Key:
@@ -49,7 +47,7 @@ def _key(seed: int, mechanism: str, setting: Setting) -> Key:
 
 
 @dataclass(frozen=True)
-class OpacusCanaryRun:
+class OpacusCanaryRun(OpacusSteps):
     images: np.ndarray
     labels: np.ndarray
     task: str
@@ -60,15 +58,9 @@ class OpacusCanaryRun:
     learning_rate: float
     seed: int
 
-    def make_private(self, model: nn.Module, sigma: float) -> opacus_sgd.Private:
-        """The CNN made private by the pipeline's own Opacus wrapper (what is audited)."""
-        return opacus_sgd.make_private(model, len(self.labels), self.batch, self.clip, sigma, self.learning_rate)
-
-    def sampler(
-        self, data: TensorDataset, sample_rate: float, count: int, draws: RandomSource
-    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """The pipeline's own batches: Poisson at q."""
-        return opacus_sgd.poisson_batches(data, sample_rate, count, draws)
+    @property
+    def examples(self) -> int:
+        return len(self.labels)
 
     def __call__(self, setting: Setting, membership: np.ndarray) -> dict[str, np.ndarray]:
         key = _key(self.seed, "opacus", setting)
