@@ -122,3 +122,15 @@ def test_a_model_release_spec_the_pipeline_does_not_run_exits_2(
     assert len(err) == 1 and message in err[0]
     assert not (out / "model.npz").exists() and not (out / "release.json").exists()
     assert ledger.read(tmp_path / "ledger.json") == []
+
+
+def test_the_shipped_model_release_spec_names_what_its_pipeline_runs() -> None:
+    from dpaudit_mix.pipeline.release import ModelReleaseSpec, pipeline_path
+    from dpaudit_mix.pipeline.spec import load_pipeline_spec
+    from dpaudit_mix.specfile import load_spec_file
+
+    path = Path(__file__).parent.parent / "releases" / "model.toml"
+    spec = load_spec_file(ModelReleaseSpec, path)
+    pipeline = load_pipeline_spec(pipeline_path(path, spec.pipeline))
+    assert spec.method in pipeline.methods and spec.epsilon in pipeline.epsilons
+    assert len(pipeline.finetune_grid) == 1 and spec.canaries == 10_000

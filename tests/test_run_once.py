@@ -162,3 +162,11 @@ def test_one_run_flags_that_mean_nothing_exit_2(tmp_path: Path, capsys) -> None:
     out = tmp_path / "out"
     assert cli.main(["audit", str(path), "--out", str(out), "--runs", "100"]) == cli.EXIT_BAD_INPUT
     assert "trains once" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["opacus-one-run", "user-dpsgd-one-run"])
+def test_the_shipped_one_run_specs_read(name: str) -> None:
+    from dpaudit_mix.audit.spec import load_spec
+
+    spec = load_spec(Path(__file__).parent.parent / "audits" / f"{name}.toml")
+    assert spec.one_run and spec.one_run_canaries == 10_000

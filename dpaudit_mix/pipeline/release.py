@@ -89,7 +89,8 @@ class Prepared:
     inputs: dict[str, str]
 
 
-def _pipeline_path(spec_path: Path, pipeline: str) -> Path:
+def pipeline_path(spec_path: Path, pipeline: str) -> Path:
+    """The pipeline spec a model release spec names (relative to the release spec's folder)."""
     path = Path(pipeline)
     return path if path.is_absolute() else spec_path.parent / path
 
@@ -97,7 +98,7 @@ def _pipeline_path(spec_path: Path, pipeline: str) -> Path:
 def prepare(spec_path: Path, spec_bytes: bytes, out: Path, progress: bool) -> Prepared:
     """The release's specs, world, track and claim; every input error is raised here."""
     spec = parse_spec(ModelReleaseSpec, spec_path, spec_bytes)
-    path = _pipeline_path(spec_path, spec.pipeline)
+    path = pipeline_path(spec_path, spec.pipeline)
     pipeline_bytes = read_spec_bytes(path)
     world_name = spec_table(path, pipeline_bytes).get("world")
     require(
