@@ -7,25 +7,32 @@
 4. The one-run audits of the pipeline's DP-SGD (`audits/opacus-one-run.toml`,
    `audits/user-dpsgd-one-run.toml`) and the model release (`releases/model.toml`, into a
    temporary ledger), no budget.
+5. The waits of a new user: the demo (`python -m dpaudit_mix.demo`, what `make demo` runs after
+   the install, budget 90 s), `pipeline/quick.toml` and its rerun into the same folder (CPU time
+   of the rerun, budget 3 s beyond the CLI's start-up), and the test suite as `make test` runs
+   it (budget 480 s).
 Each command runs in a fresh temporary output folder (no stage cache; built problems and
 proxies come from the user cache, as for a user's second command).
-Usage: python bench/budgets.py [--no-pipeline] [--only SUBSTRING]
+Usage: python bench/budgets.py [--no-pipeline] [--only SUBSTRING | --only waits]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 from dpaudit_mix.data import registry
 from dpaudit_mix.learner import LearnerConfig, fit
 from dpaudit_mix.randomness import stream
 
 NOISE = stream(0, "learner-noise", bench="budgets")
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def wall(*argv: str) -> float:
@@ -40,6 +47,32 @@ def wall(*argv: str) -> float:
             env=env,
         )
         return time.perf_counter() - start
+
+
+def measured(argv: list[str]) -> tuple[float, float]:
+    """(wall, CPU of the process and its children) seconds of ``argv``, run from the repository."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return seconds, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+def waits() -> list[tuple[str, float, float | None]]:
+    """Item 5 of the module's list: (name, seconds, budget)."""
+    cli = [sys.executable, "-m", "dpaudit_mix.cli"]
+    rows: list[tuple[str, float, float | None]] = [
+        ("demo (after the install)", measured([sys.executable, "-m", "dpaudit_mix.demo"])[0], 90.0)
+    ]
+    with tempfile.TemporaryDirectory() as out:
+        quick = [*cli, "pipeline", "pipeline/quick.toml", "--out", out]
+        rows.append(("pipeline pipeline/quick.toml", measured(quick)[0], None))
+        start_up = measured([*cli, "--help"])[1]
+        rows.append(("  its rerun, CPU beyond start-up", measured(quick)[1] - start_up, 3.0))
+    tests = [sys.executable, "-m", "pytest", "-q", "-n", "auto", "--dist", "worksteal", "-m", "not selftest"]
+    rows.append(("make test (the suite)", measured(tests)[0], 480.0))
+    return rows
 
 
 def cell_speedup(seeds: int = 5, repeats: int = 5) -> tuple[float, float]:
@@ -79,6 +112,10 @@ def main() -> None:
         seconds = wall(*argv)
         ratio = f"{seconds / budget:.2f} of budget {budget:.0f} s" if budget else "no budget"
         print(f"{name:<42} {seconds:7.1f} s   {ratio}", flush=True)
+    if args.only in ("", "waits"):
+        for name, seconds, budget in waits():
+            ratio = f"{seconds / budget:.2f} of budget {budget:.0f} s" if budget else "no budget"
+            print(f"{name:<42} {seconds:7.1f} s   {ratio}", flush=True)
     if args.only:
         return
     batched, looped = cell_speedup()
