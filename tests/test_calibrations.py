@@ -79,5 +79,12 @@ def test_opacus_calibration_is_remembered_and_a_forged_hint_refused(tmp_path: Pa
     assert cnn.opacus_sigma(2.0, 1e-5, 0.25, 2) == sigma
 
 
-def test_the_key_names_the_libraries() -> None:
-    assert set(calibrations._versions()) == {"dp-accounting", "opacus", "dpaudit-mix"}
+def test_another_library_version_calibrates_afresh(monkeypatch, tmp_path: Path) -> None:
+    """A hint stands for the libraries that computed it: after an upgrade it is not even asked."""
+    accounting.calibrate(*REQUEST)
+    accounting._calibrate.cache_clear()
+    upgraded = {**calibrations._versions(), "dp-accounting": "99.0"}
+    monkeypatch.setattr(calibrations, "_versions", lambda: upgraded)
+    calls = _counted(monkeypatch)
+    accounting.calibrate(*REQUEST)
+    assert len(calls) > 4 and len(_hint_files(tmp_path)) == 2

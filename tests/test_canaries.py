@@ -29,7 +29,7 @@ def _training(test: str) -> tuple[torch.nn.Module, torch.optim.Optimizer, DataLo
     with torch_scope(stream(0, "model-init", test=test)):
         model = torch.nn.Linear(5, 2)
     sigma = accounting.calibrate(2.0, DELTA, Q, STEPS)
-    generator = torch.Generator().manual_seed(stream(0, "finetune-noise", test=test).integer())
+    generator = stream(0, "finetune-noise", test=test).torch()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model, optimizer, loader = PrivacyEngine().make_private(

@@ -168,9 +168,9 @@ def opacus_sigma(epsilon: float, delta: float, sample_rate: float, epochs: int) 
     what = f"Opacus' PRV calibration of epsilon {epsilon:g} at delta {delta:g}, q {sample_rate:g}, {epochs} epochs"
     request = {"opacus": "get_noise_multiplier", "epsilon": epsilon, "delta": delta, "q": sample_rate, "epochs": epochs}
     remembered = calibrations.hint(request)
-    if remembered is not None:  # used only if Opacus' own PRV accountant confirms it (its own criterion)
-        spent = bounded(_opacus_epsilon, remembered, sample_rate, epochs, delta, what=what)
-        if 0 <= epsilon - spent <= OPACUS_TOLERANCE:
+    if remembered is not None:  # used only if Opacus' PRV accountant confirms it, by Opacus' own criterion
+        phase = accounting.GaussianPhase(remembered, sample_rate, int(epochs / sample_rate))  # its steps
+        if 0 <= epsilon - accounting.epsilon([phase], delta, "prv") <= OPACUS_TOLERANCE:
             return remembered
     sigma = bounded(compute, what=what, seconds=OPACUS_CALIBRATION_SECONDS)
     calibrations.remember(request, sigma)
@@ -179,17 +179,6 @@ def opacus_sigma(epsilon: float, delta: float, sample_rate: float, epochs: int) 
 
 #: Opacus' calibration stops once ε(σ) is within this much below the target (its default).
 OPACUS_TOLERANCE = 0.01
-
-
-def _opacus_epsilon(sigma: float, sample_rate: float, epochs: int, delta: float) -> float:
-    """ε of σ by Opacus' PRV accountant at its calibration's q and steps (int(epochs / q))."""
-    from opacus.accountants import create_accountant
-
-    accountant = create_accountant(mechanism="prv")
-    accountant.history = [(sigma, sample_rate, int(epochs / sample_rate))]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return float(accountant.get_epsilon(delta=delta))
 
 
 #: how long Opacus' own calibration may take: it takes under a second where it succeeds, and 10 s

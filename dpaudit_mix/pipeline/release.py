@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import __version__, accounting
 from ..atomic import write_json, write_npz
-from ..audit.gradient_canaries import Canaries, attach
+from ..audit.gradient_canaries import BYTES_PER_CANARY_STEP, Canaries, attach
 from ..audit.one_run import MIN_CANARIES
 from ..audit.score_file import one_run_line
 from ..cache import sha256_bytes, user_cache_dir
@@ -35,6 +35,7 @@ from ..release.gate import Refused, now
 from ..release.manifest import Budget, public_path
 from ..release.model_card import write_model_card
 from ..release.model_manifest import MODEL_FILE, ModelClaim, ModelManifest, composed_epsilon
+from ..resources import require_memory
 from ..specfile import check_fields, parse_spec, read_spec_bytes, spec_table
 from ..verification.suite import verify
 from ..verification.variants import OPACUS
@@ -153,6 +154,7 @@ def prepare(spec_path: Path, spec_bytes: bytes, out: Path, progress: bool) -> Pr
         epochs=int(epochs),
     )
     claim = replace(claim, epsilon=composed_epsilon(claim))
+    require_memory(spec.canaries * BYTES_PER_CANARY_STEP * finetune.steps, f"{spec.canaries} canaries")
     data = sha256_bytes(
         b"images\0" + np.ascontiguousarray(world.train_images).tobytes() + b"labels\0" + world.train_labels.tobytes()
     )
