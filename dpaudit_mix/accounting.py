@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -86,12 +86,18 @@ def check_delta(delta: float) -> None:
     require(is_real(delta) and 0 < delta < 1, f"delta must be in (0, 1), got {delta!r}")
 
 
-def _pld_accountant(phases: Sequence[GaussianPhase], interval: float | None = None) -> dp_accounting.pld.PLDAccountant:
+def _pld_accountant(
+    phases: Sequence[GaussianPhase], interval: float | None = None, replace_one: bool = False
+) -> dp_accounting.pld.PLDAccountant:
     """dp_accounting's PLD of ``phases``; ``interval`` is its value discretisation (coarser is
-    faster and stays pessimistic), its default when None."""
+    faster and stays pessimistic), its default when None; ``replace_one`` accounts under
+    replace-one neighbouring (a Gaussian's sensitivity is then 2C), not add/remove."""
     import dp_accounting
 
-    pld = dp_accounting.pld.PLDAccountant(**({} if interval is None else {"value_discretization_interval": interval}))
+    options: dict[str, Any] = {} if interval is None else {"value_discretization_interval": interval}
+    if replace_one:
+        options["neighboring_relation"] = dp_accounting.NeighboringRelation.REPLACE_ONE
+    pld = dp_accounting.pld.PLDAccountant(**options)
     pld.compose(dp_accounting.ComposedDpEvent([_pld_event(p) for p in phases]))
     return pld
 
@@ -191,7 +197,7 @@ def _epsilon(phases: tuple[GaussianPhase, ...], delta: float, accountant: str) -
 def clear_caches() -> None:
     """Forget every cached answer: what verify-accountant calls around a mutant, and what any
     change to the registered accountants triggers, so that no answer outlives its accountant."""
-    for cached_function in (_epsilon, _calibrate, _optimistic, _profile_curve):
+    for cached_function in (_epsilon, _calibrate, _optimistic, _replace_one_epsilon, _profile_curve):
         cached_function.cache_clear()
 
 
@@ -254,6 +260,29 @@ def _library_epsilon(phases: Sequence[GaussianPhase], delta: float, accountant: 
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", UserWarning)
         return float(opacus_acc.get_epsilon(delta))
+
+
+def pld_epsilon(phases: Sequence[GaussianPhase], delta: float, *, replace_one: bool = False) -> float:
+    """ε at ``delta`` from dp_accounting's PLD under add/remove neighbouring (the ``pld``
+    accountant) or, ``replace_one``, under replace-one (where a Gaussian's sensitivity is 2C):
+    the yardstick a user's own accountant is checked against (:mod:`.testing`)."""
+    if not replace_one:
+        return epsilon(phases, delta, "pld")
+    check_delta(delta)
+    require(len(phases) >= 1, "nothing to account")
+    _check_phases(phases)
+    return _replace_one_epsilon(tuple(phases), float(delta))
+
+
+@lru_cache(maxsize=1024)
+def _replace_one_epsilon(phases: tuple[GaussianPhase, ...], delta: float) -> float:
+    what = _what("pld (replace-one)", phases, delta)
+    return bounded(_replace_one_pld, phases, delta, what=what, errors=(DegenerateRequest,))
+
+
+def _replace_one_pld(phases: Sequence[GaussianPhase], delta: float) -> float:
+    _refuse_degenerate(phases, delta, "pld")
+    return float(_pld_accountant(phases, replace_one=True).get_epsilon(delta))
 
 
 def google_rdp_epsilon(phases: Sequence[GaussianPhase], delta: float) -> float:

@@ -21,7 +21,7 @@ from typing import Any
 
 from . import accounting
 from . import problem as problem_io
-from .atomic import check_output, write_json
+from .atomic import check_output, write_json, write_text
 from .backend import BACKENDS, Backend
 from .data import registry
 from .data.proxies import PROXIES
@@ -397,8 +397,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     level = QUICK if args.quick else FULL
     out = check_output(args.out or Path("reports") / "verify", folder=True)
+    junit = None if args.junit is None else check_output(args.junit, folder=False)
     verification = verify(level, self_test=args.self_test)
     write_verification(verification, out)
+    if junit is not None:
+        from .verification.junit import junit_xml
+
+        write_text(junit, junit_xml(verification))
     problems = verification.failures()
     lines = [f"{c.name}: {'pass' if c.passed else 'FAIL'}: {c.summary}" for c in verification.checks]
     if verification.self_test is not None:
@@ -653,6 +658,9 @@ def _experiment_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     verify_cmd.add_argument("--out", help="output folder for verify.json and verify.md (default reports/verify)")
     verify_cmd.add_argument(
         "--json", action="store_true", help="print the whole summary as JSON instead of one line per check"
+    )
+    verify_cmd.add_argument(
+        "--junit", metavar="FILE", help="also write JUnit XML: one test case per check and per mutant (for CI)"
     )
     verify_cmd.set_defaults(func=cmd_verify)
 

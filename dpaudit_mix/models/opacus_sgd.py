@@ -22,6 +22,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from ..randomness import Key, RandomSource, source
+from .nonfinite import guard_nonfinite
 
 #: a batch's mean loss, given the private module and the batch's tensors.
 Loss = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -69,6 +70,7 @@ def make_private(
             poisson_sampling=True,
             noise_multiplier=noise_multiplier,
         )
+    guard_nonfinite(optimizer)  # a NaN/inf per-example gradient counts as absent, never as NaN released
     return Private(engine, module, optimizer, float(loader.sample_rate), len(loader))
 
 

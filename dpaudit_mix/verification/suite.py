@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,9 @@ def run_checks(
         if shipped is not None and not (check.uses & variant.breaks):
             results[check.name] = shipped[check.name]
             continue
-        results[check.name] = check.run(variant, level)
+        start = time.perf_counter()
+        result = check.run(variant, level)
+        results[check.name] = replace(result, seconds=round(time.perf_counter() - start, 2))
     return results
 
 

@@ -12,6 +12,7 @@ package is patched, and the checks exercise each variant only through the parts 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -89,6 +90,29 @@ class HalfStepsPLD:
     def epsilon(self, phases: Sequence[accounting.GaussianPhase], delta: float) -> float:
         halved = [replace(p, steps=max(1, p.steps // 2)) for p in phases]
         return accounting.epsilon(halved, delta, "pld")
+
+
+@dataclass(frozen=True)
+class PRVLowerEstimate:
+    """Opacus' PRV reporting the lower end of its estimate's interval, ε − 2·eps_error, unclamped:
+    negative where ε is tiny (Opacus #585, fixed by clamping in PR #844)."""
+
+    name: str = "verify.prv-lower-estimate"
+
+    def epsilon(self, phases: Sequence[accounting.GaussianPhase], delta: float) -> float:
+        return accounting.epsilon(phases, delta, "prv") - 2 * PRV_EPS_ERROR
+
+
+#: Opacus' PRV accountant's default eps_error.
+PRV_EPS_ERROR = 0.01
+#: the σ_eff mutant's AdaClip-style clip-count noise σ_b, as a multiple of the gradient's σ.
+SIGMA_B_FACTOR = 1.0
+
+
+def _adaclip_sigma(sigma_eff: float) -> float:
+    """The σ a release adds when its accountant was told σ_eff = (σ⁻² − (2σ_b)⁻²)^(−1/2) > σ
+    (Opacus PR #807's AdaClip bug): σ = σ_eff (1 + (1/(2k))²)^(−1/2), σ_b = k σ_eff, k = SIGMA_B_FACTOR."""
+    return sigma_eff / math.sqrt(1 + (1 / (2 * SIGMA_B_FACTOR)) ** 2)
 
 
 # --- the learner's DP step -----------------------------------------------------------------------
@@ -212,6 +236,7 @@ def _dpsgd(
 
 
 accounting.register_accountant(HalfStepsPLD(), replace=True)
+accounting.register_accountant(PRVLowerEstimate(), replace=True)
 
 MUTANTS: tuple[Variant, ...] = (
     Variant(
@@ -249,6 +274,18 @@ MUTANTS: tuple[Variant, ...] = (
         "partial_noise",
         "noise is added to only the first half of the k coordinates",
         learner.Privatiser(noise_scale=_half_noise),
+    ),
+    Variant(
+        "sigma_eff_told",
+        "the accountant is told AdaClip's σ_eff > σ while the learner adds σ (Opacus PR #807)",
+        lambda e, d, q, t, a: _adaclip_sigma(_calibrated(e, d, q, t, a)),
+        breaks=frozenset({WIRING}),
+    ),
+    Variant(
+        "prv_lower_estimate",
+        "the PRV accountant reports ε − 2·eps_error, unclamped: negative where ε is tiny (Opacus #585/#844)",
+        accountants=(("prv", PRVLowerEstimate.name),),
+        breaks=frozenset({ACCOUNTANT}),
     ),
     Variant(
         "pld_half_steps",

@@ -1,0 +1,225 @@
+"""``check_accountant``: a user's ε(σ, q, T, δ) (and σ calibrator) against dp_accounting's PLD.
+
+What a valid accountant of the Poisson-subsampled Gaussian must do, checked on a grid that holds
+the corners where the field's accountants broke (tiny q, large T, small δ, large ε: Opacus
+#844/#585 returned negative ε there):
+
+- return a finite float ε ≥ 0 (not NaN, not a bool, not a tensor, no exception);
+- be no more optimistic than the PLD accountant beyond ``tolerance``: PLD is tight for the
+  subsampled Gaussian, so an ε below it is an ε that the mechanism does not have;
+- fall as σ grows and rise with q and with T (sweeps around a base point);
+- with a calibrator σ(ε, q, T, δ): its σ spends at most ε, by the user's accountant and by PLD.
+
+Under replace-one neighbouring (``neighbouring="replace_one"``) one example's change moves the
+clipped sum by 2C, not C; PLD is then asked under that relation (google/differential-privacy
+#378: an accountant given σ for a replace-one claim under-reports RDP fourfold).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import accounting
+from ..errors import is_real, require
+from .failure import Case, Report
+
+#: the user's accountant: ε at δ of T steps of the Poisson-subsampled Gaussian (σ, q).
+EpsilonFn = Callable[[float, float, int, float], float]
+#: the user's calibrator: σ for ε at δ, q and T.
+CalibrateFn = Callable[[float, float, int, float], float]
+NEIGHBOURING = ("add_remove", "replace_one")
+
+#: (absolute, relative to PLD): how far below PLD a valid accountant may land. Opacus' PRV
+#: (eps_error 0.01) lands within it at every default point (largest: −0.011 at q = 1e-5, where
+#: ε ≈ 0.007, and −1.2% at q = 1e-3, δ = 1e-10 measured above PLD); RDP is always above.
+TOLERANCE = (0.02, 0.02)
+#: a calibrated σ may spend this fraction above its target (calibrators search to a tolerance).
+CALIBRATION_OVERSHOOT = 1e-3
+#: monotonicity: a step the wrong way within this relative slack is float noise, not a fault.
+MONOTONE_SLACK = 1e-9
+
+
+@dataclass(frozen=True)
+class Point:
+    """One request: T steps of the subsampled Gaussian (σ, q), ε asked at δ."""
+
+    noise_multiplier: float
+    sample_rate: float
+    steps: int
+    delta: float
+
+    def __str__(self) -> str:
+        return f"σ={self.noise_multiplier:g} q={self.sample_rate:g} T={self.steps} δ={self.delta:g}"
+
+    @property
+    def phase(self) -> accounting.GaussianPhase:
+        return accounting.GaussianPhase(self.noise_multiplier, self.sample_rate, self.steps)
+
+
+#: the default grid: typical points and the corners (about 8 s of PLD on 2 cores, once per process).
+DEFAULT_GRID: tuple[Point, ...] = (
+    Point(1.0, 0.01, 1000, 1e-5),
+    Point(1.5, 0.25, 20, 1e-5),
+    Point(1.0, 1.0, 10, 1e-5),  # full batch
+    Point(1.0, 1e-5, 10_000, 1e-5),  # tiny q: ε ≈ 0.007, where RDP conversions went negative
+    Point(2.0, 1e-3, 10_000, 1e-10),  # tiny q, small δ
+    Point(1.0, 1e-3, 100_000, 1e-5),  # large T
+    Point(4.0, 0.01, 10_000, 1e-5),  # large σ, large T
+    Point(1.0, 0.01, 1000, 1e-12),  # small δ
+    Point(0.5, 1.0, 10, 1e-5),  # large ε (46)
+    Point(0.6, 0.5, 20, 1e-5),  # large ε, subsampled (34)
+)
+#: monotonicity sweeps: (axis, values) around SWEEP_BASE; ε must fall along σ and rise along q, T.
+SWEEP_BASE = Point(1.0, 0.01, 1000, 1e-5)
+SWEEPS: tuple[tuple[str, tuple[float, ...]], ...] = (
+    ("noise_multiplier", (0.6, 0.8, 1.0, 1.5, 2.5, 5.0)),
+    ("sample_rate", (1e-4, 1e-3, 0.01, 0.05, 0.2, 1.0)),
+    ("steps", (1, 10, 100, 1000, 10_000)),
+)
+_DIRECTION = {"noise_multiplier": -1, "sample_rate": +1, "steps": +1}
+#: calibration round trips: (target ε, q, T) at δ = 1e-5.
+CALIBRATIONS: tuple[tuple[float, float, int], ...] = ((1.0, 1.0, 10), (4.0, 0.01, 1000), (8.0, 0.1, 100))
+CALIBRATION_DELTA = 1e-5
+
+
+def _describe(value: Any) -> str:
+    return f"{value!r} ({type(value).__name__})"
+
+
+def _answer(fn: Callable[..., Any], name: str, args: tuple[Any, ...]) -> tuple[float | None, str]:
+    """The user's function on ``args``: (its value, "") when it is a finite real ≥ 0, else
+    (None, what went wrong)."""
+    try:
+        value = fn(*args)
+    except Exception as exc:  # the user's code: any failure is the finding, never our traceback
+        return None, f"{name} raised {type(exc).__name__}: {exc}"
+    if not is_real(value):
+        return None, f"{name} returned {_describe(value)}, not a float"
+    if not math.isfinite(value):
+        return None, f"{name} returned {value!r}, not a finite number"
+    if value < 0:
+        return None, f"{name} returned a negative value {float(value):.4g} (Opacus #585/#844: negative ε in corners)"
+    return float(value), ""
+
+
+def _reference(point: Point, replace_one: bool) -> float:
+    return accounting.pld_epsilon([point.phase], point.delta, replace_one=replace_one)
+
+
+def _grid_cases(epsilon_fn: EpsilonFn, grid: Sequence[Point], tolerance: tuple[float, float], replace_one: bool):
+    cases, worst = [], 0.0
+    for point in grid:
+        mine, fault = _answer(
+            epsilon_fn, "epsilon_fn", (point.noise_multiplier, point.sample_rate, point.steps, point.delta)
+        )
+        if mine is None:
+            cases.append(Case(str(point), False, fault))
+            continue
+        pld = _reference(point, replace_one)
+        floor = pld - tolerance[0] - tolerance[1] * pld
+        worst = min(worst, mine - pld)
+        if mine < floor:
+            why = f"ε {mine:.4g} is below PLD's {pld:.4g} by more than the tolerance: it under-reports"
+        else:
+            why = f"ε {mine:.4g} (PLD {pld:.4g})"
+        cases.append(Case(str(point), mine >= floor, why))
+    return cases, worst
+
+
+def _sweep_cases(epsilon_fn: EpsilonFn) -> list[Case]:
+    cases = []
+    for axis, values in SWEEPS:
+        where = f"sweep over {axis} {list(values)} at {SWEEP_BASE}"
+        answers = []
+        for value in values:
+            point = {**vars(SWEEP_BASE), axis: value}
+            args = (point["noise_multiplier"], point["sample_rate"], int(point["steps"]), point["delta"])
+            mine, fault = _answer(epsilon_fn, "epsilon_fn", args)
+            if mine is None:
+                cases.append(Case(f"{where}, {axis}={value:g}", False, fault))
+                break
+            answers.append(mine)
+        else:
+            direction = _DIRECTION[axis]
+            wrong = [
+                (values[i], values[i + 1], answers[i], answers[i + 1])
+                for i in range(len(values) - 1)
+                if direction * (answers[i + 1] - answers[i]) < -MONOTONE_SLACK * max(answers[i], 1e-12)
+            ]
+            if wrong:
+                a, b, ea, eb = wrong[0]
+                moves = "falls" if direction > 0 else "rises"
+                why = f"ε {moves} from {ea:.4g} to {eb:.4g} as {axis} goes from {a:g} to {b:g}"
+            else:
+                why = "ε " + ("rises" if direction > 0 else "falls") + f": {[round(e, 4) for e in answers]}"
+            cases.append(Case(where, not wrong, why))
+    return cases
+
+
+def _calibration_cases(
+    epsilon_fn: EpsilonFn, calibrate_fn: CalibrateFn, tolerance: tuple[float, float], replace_one: bool
+) -> list[Case]:
+    cases = []
+    for target, q, steps in CALIBRATIONS:
+        where = f"calibration for ε={target:g} q={q:g} T={steps} δ={CALIBRATION_DELTA:g}"
+        sigma, fault = _answer(calibrate_fn, "calibrate_fn", (target, q, steps, CALIBRATION_DELTA))
+        if sigma is None or sigma == 0:
+            cases.append(Case(where, False, fault or "calibrate_fn returned σ = 0"))
+            continue
+        point = Point(sigma, q, steps, CALIBRATION_DELTA)
+        mine, fault = _answer(epsilon_fn, "epsilon_fn", (sigma, q, steps, CALIBRATION_DELTA))
+        if mine is None:
+            cases.append(Case(where, False, fault))
+            continue
+        pld = _reference(point, replace_one)
+        ceiling = target * (1 + CALIBRATION_OVERSHOOT)
+        why = []
+        if mine > ceiling:
+            why.append(f"σ {sigma:.4g} spends ε {mine:.4g} by epsilon_fn itself, above the target")
+        if pld - tolerance[0] - tolerance[1] * pld > target:
+            why.append(f"σ {sigma:.4g} spends ε {pld:.4g} by PLD, above the target by more than the tolerance")
+        cases.append(Case(where, not why, "; ".join(why) or f"σ {sigma:.4g} spends ε {mine:.4g} (PLD {pld:.4g})"))
+    return cases
+
+
+def check_accountant(
+    epsilon_fn: EpsilonFn,
+    *,
+    calibrate_fn: CalibrateFn | None = None,
+    grid: Sequence[Point] | None = None,
+    tolerance: tuple[float, float] = TOLERANCE,
+    neighbouring: str = "add_remove",
+    sweeps: bool = True,
+) -> Report:
+    """Check ``epsilon_fn(noise_multiplier, sample_rate, steps, delta) -> ε`` (and, given,
+    ``calibrate_fn(epsilon, sample_rate, steps, delta) -> σ``) as the module says; returns the
+    :class:`~.failure.Report` or raises :class:`~.failure.CheckFailed` (an AssertionError) naming
+    the grid points that fail. ``grid`` replaces :data:`DEFAULT_GRID` (:class:`Point` values)."""
+    require(callable(epsilon_fn), f"epsilon_fn must be callable, got {_describe(epsilon_fn)}")
+    require(
+        calibrate_fn is None or callable(calibrate_fn), f"calibrate_fn must be callable, got {_describe(calibrate_fn)}"
+    )
+    require(
+        neighbouring in NEIGHBOURING, f"neighbouring must be one of {', '.join(NEIGHBOURING)}, got {neighbouring!r}"
+    )
+    require(
+        isinstance(tolerance, tuple) and len(tolerance) == 2 and all(is_real(t) and t >= 0 for t in tolerance),
+        f"tolerance must be (absolute, relative), two numbers >= 0, got {tolerance!r}",
+    )
+    points = DEFAULT_GRID if grid is None else tuple(grid)
+    require(len(points) >= 1, "the grid is empty: give at least one Point, or None for the default grid")
+    require(all(isinstance(p, Point) for p in points), "every grid entry must be a dpaudit_mix.testing.Point")
+    for p in points:
+        accounting.GaussianPhase(p.noise_multiplier, p.sample_rate, p.steps)  # validates σ, q, T
+        accounting.check_delta(p.delta)
+    replace_one = neighbouring == "replace_one"
+    cases, worst = _grid_cases(epsilon_fn, points, tolerance, replace_one)
+    if sweeps:
+        cases += _sweep_cases(epsilon_fn)
+    if calibrate_fn is not None:
+        cases += _calibration_cases(epsilon_fn, calibrate_fn, tolerance, replace_one)
+    details = {"neighbouring": neighbouring, "tolerance": list(tolerance), "largest_shortfall_below_pld": -worst}
+    return Report("check_accountant", tuple(cases), details).raise_on_failure()

@@ -1,0 +1,62 @@
+"""What a check of a user's code returns, and what it raises when the code fails it.
+
+A check evaluates every case it has (so a failure report names all of them, not just the
+first), then raises :class:`CheckFailed` — an ``AssertionError``, so that pytest shows it as a
+failed test, not an error — whose message names the first failing case and how many failed.
+Misuse of the checks themselves (a grid narrowed to nothing, a setup that returns no Opacus
+optimizer) is a ``ValueError`` naming the input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+#: how many failing cases a failure message lists.
+LISTED = 3
+
+
+@dataclass(frozen=True)
+class Case:
+    """One evaluated case: where (a grid point, a sweep, a run), whether it passed, and why."""
+
+    where: str
+    passed: bool
+    why: str
+
+    def line(self) -> str:
+        return f"{self.where}: {self.why}"
+
+
+class CheckFailed(AssertionError):
+    """A user's accountant, DP-SGD setup or mechanism failed a check; ``report`` holds every case."""
+
+    def __init__(self, report: Report) -> None:
+        self.report = report
+        failed = report.failures
+        listed = "; ".join(case.line() for case in failed[:LISTED])
+        more = f" (and {len(failed) - LISTED} more)" if len(failed) > LISTED else ""
+        super().__init__(f"{report.check}: {len(failed)} of {len(report.cases)} cases fail: {listed}{more}")
+
+
+@dataclass(frozen=True)
+class Report:
+    """Every case of one check, and what the check measured (``details``)."""
+
+    check: str
+    cases: tuple[Case, ...]
+    details: dict[str, Any]
+
+    @property
+    def failures(self) -> tuple[Case, ...]:
+        return tuple(case for case in self.cases if not case.passed)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def raise_on_failure(self) -> Report:
+        """This report, or :class:`CheckFailed` when a case failed."""
+        if not self.passed:
+            raise CheckFailed(self)
+        return self
