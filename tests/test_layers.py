@@ -1,7 +1,7 @@
 """The package's layering, read from every module's imports (ast, function-level imports included).
 
 Layers, bottom up: base utilities → the core (problem, MixMin, learner, randomness, accounting,
-the audit statistics) → models → data → engines (audit, recovery, release, verification) → experiments
+the audit statistics) → models → data → engines (audit, recovery, release, verification, testing) → experiments
 (pipeline, text and WarmSyn tracks) → the front (CLI, demo, experiments dispatch). A module may
 import its own layer or below; and no two subpackages may import each other, even through others.
 """
@@ -57,7 +57,7 @@ LAYERS: dict[str, int] = {
     ),
     "models": 2,
     "data": 3,
-    **dict.fromkeys(["audit", "recovery", "release", "verification", "mix", "canaries"], 4),
+    **dict.fromkeys(["audit", "recovery", "release", "verification", "testing", "mix", "canaries"], 4),
     **dict.fromkeys(["pipeline", "lm", "synth"], 5),
     **dict.fromkeys(["experiments", "cli", "demo", "__init__"], 6),
 }

@@ -1,4 +1,5 @@
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,11 @@ TINY = Level(
 @pytest.mark.selftest
 def test_quick_verification_passes_and_catches_every_mutant(capsys, tmp_path: Path) -> None:
     """The CI job itself: `verify-accountant --quick --self-test` on the shipped code."""
-    assert main(["verify-accountant", "--quick", "--self-test", "--out", str(tmp_path)]) == 0
+    junit = tmp_path / "verify.xml"
+    assert main(["verify-accountant", "--quick", "--self-test", "--out", str(tmp_path), "--junit", str(junit)]) == 0
+    suites = ET.fromstring(junit.read_text().split("\n", 1)[1]).findall("testsuite")
+    assert [len(s.findall("testcase")) for s in suites] == [len(CHECKS), len(MUTANTS)]
+    assert all(s.get("failures") == "0" for s in suites)
     summary = json.loads((tmp_path / "verify.json").read_text())
     assert summary["passed"] and [c["name"] for c in summary["checks"]] == [c.name for c in CHECKS]
     assert all(case["passed"] for c in summary["checks"] for case in c["cases"])
@@ -44,6 +49,9 @@ def test_quick_verification_passes_and_catches_every_mutant(capsys, tmp_path: Pa
     assert caught_by["per_window_clipping"] == ["empirical_user_dpsgd"]
     # a σ the optimizer really adds is seen from one run too (100,000 canaries at q = 1)
     assert caught_by["opacus_sigma_halved"] == ["empirical_opacus", "one_run_opacus"]
+    # the field's bugs: a negative ε at the tiny-q corner, AdaClip's σ_eff told to the accountant
+    assert "cross_accountant" in caught_by["prv_lower_estimate"]
+    assert "noise_conformance" in caught_by["sigma_eff_told"]
     assert "PASS" in (tmp_path / "verify.md").read_text().splitlines()[0]
 
 
