@@ -10,6 +10,7 @@ as sorted integer keys, so training and scoring are numpy lookups, not Python lo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,3 +77,24 @@ class CharNGram:
             prob = np.where(seen, (n_pair + t_ctx * prob) / np.maximum(n_ctx + t_ctx, 1.0), prob)
         sums = np.bincount(owner, weights=np.log(prob), minlength=len(texts))
         return sums / np.maximum(np.bincount(owner, minlength=len(texts)), 1)
+
+
+def text_arrays(
+    sources: Sequence[tuple[str, Sequence[str]]],
+    train: Sequence[str],
+    train_users: np.ndarray,
+    test: Sequence[str] | None,
+    test_users: np.ndarray | None,
+) -> dict[str, np.ndarray]:
+    """logp[j, i]: document j's mean per-character log-likelihood under source i's 4-gram model,
+    for the training documents and (given) the held-out ones, with their users."""
+    models = [CharNGram.fit(list(texts)) for _, texts in sources]
+    arrays = {
+        "names": np.array([name for name, _ in sources]),
+        "users": train_users,
+        "logp": np.stack([m.mean_log_likelihood(list(train)) for m in models], axis=1),
+    }
+    if test is not None and test_users is not None:
+        arrays["test_users"] = test_users
+        arrays["heldout_logp"] = np.stack([m.mean_log_likelihood(list(test)) for m in models], axis=1)
+    return arrays

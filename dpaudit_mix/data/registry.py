@@ -11,8 +11,8 @@ The old name ``mnist`` is ``mnist-labels``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol, cast
@@ -25,7 +25,9 @@ from ..errors import require
 from ..problem import Problem
 from ..randomness import Key, stream
 from ..registry import Registry
-from .ngram import CharNGram
+from .file_world import FileImageWorld
+from .manifest import is_manifest
+from .ngram import text_arrays
 from .proxies import LOGISTIC, TASKS, ProxySpec, accuracies, probabilities, task_log_likelihood, train_proxies
 from .shift import graded_sources, public_validation, shift_world
 from .sources import PublicSource, SensitiveData, mnist_world, public_shards, validation_slice
@@ -94,9 +96,42 @@ class _Problems:
 PROBLEMS = _Problems()
 
 
+#: each data manifest named so far (resolved path) → the key its world is registered under.
+_DATA: dict[Path, str] = {}
+
+
+def register_data(path: str | Path) -> str:
+    """Register the world a data manifest names (read once per process, when first named) under
+    ``data.<its content hash>``; returns that key."""
+    from .file_world import load_world
+
+    resolved = Path(path).resolve()
+    if resolved not in _DATA:
+        loaded = load_world(path, "")
+        key = f"data.{loaded.content[:16]}"
+        register_world(key, replace(loaded, name=key), replace=True)
+        _DATA[resolved] = key
+    return _DATA[resolved]
+
+
 def canonical(name: str) -> str:
+    """The registered key of ``name``: a world's name, an alias's world, or a data manifest's world."""
+    if isinstance(name, str) and is_manifest(name):
+        return register_data(name)
     require(name in PROBLEMS, f"unknown problem {name!r}; available: {', '.join(PROBLEMS)}")
     return ALIASES.get(name, name)
+
+
+def identity(name: str) -> str:
+    """What streams, cache file names and reports call the world: its name (a file world's
+    manifest ``name``), never a path or a hash."""
+    return str(getattr(world(name), "identity", canonical(name)))
+
+
+def content(name: str) -> str:
+    """The sha256 of a file world's manifest and files ("" for an embedded world, whose cache
+    keys hash the code that builds it)."""
+    return str(getattr(world(name), "content", ""))
 
 
 def world(name: str) -> World:
@@ -168,7 +203,7 @@ def world_validation(name: str, seed: int) -> PublicSource:
 def _compute_probabilities(name: str, seed: int, shards: int, proxy: ProxySpec) -> Probabilities:
     sources, sensitive = world_sources(name, seed, shards)
     public = world_validation(name, seed)
-    proxies = train_proxies(sources, proxy, public, Key(seed).child(proxies=name, shards=shards))
+    proxies = train_proxies(sources, proxy, public, Key(seed).child(proxies=identity(name), shards=shards))
     parts = [
         (sensitive.train_images, sensitive.train_labels),
         (sensitive.test_images, sensitive.test_labels),
@@ -192,7 +227,9 @@ def _cache_key(name: str, seed: int, shards: int, proxy: ProxySpec = LOGISTIC) -
 
         versions["torch"] = torch.__version__
         modules.append(Path(__file__).parent.parent / "models" / "cnn.py")
-    digest = json_sha256({"world": name, "seed": seed, "shards": shards, **proxy.ids, **versions})
+    data = content(name) if name in WORLDS else ""
+    world_id = {"world": identity(name), "content": data} if data else {"world": name}
+    digest = json_sha256({**world_id, "seed": seed, "shards": shards, **proxy.ids, **versions})
     for module in modules:
         digest.update(module.read_bytes())
     return digest.hexdigest()[:24]
@@ -213,7 +250,7 @@ def world_probabilities(name: str, seed: int, shards: int = 0, proxy: ProxySpec 
     the cost of a problem, so the result is cached on disk (:func:`..cache.user_cache_dir`), under
     a key that names the proxies."""
     name = canonical(name)
-    path = user_cache_dir() / "problems" / f"{name}-{_cache_key(name, seed, shards, proxy)}.npz"
+    path = user_cache_dir() / "problems" / f"{identity(name)}-{_cache_key(name, seed, shards, proxy)}.npz"
     return cached(path, lambda: _compute_probabilities(name, seed, shards, proxy), _save, _load)
 
 
@@ -234,33 +271,23 @@ TEXT_SOURCES = (*(f"shakespeare-{g}" for g in GENRES if g != SENSITIVE_GENRE), *
 
 def _text_problem(seed: int) -> dict[str, np.ndarray]:
     sources, train, test = text_world(seed)
-    models = [CharNGram.fit(list(s.texts)) for s in sources]
-    return {
-        "names": np.array([s.name for s in sources]),
-        "users": train.users,
-        "test_users": test.users,
-        "logp": np.stack([m.mean_log_likelihood(list(train.texts)) for m in models], axis=1),
-        "heldout_logp": np.stack([m.mean_log_likelihood(list(test.texts)) for m in models], axis=1),
-    }
+    return text_arrays([(s.name, s.texts) for s in sources], train.texts, train.users, test.texts, test.users)
 
 
-def _build_text(seed: int) -> Problem:
-    """logp[j, i]: speech j's mean per-character log-likelihood under source i's 4-gram model;
-    users are speakers; held-out rows are the speeches of the test speakers."""
+def text_problem(name: str, seed: int, compute: Callable[[], dict[str, np.ndarray]]) -> Problem:
+    """A text world's problem: its arrays cached on disk under its identity and content; users are
+    the documents' users (speakers), held-out rows the test users' documents."""
     arrays = cached(
-        user_cache_dir() / "problems" / f"{TEXT_WORLD}-{_cache_key(TEXT_WORLD, seed, 0)}.npz",
-        lambda: _text_problem(seed),
-        save_npz,
-        load_npz,
+        user_cache_dir() / "problems" / f"{identity(name)}-{_cache_key(name, seed, 0)}.npz", compute, save_npz, load_npz
     )
     return Problem(
         arrays["logp"],
         tuple(str(n) for n in arrays["names"]),
         users=arrays["users"],
-        heldout_logp=arrays["heldout_logp"],
+        heldout_logp=arrays.get("heldout_logp"),
         task=TEXT_TASK,
-        meta={"name": TEXT_WORLD, "seed": str(seed)},
-        heldout_users=arrays["test_users"],
+        meta={"name": identity(name), "seed": str(seed)},
+        heldout_users=arrays.get("test_users"),
     )
 
 
@@ -305,19 +332,27 @@ class ImageWorld:
         return validation_slice(seed) if self.name == "mnist-labels" else public_validation(seed)
 
     def build(self, task: str, seed: int, shards: int, proxy: ProxySpec) -> Problem:
-        names, train, train_y, test, test_y, public, public_y, epochs = world_probabilities(
-            self.name, seed, shards, proxy
-        )
-        n = len(train_y)
-        users = stream(seed, "problem-users", world=self.name).numpy().permutation(n) // USER_SIZE
-        return Problem(
-            logp=task_log_likelihood(train, train_y, task),
-            sources=names,
-            users=users.astype(np.int64),
-            heldout_logp=task_log_likelihood(test, test_y, task),
-            task=task,
-            meta={"name": self.name, "seed": str(seed), **proxy_meta(proxy, public, public_y, epochs)},
-        )
+        return image_problem(self.name, task, seed, shards, proxy)
+
+
+def image_problem(
+    name: str, task: str, seed: int, shards: int, proxy: ProxySpec, users: np.ndarray | None = None
+) -> Problem:
+    """An image world's problem for ``task``: its proxies' log-likelihoods on the sensitive train
+    split (held out: on the test split, when it has one); ``users`` per row, else seeded groups
+    of USER_SIZE (MNIST has no writer ids)."""
+    names, train, train_y, test, test_y, public, public_y, epochs = world_probabilities(name, seed, shards, proxy)
+    n = len(train_y)
+    if users is None:
+        users = stream(seed, "problem-users", world=identity(name)).numpy().permutation(n) // USER_SIZE
+    return Problem(
+        logp=task_log_likelihood(train, train_y, task),
+        sources=names,
+        users=users.astype(np.int64),
+        heldout_logp=task_log_likelihood(test, test_y, task) if len(test_y) else None,
+        task=task,
+        meta={"name": identity(name), "seed": str(seed), **proxy_meta(proxy, public, public_y, epochs)},
+    )
 
 
 @dataclass(frozen=True)
@@ -332,7 +367,7 @@ class TextWorld:
         return len(TEXT_SOURCES)
 
     def build(self, task: str, seed: int, shards: int, proxy: ProxySpec) -> Problem:
-        return _build_text(seed)
+        return text_problem(self.name, seed, lambda: _text_problem(seed))
 
 
 def build_public(
@@ -342,14 +377,17 @@ def build_public(
     sensitive one and costs no privacy, for choosing the learner's settings."""
     name = image_world(name)
     require(task in TASKS, f"unknown task {task!r} for {name}; available: {', '.join(TASKS)}")
-    require(isinstance(world(name), ImageWorld), f"{name} has no proxies of this package's to mirror on public data")
+    require(
+        isinstance(world(name), (ImageWorld, FileImageWorld)),
+        f"{name} has no proxies of this package's to mirror on public data",
+    )
     names, *_, public, public_y, epochs = world_probabilities(name, seed, shards, proxy)
     return Problem(
         task_log_likelihood(public, public_y, task),
         names,
         task=task,
         meta={
-            "name": name,
+            "name": identity(name),
             "seed": str(seed),
             "split": "public validation",
             **proxy_meta(proxy, public, public_y, epochs),
