@@ -139,14 +139,17 @@ def cmd_problem(args: argparse.Namespace) -> None:
     from .optimum import mixmin
     from .recovery.metrics import cos_similarity
 
-    proxy = registry.proxy_spec(args.name, args.proxy, args.proxy_epochs)
+    require((args.name is None) != (args.data is None), "give a world NAME or --data DATA.toml (one of them)")
+    name = args.name if args.data is None else args.data
+    require(args.data is None or args.data.endswith(".toml"), f"--data takes a data manifest (.toml), got {args.data}")
     check_output(args.out, folder=False)
-    prob = registry.build(args.name, args.task or registry.tasks(args.name)[0], args.seed, proxy=proxy)
+    proxy = registry.proxy_spec(name, args.proxy, args.proxy_epochs)
+    prob = registry.build(name, args.task or registry.tasks(name)[0], args.seed, proxy=proxy)
     problem_io.save(prob, args.out)
     star = mixmin(prob.logp).weights
     _emit(
         {
-            "problem": args.name,
+            "problem": name,
             "task": prob.task,
             "n": prob.n,
             "k": prob.k,
@@ -163,6 +166,14 @@ def cmd_problem(args: argparse.Namespace) -> None:
         },
         None,
     )
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    from .data.export import export_world
+
+    out = check_output(args.out, folder=True)
+    manifest = export_world(args.name, out, args.seed)
+    _emit({"world": args.name, "seed": args.seed, "manifest": str(manifest)}, None)
 
 
 def cmd_bound(args: argparse.Namespace) -> None:
@@ -496,8 +507,9 @@ def _mixing_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
     calibrate.set_defaults(func=cmd_calibrate)
 
-    prob = sub.add_parser("problem", help="build a problem file from the embedded data")
-    prob.add_argument("name", help=f"one of: {', '.join(registry.PROBLEMS)}")
+    prob = sub.add_parser("problem", help="build a problem file from an embedded world or your own files")
+    prob.add_argument("name", nargs="?", help=f"one of: {', '.join(registry.PROBLEMS)}")
+    prob.add_argument("--data", help="a data manifest (.toml) naming your public sources and sensitive set")
     prob.add_argument("--task", help="default: the world's first task (digit-0, or lm for the text world)")
     prob.add_argument("--seed", type=_seed, default=0)
     prob.add_argument("--proxy", choices=PROXIES, default="logistic", help="image worlds: the per-source proxies")
@@ -508,6 +520,12 @@ def _mixing_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
     prob.add_argument("--out", required=True)
     prob.set_defaults(func=cmd_problem)
+
+    export = sub.add_parser("export-world", help="write an embedded world as data files and a data manifest")
+    export.add_argument("name", help=f"one of: {', '.join(registry.PROBLEMS)}")
+    export.add_argument("--seed", type=_seed, default=0)
+    export.add_argument("--out", required=True, help="a new folder: data.toml and the files it names")
+    export.set_defaults(func=cmd_export)
 
     bound = sub.add_parser("bound", help="Clopper-Pearson strict and GDP lower bounds from attack counts")
     for flag in ("--fp", "--fn", "--negatives", "--positives"):
@@ -521,7 +539,7 @@ def _mixing_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
     bound.set_defaults(func=cmd_bound)
 
-    for p in (mix, account, calibrate, prob, bound):
+    for p in (mix, account, calibrate, prob, export, bound):
         _add_json(p)
 
 

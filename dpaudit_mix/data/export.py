@@ -69,6 +69,7 @@ def export_world(name: str, out: Path, seed: int = 0) -> Path:
     key = registry.canonical(name)
     require(not key.startswith("data."), f"{name} is a file world already")
     require(not out.exists(), f"{out} exists; export-world writes a new folder")
+    out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         manifest = (

@@ -31,6 +31,22 @@ from .text_files import TextSet, read_texts
 VALIDATION_SIZE = 500
 
 
+def signature(manifest: Path, files: tuple[Path, ...]) -> tuple[tuple[str, int, int], ...]:
+    """(path, size, mtime) of the manifest and of every file it names (a folder's files too):
+    what tells a world read before from one whose files have changed since."""
+    paths = [manifest]
+    for path in files:
+        paths += sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    stats = []
+    for path in paths:
+        try:
+            info = path.stat()
+        except OSError:
+            return ()  # a file gone: read again (and say so then)
+        stats.append((str(path), info.st_size, info.st_mtime_ns))
+    return tuple(stats)
+
+
 def _content(manifest: DataManifest, digests: list[tuple[str, str]]) -> str:
     digest = hashlib.sha256(manifest.content)
     for part, value in digests:
@@ -52,6 +68,8 @@ class FileImageWorld:
     tasks: tuple[str, ...] = TASKS
     max_sources: int = 0
     path: Path = field(default=Path())
+    files: tuple[Path, ...] = ()
+    signature: tuple[tuple[str, int, int], ...] = ()
 
     def sources(self, seed: int, shards: int) -> tuple[list[PublicSource], SensitiveData]:
         require(shards == 0, f"{self.path}: a file world has no k-scaling shards")
@@ -93,6 +111,8 @@ class FileTextWorld:
     sensitive: TextSet
     test: TextSet | None
     tasks: tuple[str, ...] = ("lm",)
+    files: tuple[Path, ...] = ()
+    signature: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def max_sources(self) -> int:
@@ -118,6 +138,12 @@ class FileTextWorld:
 def load_world(path: str | Path, key: str) -> FileImageWorld | FileTextWorld:
     """The world a manifest names, every file read once and checked (one InputError per fault)."""
     manifest = load_manifest(path)
+    files = tuple(
+        p
+        for p in (manifest.sensitive, manifest.sensitive_test, manifest.validation, *(f for _, f in manifest.sources))
+        if p
+    )
+    stamp = signature(manifest.path, files)  # before reading: a change while reading is caught next time
     digests: list[tuple[str, str]] = []
     if manifest.kind == "text":
         sensitive = read_texts(manifest.sensitive, users_allowed=True)
@@ -125,7 +151,8 @@ def load_world(path: str | Path, key: str) -> FileImageWorld | FileTextWorld:
         sources = tuple((name, read_texts(file)) for name, file in manifest.sources)
         digests = [("sensitive", sensitive.digest), ("test", test.digest if test else "")]
         digests += [(f"source {name}", texts.digest) for name, texts in sources]
-        return FileTextWorld(key, manifest.name, _content(manifest, digests), sources, sensitive, test)
+        content = _content(manifest, digests)
+        return FileTextWorld(key, manifest.name, content, sources, sensitive, test, files=files, signature=stamp)
     classes = manifest.classes
     sensitive_images = read_images(manifest.sensitive, classes, users_allowed=True)
     test_images = None if manifest.sensitive_test is None else read_images(manifest.sensitive_test, classes)
@@ -144,4 +171,6 @@ def load_world(path: str | Path, key: str) -> FileImageWorld | FileTextWorld:
         None if validation is None else PublicSource("public-validation", validation.images, validation.labels),
         tasks=(*TASKS[:classes], "multiclass"),
         path=manifest.path,
+        files=files,
+        signature=stamp,
     )

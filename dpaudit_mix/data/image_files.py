@@ -117,7 +117,7 @@ def _from_npz(
 
 def _folder_classes(root: Path, where: str, classes: int) -> list[tuple[int, Path]]:
     folders = sorted(p for p in root.iterdir() if p.is_dir())
-    require(folders, f"{where}: an image folder needs one subfolder per class, found none")
+    require(bool(folders), f"{where}: an image folder needs one subfolder per class, found none")
     names = [p.name for p in folders]
     numbered = all(n.isdigit() for n in names)
     indices = [int(n) for n in names] if numbered else list(range(len(names)))
@@ -151,7 +151,7 @@ def _from_folder(root: Path, where: str, classes: int, digest: hashlib._Hash) ->
             shape = picture.shape
             pictures.append(picture)
             labels.append(label)
-    require(pictures, f"{where}: the image folder holds no images")
+    require(bool(pictures), f"{where}: the image folder holds no images")
     stacked = np.stack(pictures)
     return standard(stacked if stacked.dtype == np.uint8 else stacked.astype(np.uint8), where), np.array(
         labels, dtype=np.int64

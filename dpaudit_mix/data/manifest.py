@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import is_real, require
 from ..specfile import read_spec_bytes, spec_table
@@ -80,7 +81,7 @@ def load_manifest(path: str | Path) -> DataManifest:
     name = raw.get("name", where.stem)
     require(isinstance(name, str) and NAME.fullmatch(name) is not None, f"{where}: name {name!r} is not a plain name")
     require("sensitive" in raw, f'{where}: the sensitive set is missing (sensitive = "file")')
-    sources = raw.get("sources")
+    sources: Any = raw.get("sources")
     require(
         isinstance(sources, dict) and len(sources) >= 1,
         f'{where}: [sources] must name at least one public source (name = "file")',

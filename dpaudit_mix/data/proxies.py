@@ -164,7 +164,10 @@ def train_proxies(
 
 
 def probabilities(proxies: list[Proxy], images: np.ndarray) -> np.ndarray:
-    """(k, n, 10): every proxy's smoothed class probabilities on ``images``."""
+    """(k, n, 10): every proxy's smoothed class probabilities on ``images`` (n may be 0: a world
+    without a test split)."""
+    if len(images) == 0:
+        return np.zeros((len(proxies), 0, CLASSES))
     return np.stack([p.probabilities(images) for p in proxies])
 
 

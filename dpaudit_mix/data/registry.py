@@ -87,7 +87,8 @@ class _Problems:
     """Every name a spec's ``problem`` may give for a world: the registered ones and the aliases."""
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and (name in ALIASES or name in WORLDS)
+        """A registered world, an alias, or a data manifest's path (read, and checked, when resolved)."""
+        return isinstance(name, str) and (name in ALIASES or name in WORLDS or is_manifest(name))
 
     def __iter__(self) -> Iterator[str]:
         return iter((*WORLDS.names(), *ALIASES))
@@ -96,22 +97,30 @@ class _Problems:
 PROBLEMS = _Problems()
 
 
-#: each data manifest named so far (resolved path) → the key its world is registered under.
-_DATA: dict[Path, str] = {}
+#: each data manifest named so far (resolved path) → the files' signature when read, and the key
+#: its world is registered under.
+_DATA: dict[Path, tuple[tuple[tuple[str, int, int], ...], str]] = {}
 
 
 def register_data(path: str | Path) -> str:
-    """Register the world a data manifest names (read once per process, when first named) under
-    ``data.<its content hash>``; returns that key."""
-    from .file_world import load_world
+    """Register the world a data manifest names under ``data.<its content hash>``; returns that
+    key. It is read again only when the manifest or a file it names has changed since (size or
+    modification time): naming it again in the same process costs a stat per file."""
+    from .file_world import load_world, signature
 
     resolved = Path(path).resolve()
-    if resolved not in _DATA:
-        loaded = load_world(path, "")
-        key = f"data.{loaded.content[:16]}"
-        register_world(key, replace(loaded, name=key), replace=True)
-        _DATA[resolved] = key
-    return _DATA[resolved]
+    known = _DATA.get(resolved)
+    if known is not None and signature(resolved, world_files(known[1])) == known[0]:
+        return known[1]
+    loaded = load_world(path, "")
+    key = f"data.{loaded.content[:16]}"
+    register_world(key, replace(loaded, name=key), replace=True)
+    _DATA[resolved] = (loaded.signature, key)
+    return key
+
+
+def world_files(key: str) -> tuple[Path, ...]:
+    return tuple(getattr(WORLDS.get(key), "files", ()))
 
 
 def canonical(name: str) -> str:

@@ -85,5 +85,5 @@ def read_texts(path: Path, *, users_allowed: bool = False) -> TextSet:
         texts, users = _jsonl(text, where, users_allowed)
     else:
         texts, users = [line for line in text.splitlines() if line.strip()], None
-    require(texts, f"{where}: no documents (the file is empty or blank)")
+    require(bool(texts), f"{where}: no documents (the file is empty or blank)")
     return TextSet(tuple(texts), users, hashlib.sha256(content).hexdigest())

@@ -127,7 +127,9 @@ def prepare(spec_path: Path, spec_bytes: bytes, out: Path, progress: bool) -> Pr
         "finetune_learning_rate (a grid is chosen by rehearsal after λ, too late for the claim)",
     )
     world = build_world(pipe)
-    cache = StageCache(user_cache_dir() / "model-releases" / sha256_bytes(pipeline_bytes)[:16])
+    cache = StageCache(
+        user_cache_dir() / "model-releases" / sha256_bytes(pipeline_bytes)[:16], registry.content(pipe.world)
+    )
     track = image_track(pipe, world, cache, progress, secure=True)
     require(spec.task in track.tasks, f"task {spec.task!r} is not one the pipeline runs ({', '.join(track.tasks)})")
     sequential = pipe.composition == "sequential"

@@ -70,7 +70,7 @@ def build_world(spec: PipelineSpec) -> World:
     require(size_a >= 1, f"split A would be empty: rho = {spec.rho:g} of {n} training examples")
     require(size_a < n, f"split B would be empty: rho = {spec.rho:g} of {n} training examples")
     order = (
-        stream(spec.seed, "pipeline-split", world=registry.canonical(spec.world), rho=spec.rho, n=n)
+        stream(spec.seed, "pipeline-split", world=registry.identity(spec.world), rho=spec.rho, n=n)
         .numpy()
         .permutation(n)
     )
@@ -92,7 +92,7 @@ def world_key(spec: PipelineSpec) -> str:
         seed=spec.seed,
         public_fraction=spec.public_fraction,
         sensitive_fraction=spec.sensitive_fraction,
-        **({} if registry.canonical(spec.world) == "mnist-labels" else {"world": spec.world}),
+        **({} if registry.identity(spec.world) == "mnist-labels" else {"world": registry.identity(spec.world)}),
         **({"synthetic": True} if spec.synthetic_source else {}),
     )
 
@@ -276,7 +276,9 @@ class ProxyReport:
 
 def proxy_report(spec: PipelineSpec, world: World, cache_root: Path) -> ProxyReport:
     """The run's proxies, from its stage cache (trained if no stage needed them)."""
-    arrays = StageCache(cache_root).arrays("proxies", proxies_stage(spec, world, progress=False))
+    arrays = StageCache(cache_root, registry.content(spec.world)).arrays(
+        "proxies", proxies_stage(spec, world, progress=False)
+    )
     names = tuple(s.name for s in world.sources)
     return ProxyReport(spec.proxy_spec, names, arrays["validation_accuracy"], arrays["epochs"])
 
@@ -323,7 +325,7 @@ def run_pipeline(
     """
     spec = device.resolved(spec)
     world = world or build_world(spec)
-    cache = StageCache(cache_root or out / "cache")
+    cache = StageCache(cache_root or out / "cache", registry.content(spec.world))
     track = image_track(spec, world, cache, progress, secure)
     preflight(track, spec.epsilons)  # before the proxies: an unreachable ε writes nothing
     return run_stages(track, cache, progress, secure, backend)

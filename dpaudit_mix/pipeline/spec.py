@@ -30,6 +30,9 @@ class PipelineSpec:
     """Every key optional in the TOML file; unknown keys are rejected."""
 
     world: str = "mnist-labels"  # mnist-labels (sources split by label) or mnist-shift (graded covariate shift)
+    data: str | None = (
+        None  # instead of world: a data manifest (.toml) of your own files, relative to the working folder
+    )
     synthetic_source: bool = False  # add EDM samples of the world's small public slice as one more source
     proxy: str = "logistic"  # the per-source proxies: logistic (pooled pixels) or cnn (the SmallCNN)
     proxy_epochs: int | None = None  # cnn proxies: fixed epochs; left out = early stopping on public validation
@@ -79,10 +82,15 @@ class PipelineSpec:
         "proxies": "rows: each row runs as a spec of its own, with proxy set",
         "proxy_epochs_grid": "rows: each row runs as a spec of its own, with proxy_epochs set",
         "protocols": "rows: each row runs as a spec of its own, with protocol set",
+        "data": "names the world: it sets world (which the stages key by name, their cache entries by content)",
     }
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if self.data is not None:
+            require(self.world in ("mnist-labels", self.data), "give world or data, not both")
+            require(self.data.endswith(".toml"), f"data must name a data manifest (.toml), got {self.data!r}")
+            object.__setattr__(self, "world", self.data)
         check_shared_keys(self, METHODS)
         if not variants(self):  # with rows, each row is a spec checked on its own (the single keys may not apply)
             self.proxy_spec  # noqa: B018  # validates proxy and proxy_epochs

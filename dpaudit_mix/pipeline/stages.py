@@ -134,11 +134,15 @@ class StageCache:
     checksum. A root that cannot be written is said once, then only read: the run holds its stages
     in memory and finishes. Nothing is created before the first stage (a preflight writes nothing).
 
-    A worker's cache (``root`` None) only holds what it computes, in ``computed``: the worker
-    sends that back, and the parent offers it (:meth:`offer`) to the one cache where results land."""
+    ``salt`` (a file world's content hash) is in every entry's name, so that stages computed on
+    one version of a user's files are never reused for another (the stage keys, which seed the
+    streams, name the world by its name only). A worker's cache (``root`` None) only holds what it
+    computes, in ``computed``: the worker sends that back, and the parent offers it (:meth:`offer`)
+    to the one cache where results land."""
 
-    def __init__(self, root: Path | None) -> None:
+    def __init__(self, root: Path | None, salt: str = "") -> None:
         self.root = root
+        self.salt = salt  # a file world's content hash: its stages are never served for other files
         self.computed: dict[tuple[str, str, str], Any] = {}  # (stage, key, kind) → value, in memory
         self._offered: dict[tuple[str, str], Any] = {}
 
@@ -162,7 +166,8 @@ class StageCache:
     def _path(self, stage: str, key: str, kind: str) -> Path | None:
         if self.root is None:
             return None
-        return self.root / stage / f"{content_key(key=key, layout=LAYOUT)}.{KINDS[kind][0]}"
+        salted = {"data": self.salt} if self.salt else {}
+        return self.root / stage / f"{content_key(key=key, layout=LAYOUT, **salted)}.{KINDS[kind][0]}"
 
     def get(self, stage: str, key: str, kind: str, compute: Callable[[], T]) -> T:
         """The stage's output: checked from disk, else offered by a worker, else computed (and saved)."""

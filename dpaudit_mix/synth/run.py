@@ -48,7 +48,7 @@ class WarmSynTrack:
         self.holdout = public.images[len(public.labels) // 2 :]  # never trains anything: the memorisation reference
         _, self.sensitive = registry.world_sources(spec.world, spec.seed)
         self.n = max(1, round(spec.sensitive_fraction * len(self.sensitive.train_labels)))
-        self.base = content_key(world=spec.world, seed=spec.seed, public=spec.public_size)
+        self.base = content_key(world=registry.identity(spec.world), seed=spec.seed, public=spec.public_size)
         self.synthetic_sets: dict[int, Arrays] = {}
 
     def jobs(self) -> list[Job]:
@@ -153,7 +153,7 @@ class WarmSynTrack:
 def run_warmsyn(spec: WarmSynSpec, out: Path, progress: bool = True) -> dict[str, Any]:
     """Every row × ε × seed of the ablation, and the synthetic sets' quality."""
     spec = device.resolved(spec)
-    track = WarmSynTrack(spec, StageCache(out / "cache"))
+    track = WarmSynTrack(spec, StageCache(out / "cache", registry.content(spec.world)))
     preflight(track, spec.epsilons)  # before the EDM and the warm-ups: an unreachable ε writes nothing
     runs = run_stages(track, track.cache, progress)
     test_x, test_y = track.sensitive.test_images, track.sensitive.test_labels
