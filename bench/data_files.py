@@ -62,10 +62,9 @@ def main() -> None:
             raise SystemExit(f"problem --data failed ({done.returncode}): {done.stderr.strip()}")
         peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # Linux: KiB
         memory = available_bytes() or 0
-    print(
-        f"| files | {args.sources} sources × {args.images:,} + {args.sensitive:,} sensitive, {args.size}×{args.size} uint8, "
-        f"{size / 2**30:.2f} GiB (made in {made:.0f} s) |"
-    )
+    shape = f"{args.size}×{args.size} uint8"
+    print(f"| files | {args.sources} sources × {args.images:,} + {args.sensitive:,} sensitive, {shape}, ", end="")
+    print(f"{size / 2**30:.2f} GiB (made in {made:.0f} s) |")
     print("| measure | value |")
     print("|---|---|")
     print(f"| problem --data wall time | {wall:.0f} s |")
