@@ -59,6 +59,7 @@ PURPOSES = frozenset(
         "audit-natural-canary",
         "recovery-subset",
         "recovery-tuning",
+        "learner-tuning",
         "verify-conformance",
         # simulated membership scores (tests and benches of the score audit)
         "simulated-scores",

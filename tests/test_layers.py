@@ -41,6 +41,7 @@ LAYERS: dict[str, int] = {
             "problem",
             "optimum",
             "learner",
+            "tuning",
             "accounting",
             "audit.bounds",
             "audit.attack",

@@ -145,7 +145,7 @@ def test_mnist_k_beyond_the_shards_is_an_input_error() -> None:
 
 
 def test_c_and_eta_are_chosen_on_public_data(small_problem) -> None:
-    from dpaudit_mix.recovery.tuning import CLIPS, LEARNING_RATES, tune
+    from dpaudit_mix.tuning import CLIPS, LEARNING_RATES, tune
 
     choice = tune(small_problem, 1.0, 1e-5, 20, 1.0, 0)
     assert len(choice["candidates"]) == len(CLIPS) * len(LEARNING_RATES)

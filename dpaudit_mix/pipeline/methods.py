@@ -64,12 +64,14 @@ class Mixture:
     weights: np.ndarray | None  # None: no pretraining on a mixture
     phase: accounting.GaussianPhase | None  # the DP phase run on split A, if any
     releasable: bool = True
+    learner: dict[str, float] | None = None  # (C, η) when chosen by rehearsal on public data
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "weights": None if self.weights is None else self.weights.tolist(),
             "phase": None if self.phase is None else asdict(self.phase),
             "releasable": self.releasable,
+            **({} if self.learner is None else {"learner": dict(self.learner)}),
         }
 
     @classmethod
@@ -78,6 +80,7 @@ class Mixture:
             None if data["weights"] is None else np.asarray(data["weights"], dtype=np.float64),
             None if data["phase"] is None else accounting.GaussianPhase(**data["phase"]),
             bool(data["releasable"]),
+            None if data.get("learner") is None else {k: float(v) for k, v in data["learner"].items()},
         )
 
 
@@ -124,6 +127,7 @@ def choose(
     secure: bool = False,
     user_level: bool = False,
     loss_bound: float = LOSS_BOUND,
+    settings: dict[str, float] | None = None,
 ) -> Mixture:
     """λ for ``method`` with the mixing phase spending ``epsilon`` (at spec.delta) on split A.
 
@@ -132,6 +136,8 @@ def choose(
     task), the method, ε and ``seed``, so no two tasks, rows, methods or seeds share noise (their
     released λ's differences do not cancel it).
     ``user_level``: neighbouring datasets differ by one user (split A must carry ``users``).
+    ``settings``: DP-MixMin's C and η (``clip``, ``learning_rate``) chosen on public data, in place
+    of the spec's (:mod:`..tuning`); they are kept in the mixture.
     """
     k = split_a.k
     if method in ("no_pretrain", "warm"):
@@ -144,16 +150,16 @@ def choose(
     if method == "dpmixmin" and phase is not None:
         config = LearnerConfig(
             steps=phase.steps,
-            clip=spec.mix_clip,
+            clip=spec.mix_clip if settings is None else settings["clip"],
             noise_multiplier=phase.noise_multiplier,
-            learning_rate=spec.mix_learning_rate,
+            learning_rate=spec.mix_learning_rate if settings is None else settings["learning_rate"],
             user_level=user_level,
             secure=secure,
         )
         noise = (
             None if secure else stream(spec.seed, "learner-noise", **names, method=method, epsilon=epsilon, seed=seed)
         )
-        return Mixture(fit(split_a, config, 1, noise).weights[0], phase)
+        return Mixture(fit(split_a, config, 1, noise).weights[0], phase, learner=settings)
     if method == "random_search" and phase is not None:
         ids = {**names, "epsilon": epsilon, "seed": seed}
         candidates = (

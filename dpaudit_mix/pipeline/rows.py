@@ -61,6 +61,7 @@ def mixture_entries(records: Sequence[dict[str, Any]], **extra: Any) -> list[dic
             "epsilon": r["epsilon"],
             "seed": r["seed"],
             "weights": r["mixture"]["weights"],
+            **({"learner": r["mixture"]["learner"]} if "learner" in r["mixture"] else {}),
         }
         for r in records
         if r["mixture"]["weights"] is not None

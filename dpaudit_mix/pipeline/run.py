@@ -121,10 +121,15 @@ class ImageTrack(MixingTrack):
     """The CNN on an image world: Opacus DP-SGD per example, scored by per-digit AUC."""
 
     def __init__(
-        self, spec: PipelineSpec, world: World, problems: Callable[[str], tuple[Problem, Problem]], secure: bool
+        self,
+        spec: PipelineSpec,
+        world: World,
+        problems: Callable[[str], tuple[Problem, Problem]],
+        secure: bool,
+        public: Callable[[str], Problem] | None = None,
     ) -> None:
         tasks = DIGIT_TASKS if spec.protocol == "per_task" else ("multiclass",)
-        super().__init__(spec, tasks, problems, world_key(spec), split_key(spec), secure)
+        super().__init__(spec, tasks, problems, world_key(spec), split_key(spec), secure, public=public)
         self.image_spec, self.world = spec, world
         self.rows = np.arange(len(world.train_labels)) if self.sequential else world.split_b
 
@@ -247,20 +252,23 @@ def split_key(spec: PipelineSpec) -> str:
 
 def proxies_stage(spec: PipelineSpec, world: World, progress: bool) -> Stage[Arrays]:
     """Every source's proxy, trained once: its class probabilities on the sensitive training set
-    ("train", (k, n, 10)), its accuracy on the public validation slice and its epochs."""
+    ("train", (k, n, 10)) and on the public validation slice ("validation"), its accuracy there
+    and its epochs."""
     proxy = spec.proxy_spec
 
     def compute() -> Arrays:
         show = {"disable": not progress, "file": sys.stderr}
         sources = list(tqdm(world.sources, desc=f"proxies ({proxy.label})", unit="source", **show))
         models = train_proxies(sources, proxy, world.validation, Key(spec.seed).child(proxies=world_key(spec)))
+        validation = probabilities(models, world.validation.images)
         return {
             "train": probabilities(models, world.train_images),
-            "validation_accuracy": accuracies(probabilities(models, world.validation.images), world.validation.labels),
+            "validation": validation,
+            "validation_accuracy": accuracies(validation, world.validation.labels),
             "epochs": np.array([m.epochs or 0 for m in models], dtype=np.int64),
         }
 
-    return Stage(content_key(data=world_key(spec), **proxy.ids), compute)
+    return Stage(content_key(data=world_key(spec), **proxy.ids, arrays="train+validation"), compute)
 
 
 @dataclass(frozen=True)
@@ -304,7 +312,12 @@ def image_track(spec: PipelineSpec, world: World, cache: StageCache, progress: b
         )
         return split_a, problem(np.arange(len(world.train_labels)), "all training data")
 
-    return ImageTrack(spec, world, problems, secure)
+    def public(task: str) -> Problem:
+        probs = cache.arrays("proxies", proxies_stage(spec, world, progress))["validation"]
+        logp = task_log_likelihood(probs, world.validation.labels, task)
+        return Problem(logp, names, task=f"{task} (public validation)")
+
+    return ImageTrack(spec, world, problems, secure, public)
 
 
 def run_pipeline(

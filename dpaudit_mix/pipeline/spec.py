@@ -50,6 +50,9 @@ class PipelineSpec:
     mix_steps: int = 100
     mix_clip: float = LearnerConfig.clip
     mix_learning_rate: float = 1.0
+    # true: DP-MixMin's C and η are chosen per job by rehearsing it at its σ on the task's public
+    # validation problem (no privacy spent; dpaudit_mix.tuning); mix_clip and mix_learning_rate are then unused
+    mix_tuning: bool = False
     search_candidates: int = 8  # random search: candidate λ ~ Dirichlet(1), one chosen privately
     pretrain_examples: int = 3000
     pretrain_epochs: int = 3

@@ -28,9 +28,11 @@ from .. import problem as problem_io
 from ..atomic import write_json
 from ..backend import Backend
 from ..cache import cached, content_key, load_json, load_npz, save_npz, verified
+from ..errors import InputError, present
 from ..models import device
 from ..problem import Problem
-from ..randomness import Key
+from ..randomness import Key, Stream, stream
+from ..tuning import rehearse
 from .methods import LOSS_BOUND, PRIVATE_METHODS, MixingSpec, Mixture, choose, mix_epsilon, mixing_phase
 
 T = TypeVar("T")
@@ -380,12 +382,15 @@ class MixingTrack:
         secure: bool,
         user_level: bool = False,
         loss_bound: float = LOSS_BOUND,
+        public: Callable[[str], Problem] | None = None,
     ) -> None:
         """Every job runs each of ``tasks``, mixing on ``problems(task)``: split A (what DP-MixMin
         sees) and all the training data (the non-private upper bound's). ``data_key`` names the
         data (it keys the pretraining stages and their streams); ``split_key`` names split A too
-        (it keys the mixtures and names their noise streams)."""
+        (it keys the mixtures and names their noise streams). ``public(task)``: the same proxies'
+        problem on public data, where a spec's ``mix_tuning`` rehearses DP-MixMin's C and η."""
         self.spec, self.tasks, self.problems, self.secure = spec, tasks, problems, secure
+        self.public = public
         self.data_key, self.split_key = data_key, split_key
         self.user_level, self.loss_bound = user_level, loss_bound
         self.delta = spec.delta
@@ -406,6 +411,28 @@ class MixingTrack:
             for s in range(spec.seeds)
             for task in self.tasks
         ]
+
+    def tuned(self, job: Job) -> bool:
+        """Whether the job's DP-MixMin takes its C and η from a rehearsal on public data."""
+        return job.method == "dpmixmin" and bool(getattr(self.spec, "mix_tuning", False))
+
+    def rehearsal(self, job: Job, epsilon: float) -> dict[str, float]:
+        """C and η rehearsed at the job's σ on the task's public problem (:func:`..tuning.rehearse`)."""
+        if self.public is None:
+            raise InputError("mix_tuning needs a public problem; this track has none")
+        phase = present(mixing_phase(job.method, epsilon, self.spec), "DP-MixMin runs a DP phase")
+        ids = {"split": self.split_key, "task": job.task, "epsilon": epsilon, "seed": job.seed}
+
+        def noise(clip: float, learning_rate: float) -> Stream:
+            return stream(self.spec.seed, "learner-tuning", **ids, clip=clip, learning_rate=learning_rate)
+
+        public = self.public(job.task)
+        rows = len(self.mixing_problems(job.task)[0].logp)
+        if public.n > rows:  # as many rows as split A: the noise weighs on the mean as it will there
+            draw = stream(self.spec.seed, "learner-tuning", **ids, rows=rows).numpy()
+            public = public.subset(np.sort(draw.permutation(public.n)[:rows]))
+        chosen = rehearse(public, phase.noise_multiplier, phase.steps, 1.0, noise)
+        return {"clip": chosen["clip"], "learning_rate": chosen["learning_rate"], "public_n": float(public.n)}
 
     def mixing_problems(self, task: str) -> tuple[Problem, Problem]:
         if task not in self._problems:
@@ -428,13 +455,25 @@ class MixingTrack:
             lr=spec.mix_learning_rate,
             candidates=spec.search_candidates,
             secure=self.secure and private,
+            **({"tuning": "rehearsal"} if self.tuned(job) else {}),
         )
 
         def compute() -> Mixture:
             split_a, full = self.mixing_problems(job.task)
             ids = {"split": self.split_key, "task": job.task}
+            settings = self.rehearsal(job, eps_mix) if self.tuned(job) else None
             return choose(
-                job.method, split_a, full, eps_mix, spec, job.seed, ids, self.secure, self.user_level, self.loss_bound
+                job.method,
+                split_a,
+                full,
+                eps_mix,
+                spec,
+                job.seed,
+                ids,
+                self.secure,
+                self.user_level,
+                self.loss_bound,
+                settings,
             )
 
         return Stage(key, compute)

@@ -27,9 +27,9 @@ from ..problem import Problem, load
 from ..randomness import stream
 from ..resources import require_memory
 from ..stats import sample_std
+from ..tuning import tune
 from .metrics import cos_similarity, l1_distance
 from .spec import RecoverySpec
-from .tuning import tune
 
 #: α is reported in units of 1e-3, like the paper's Table 4.
 ALPHA_UNIT = 1e-3

@@ -1,0 +1,54 @@
+"""The learner's (C, η) chosen by rehearsal on public data: at σ = 0 it reaches λ★ on the shipped
+worlds (the default C = 3, η = 1 does not), and the choice reads nothing private."""
+
+from __future__ import annotations
+
+import pytest
+
+from dpaudit_mix.data import registry
+from dpaudit_mix.learner import LearnerConfig, fit
+from dpaudit_mix.optimum import mixmin
+from dpaudit_mix.randomness import stream
+from dpaudit_mix.recovery.metrics import cos_similarity
+from dpaudit_mix.tuning import rehearse
+
+CASES = [(w, t) for w in ("mnist-labels", "mnist-shift") for t in ("multiclass", "digit-0", "digit-3", "digit-8")]
+
+
+def _noise(world: str, task: str):
+    return lambda clip, lr: stream(0, "learner-tuning", test="sigma-0", world=world, task=task, clip=clip, lr=lr)
+
+
+@pytest.mark.parametrize(("world", "task"), CASES, ids=[f"{w}-{t}" for w, t in CASES])
+def test_sigma_0_fits_with_the_rehearsed_settings_reach_lambda_star(world: str, task: str):
+    public = registry.build_public(world, task)
+    chosen = rehearse(public, 0.0, 100, 1.0, _noise(world, task), runs=1)
+    sensitive = registry.build(world, task)
+    star = mixmin(sensitive.logp).weights
+
+    def cos(clip: float, learning_rate: float) -> float:
+        config = LearnerConfig(steps=100, clip=clip, learning_rate=learning_rate)
+        return cos_similarity(fit(sensitive, config, 1, stream(0, "learner-noise", test="sigma-0")).weights[0], star)
+
+    assert cos(chosen["clip"], chosen["learning_rate"]) >= 0.99, chosen
+    assert {c["clip"] for c in chosen["candidates"]} >= {3.0, 1000.0}  # the grid holds the default and "unclipped"
+    if (world, task) == ("mnist-shift", "multiclass"):
+        assert cos(3.0, 1.0) < 0.9  # the default's bias, which the rehearsal removes
+
+
+def test_the_pipeline_rehearses_dpmixmin_per_job_and_records_the_choice(tmp_path, capsys):
+    import json
+
+    from dpaudit_mix.cli import main
+    from dpaudit_mix.tuning import WIDE_CLIPS, WIDE_LEARNING_RATES
+
+    spec = tmp_path / "tuned.toml"
+    spec.write_text(
+        'world = "mnist-shift"\nepsilons = [1.0]\nseeds = 1\nmethods = ["dpmixmin"]\nsensitive_fraction = 0.25\n'
+        "public_fraction = 0.25\npretrain_examples = 200\npretrain_epochs = 1\nfinetune_epochs = 1\nmix_tuning = true\n"
+    )
+    assert main(["pipeline", str(spec), "--out", str(tmp_path / "out")]) == 0
+    (entry,) = json.loads((tmp_path / "out" / "mixtures.json").read_text())
+    learner = entry["learner"]
+    assert learner["clip"] in WIDE_CLIPS and learner["learning_rate"] in WIDE_LEARNING_RATES
+    assert learner["public_n"] == 60  # the public problem cut to split A's rows (ρ = 0.1 of 600)
