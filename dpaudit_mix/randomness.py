@@ -215,6 +215,7 @@ WORLD_LAYOUT: dict[str, tuple[int, ...]] = {
     "graded-sources": (8,),
     "validation-slice": (9,),
     "text-test-speakers": (11,),
+    "bad-sources": (12,),
 }
 
 

@@ -62,18 +62,18 @@ def verdict(row: pd.Series) -> str:
     return "helped" if row["mean"] > 0 else "hurt"
 
 
-def finding(eps: float, row: pd.Series, label: str, quantity: str, value: str) -> str:
-    """One sentence for DP-MixMin against ``label`` at ε: the paired ``quantity`` (formatted by
+def finding(eps: float, row: pd.Series, label: str, quantity: str, value: str, subject: str = "DP-MixMin") -> str:
+    """One sentence for ``subject`` against ``label`` at ε: the paired ``quantity`` (formatted by
     ``value``, e.g. "+.4f" or "+.1%"), its spread, the test and the Holm-corrected p."""
     spread = value.lstrip("+")
     if math.isnan(row["p"]):
         return (
-            f"ε = {eps:g}: DP-MixMin against {label}: {quantity} {row['mean']:{value}} over "
+            f"ε = {eps:g}: {subject} against {label}: {quantity} {row['mean']:{value}} over "
             f"{int(row['seeds'])} seed(s): no spread, no test."
         )
     verdict = ("beats" if row["mean"] > 0 else "trails") if row["p_holm"] < ALPHA else "is not distinguishable from"
     return (
-        f"ε = {eps:g}: DP-MixMin {verdict} {label}: {quantity} {row['mean']:{value}} ± {row['std']:{spread}} over "
+        f"ε = {eps:g}: {subject} {verdict} {label}: {quantity} {row['mean']:{value}} ± {row['std']:{spread}} over "
         f"{int(row['seeds'])} seeds, paired t-test p = {row['p']:.3g}, Holm-corrected across ε p = "
         f"{row['p_holm']:.3g} (α = {ALPHA:g})."
     )

@@ -27,6 +27,7 @@ CHOICES: dict[str, Any] = {
     "proxy_epochs": 3,
     "composition": "sequential",
     "rehearsal_genre": "tragedies",
+    "finetune_rows": 3,
     "device": "cuda",  # a spec's device is resolved (cpu or cuda) before any stage is keyed
 }
 

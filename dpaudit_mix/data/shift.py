@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..errors import require
 from ..randomness import world_layout
 from . import images as im
 from .sources import PublicSource, SensitiveData, split_pool
@@ -110,3 +111,27 @@ def graded_sources(count: int, seed: int = 0) -> tuple[list[PublicSource], Sensi
             x = KINDS[str(kind)](x, float(rng.uniform(0.1, 1.0)), rng)
         sources.append(PublicSource(f"graded-{s:02d}", np.clip(x, 0, 1).astype(np.float32), py[idx]))
     return sources, sensitive
+
+
+def bad_sources(sources: list[PublicSource], permuted: int, distractors: int, seed: int = 0) -> list[PublicSource]:
+    """Bad sources to add to a world's pool: ``permuted`` copies of its first sources (distractors
+    aside, in the world's order) with every label moved by a derangement of the ten classes (the
+    images fit the sensitive data, the labels never do), and ``distractors`` more Animal-MNIST
+    sets of DISTRACTOR_SIZE (animal classes as labels; drawn from all of Animal-MNIST, so they may
+    share images with mnist-shift's own two)."""
+    good = [s for s in sources if not s.name.startswith("animals")]
+    require(permuted <= len(good), f"permuted_sources = {permuted}, but the world has {len(good)} sources to copy")
+    rng = world_layout(seed, "bad-sources")
+    added = []
+    for source in good[:permuted]:
+        mapping = rng.permutation(10)
+        while np.any(mapping == np.arange(10)):  # a derangement: no class keeps its label
+            mapping = rng.permutation(10)
+        added.append(PublicSource(f"{source.name}-permuted", source.images, mapping[source.labels]))
+    if distractors:
+        ax, ay = im.animals()
+        order = rng.permutation(len(ay))
+        for i in range(distractors):
+            idx = order[i * DISTRACTOR_SIZE : (i + 1) * DISTRACTOR_SIZE]
+            added.append(PublicSource(f"animals-{chr(ord('c') + i)}", ax[idx], ay[idx]))
+    return added

@@ -21,6 +21,7 @@ from ..backend import Backend
 from ..cache import content_key
 from ..data import registry
 from ..data.proxies import DIGIT_TASKS, ProxySpec, accuracies, probabilities, task_log_likelihood, train_proxies
+from ..data.shift import bad_sources
 from ..data.sources import PublicSource
 from ..errors import require
 from ..models import cnn, device
@@ -60,6 +61,7 @@ class World:
 def build_world(spec: PipelineSpec) -> World:
     """Load and cut the data; every empty source or split is an input error, raised before any output."""
     public, sensitive = registry.world_sources(spec.world, spec.seed, synthetic=spec.synthetic_source)
+    public = [*public, *bad_sources(public, spec.permuted_sources, spec.distractor_sources, spec.seed)]
     sources = []
     for source in public:
         keep = round(spec.public_fraction * len(source.labels))
@@ -94,6 +96,8 @@ def world_key(spec: PipelineSpec) -> str:
         sensitive_fraction=spec.sensitive_fraction,
         **({} if registry.identity(spec.world) == "mnist-labels" else {"world": registry.identity(spec.world)}),
         **({"synthetic": True} if spec.synthetic_source else {}),
+        **({"permuted": spec.permuted_sources} if spec.permuted_sources else {}),
+        **({"distractors": spec.distractor_sources} if spec.distractor_sources else {}),
     )
 
 
@@ -131,7 +135,14 @@ class ImageTrack(MixingTrack):
         tasks = DIGIT_TASKS if spec.protocol == "per_task" else ("multiclass",)
         super().__init__(spec, tasks, problems, world_key(spec), split_key(spec), secure, public=public)
         self.image_spec, self.world = spec, world
-        self.rows = np.arange(len(world.train_labels)) if self.sequential else world.split_b
+        rows = np.arange(len(world.train_labels)) if self.sequential else world.split_b
+        if spec.finetune_rows is not None:  # the first rows: the sensitive set is in random order
+            require(
+                spec.finetune_rows <= len(rows),
+                f"finetune_rows = {spec.finetune_rows}, but the finetune has {len(rows)} rows",
+            )
+            rows = rows[: spec.finetune_rows]
+        self.rows = rows
 
     def batches(self) -> int:
         return cnn.batches_per_epoch(len(self.rows), self.image_spec.finetune_batch)
@@ -173,6 +184,7 @@ class ImageTrack(MixingTrack):
             **({"epochs": grid[0][1], "lr": grid[0][0]} if len(grid) == 1 else {"grid": grid}),
             batch=spec.finetune_batch,
             clip=spec.finetune_clip,
+            **({"rows": spec.finetune_rows} if spec.finetune_rows is not None else {}),
             secure=self.secure,
             **device.key_ids(spec.device),
         )

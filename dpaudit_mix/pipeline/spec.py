@@ -20,6 +20,8 @@ from ..specfile import Seed, check_fields, load_spec_file
 METHODS = ("dpmixmin", "uniform", "random_search", "no_pretrain", "nonprivate_mixmin", "warm")
 DEFAULT_METHODS = METHODS[:5]
 COMPOSITIONS = ("parallel", "sequential")
+#: Animal-MNIST's 10,000 images make this many distractor sets of DISTRACTOR_SIZE beyond mnist-shift's two.
+MAX_DISTRACTORS = 8
 #: multiclass: one mixture and one 10-class model; per_task: per digit (one-vs-rest) its own
 #: mixture, pretraining and binary finetune, macro AUC over the digits (the paper's protocol).
 PROTOCOLS = ("multiclass", "per_task")
@@ -46,6 +48,10 @@ class PipelineSpec:
     composition: str = "parallel"  # parallel: A and B disjoint; sequential: finetune on all, budgets composed
     mix_share: float = 0.1  # sequential: the share of ε the mixture phase gets alone
     sensitive_fraction: float = 1.0  # use this fraction of the sensitive training set (smaller = faster)
+    # Bad sources added to the world's pool (the premise: bad sources and scarce public data together):
+    permuted_sources: int = 0  # label-permuted copies of the world's first sources (no label kept)
+    distractor_sources: int = 0  # more Animal-MNIST sets (animal classes as labels), up to 8
+    finetune_rows: int | None = None  # finetune on only the first this many rows (split B, or all)
     public_fraction: float = 1.0  # use this fraction of every public source's images
     mix_steps: int = 100
     mix_clip: float = LearnerConfig.clip
@@ -100,6 +106,16 @@ class PipelineSpec:
             require(
                 self.protocol in PROTOCOLS, f"protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}"
             )
+        require(self.permuted_sources >= 0, f"permuted_sources must be >= 0, got {self.permuted_sources}")
+        require(
+            0 <= self.distractor_sources <= MAX_DISTRACTORS,
+            f"distractor_sources must be 0 … {MAX_DISTRACTORS} (Animal-MNIST holds that many more sets), "
+            f"got {self.distractor_sources}",
+        )
+        require(
+            self.finetune_rows is None or self.finetune_rows >= 1,
+            f"finetune_rows must be >= 1, got {self.finetune_rows}",
+        )
         for name in ("sensitive_fraction", "public_fraction"):
             value = getattr(self, name)
             require(0 < value <= 1, f"{name} must be in (0, 1], got {value}")
