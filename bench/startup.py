@@ -18,7 +18,7 @@ import sys
 import time
 
 TARGET_CPU_S = 0.6
-CLI = [sys.executable, "-m", "dpaudit_mix.cli"]
+CLI = [sys.executable, "-m", "dpaudit_mix"]  # the entry point dpaudit-mix runs
 COMMANDS = {
     "--help": [*CLI, "--help"],
     "audit --help": [*CLI, "audit", "--help"],

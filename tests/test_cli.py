@@ -108,3 +108,25 @@ def test_the_command_line_starts_without_the_heavy_libraries() -> None:
     code = f"import sys, dpaudit_mix.cli; print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})))"
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_entry_point_starts_light_commands_with_one_blas_thread() -> None:
+    """`dpaudit-mix` (dpaudit_mix.__main__) chooses the BLAS thread count before numpy loads."""
+    import os
+    import subprocess
+    import sys
+
+    from dpaudit_mix.__main__ import light
+
+    assert light(["bound", "--fp", "1"]) and light(["--help"]) and light(["pipeline", "spec.toml", "-h"]) and light([])
+    assert not light(["pipeline", "spec.toml"]) and not light(["--json", "mix", "--problem", "p.npz"])
+    probe = (
+        "import os, sys; sys.argv = ['dpaudit-mix', 'bound', '--fp', '1', '--fn', '1', '--negatives', '10', "
+        "'--positives', '10', '--delta', '1e-5']; from dpaudit_mix.__main__ import main; code = main(); "
+        "print(os.environ.get('OPENBLAS_NUM_THREADS'), code)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=False)
+    assert ran.stdout.strip().splitlines()[-1] == "1 0", ran.stderr
+    shown = subprocess.run([sys.executable, "-m", "dpaudit_mix", "--help"], capture_output=True, text=True, check=False)
+    assert shown.returncode == 0 and "export-world" in shown.stdout

@@ -60,7 +60,7 @@ LAYERS: dict[str, int] = {
     "data": 3,
     **dict.fromkeys(["audit", "recovery", "release", "verification", "testing", "mix", "canaries"], 4),
     **dict.fromkeys(["pipeline", "lm", "synth"], 5),
-    **dict.fromkeys(["experiments", "cli", "demo", "__init__"], 6),
+    **dict.fromkeys(["experiments", "cli", "demo", "__init__", "__main__"], 6),
 }
 CORE = 1
 
