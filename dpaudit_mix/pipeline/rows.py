@@ -22,13 +22,14 @@ import pandas as pd
 
 from ..atomic import atomic_path, write_json
 from ..recovery.metrics import cos_similarity
-from ..reporting import Block, write_pages
+from ..reporting import Block, save_figure, subplots, write_pages
 from ..stats import ALPHA, mean_std, paired_tests
-from .spec import Variant
+from .spec import MAP_KEYS, Variant
 
 #: endpoint → (method, minus method).
 ENDPOINTS = {
     "lambda_star_minus_uniform": ("nonprivate_mixmin", "uniform"),
+    "dpmixmin_minus_uniform": ("dpmixmin", "uniform"),
     "dpmixmin_minus_lambda_star": ("dpmixmin", "nonprivate_mixmin"),
 }
 #: the proxy epochs the budget table compares every other budget's λ_DP to (the paper's main E = 4).
@@ -209,6 +210,43 @@ def _budget_table(results: Sequence[RowResult], metric: str) -> list[list[str]] 
     return rows
 
 
+def _map_figure(results: Sequence[RowResult], tests: dict[str, dict[float, pd.DataFrame]], out: Path) -> Path | None:
+    """A heat map of DP-MixMin − uniform per cell of the map (bad sources across, pretraining
+    examples down, one panel per finetune rows and ε), each cell its mean over seeds and a star
+    where the Holm-corrected p is below α. None unless the rows vary a map key."""
+    varied = [k for k in MAP_KEYS if len({dict(r.variant.settings).get(k) for r in results}) > 1]
+    gains = tests.get("dpmixmin_minus_uniform")
+    if not varied or not gains:
+        return None
+    cells = []
+    for result in results:
+        settings = dict(result.variant.settings)
+        for eps, table in gains.items():
+            if result.variant.label in table.index:
+                row = table.loc[result.variant.label]
+                cells.append({**{k: settings.get(k, "—") for k in MAP_KEYS}, "epsilon": eps, **row.to_dict()})
+    frame = pd.DataFrame(cells)
+    panels = list(frame.groupby(["finetune_rows", "epsilon"], sort=True))
+    fig, axes = subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    for ax, ((rows, eps), panel) in zip(axes[0], panels, strict=True):
+        means = panel.pivot_table(index="pretrain_examples", columns="permuted_sources", values="mean")
+        holm = panel.pivot_table(index="pretrain_examples", columns="permuted_sources", values="p_holm")
+        limit = float(np.nanmax(np.abs(frame["mean"]))) or 1.0
+        image = ax.imshow(means.to_numpy(), cmap="RdBu", vmin=-limit, vmax=limit, aspect="auto")
+        ax.grid(False)
+        for (i, j), value in np.ndenumerate(means.to_numpy()):
+            star = "*" if holm.to_numpy()[i, j] < ALPHA else ""
+            ink = "white" if abs(value) > 0.6 * limit else "black"
+            ax.text(j, i, f"{value:+.3f}{star}", ha="center", va="center", fontsize=9, color=ink)
+        ax.set_xticks(range(len(means.columns)), [str(c) for c in means.columns])
+        ax.set_yticks(range(len(means.index)), [str(i) for i in means.index])
+        ax.set_xlabel("label-permuted sources added")
+        ax.set_ylabel("pretraining examples")
+        ax.set_title(f"finetune rows {rows}, ε = {eps:g}")
+        fig.colorbar(image, ax=ax, label="DP-MixMin − uniform")
+    return save_figure(fig, out / "map.png")
+
+
 def write_rows_report(results: Sequence[RowResult], metric: str, out: Path, title: str) -> dict[str, Any]:
     """rows.csv, report.md/html and mixtures.json (every row's λ, with its row) in ``out``;
     returns the endpoints' mean differences per row and ε (what stdout shows)."""
@@ -226,6 +264,7 @@ def write_rows_report(results: Sequence[RowResult], metric: str, out: Path, titl
         (
             "p",
             "lambda_star_minus_uniform = λ★ (non-private MixMin, not releasable) − uniform; "
+            "dpmixmin_minus_uniform = DP-MixMin − uniform (what a user gains); "
             f"dpmixmin_minus_lambda_star = DP-MixMin − λ★; differences of {metric}. Two-sided paired t-tests "
             f"(statsmodels); * marks Holm p < {ALPHA:g}.",
         ),
@@ -236,6 +275,9 @@ def write_rows_report(results: Sequence[RowResult], metric: str, out: Path, titl
     budget = _budget_table(results, metric)
     if budget is not None:
         blocks += [("h2", "Proxy training budget (paper Tables 3 and 5)"), ("table", budget)]
+    figure = _map_figure(results, tests, out)
+    if figure is not None:
+        blocks += [("h2", "The map: DP-MixMin − uniform (* Holm p < 0.05)"), ("figure", figure)]
     write_pages(out, title, blocks)
     means: dict[str, dict[str, dict[float, float]]] = {}
     for name, by_eps in tests.items():

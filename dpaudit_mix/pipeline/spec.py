@@ -77,6 +77,9 @@ class PipelineSpec:
     proxies: tuple[str, ...] | None = None  # proxy kinds
     proxy_epochs_grid: tuple[int, ...] | None = None  # cnn proxy epochs (paper Tables 3 and 5)
     protocols: tuple[str, ...] | None = None
+    permuted_sources_grid: tuple[int, ...] | None = None  # the map's bad-source axis
+    pretrain_examples_grid: tuple[int, ...] | None = None  # the map's public-data axis
+    finetune_rows_grid: tuple[int, ...] | None = None  # the map's finetune-data axis
     device: str = "cpu"  # where pretraining and finetuning compute: cpu, cuda, or auto (cuda when present)
 
     #: the fields no stage cache key names, each with why it cannot change a stage's output
@@ -91,6 +94,9 @@ class PipelineSpec:
         "proxies": "rows: each row runs as a spec of its own, with proxy set",
         "proxy_epochs_grid": "rows: each row runs as a spec of its own, with proxy_epochs set",
         "protocols": "rows: each row runs as a spec of its own, with protocol set",
+        "permuted_sources_grid": "rows: each row runs as a spec of its own, with permuted_sources set",
+        "pretrain_examples_grid": "rows: each row runs as a spec of its own, with pretrain_examples set",
+        "finetune_rows_grid": "rows: each row runs as a spec of its own, with finetune_rows set",
         "data": "names the world: it sets world (which the stages key by name, their cache entries by content)",
     }
 
@@ -178,7 +184,18 @@ def check_shared_keys(spec: Any, methods: tuple[str, ...], scope: str = "") -> N
 
 
 #: a list key → the single key each of its rows sets (in this order in a row's label).
-ROW_KEYS = {"proxies": "proxy", "proxy_epochs_grid": "proxy_epochs", "protocols": "protocol", "rhos": "rho"}
+ROW_KEYS = {
+    "proxies": "proxy",
+    "proxy_epochs_grid": "proxy_epochs",
+    "protocols": "protocol",
+    "rhos": "rho",
+    # the map of when DP-MixMin wins (image track): bad sources × pretraining examples × finetune rows
+    "permuted_sources_grid": "permuted_sources",
+    "pretrain_examples_grid": "pretrain_examples",
+    "finetune_rows_grid": "finetune_rows",
+}
+#: the row keys of the map, in the order its heat map lays them out (columns, rows, panels).
+MAP_KEYS = ("permuted_sources", "pretrain_examples", "finetune_rows")
 
 SpecT = TypeVar("SpecT")
 
