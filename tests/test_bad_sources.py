@@ -44,3 +44,22 @@ def test_the_pipeline_spec_adds_them_and_cuts_the_finetune():
     too_many = PipelineSpec(world="mnist-shift", finetune_rows=5000, sensitive_fraction=0.5)
     with pytest.raises(InputError, match="finetune_rows = 5000, but the finetune has 1080 rows"):
         image_track(too_many, build_world(too_many), StageCache(None), False, False)
+
+
+def test_a_map_spec_runs_its_cells_and_draws_the_heat_map(tmp_path, capsys):
+    import json
+
+    from dpaudit_mix.cli import main
+
+    spec = tmp_path / "map.toml"
+    spec.write_text(
+        'world = "mnist-shift"\nepsilons = [1.0]\nseeds = 2\nmethods = ["dpmixmin", "uniform", "nonprivate_mixmin"]\n'
+        "sensitive_fraction = 0.25\npublic_fraction = 0.25\npretrain_epochs = 1\nfinetune_epochs = 1\n"
+        "permuted_sources_grid = [0, 6]\npretrain_examples_grid = [200]\nfinetune_rows_grid = [60]\n"
+    )
+    assert main(["pipeline", str(spec), "--out", str(tmp_path / "out")]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert set(summary["endpoints"]) >= {"lambda_star_minus_uniform", "dpmixmin_minus_uniform"}
+    assert len(summary["endpoints"]["dpmixmin_minus_uniform"]) == 2  # one per cell
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "The map: DP-MixMin − uniform" in report and (tmp_path / "out" / "map.png").stat().st_size > 1000
