@@ -165,7 +165,7 @@ def _spec_file(path: Path, **keys: object) -> Path:
 @pytest.mark.long
 def test_tiny_factorial_runs_every_cell_and_tests_its_endpoints_across_rows(capsys, tmp_path: Path) -> None:
     """pipeline/factorial.toml at toy sizes: proxy × protocol rows, per-task λ for every digit in
-    mixtures.json, and both endpoints per row, Holm-corrected across the four rows."""
+    mixtures.json, and the three endpoints per row, Holm-corrected across the four rows."""
     keys = {**TINY, "epsilons": (1.0,), "seeds": 2, "pretrain_examples": 200}
     spec = _spec_file(
         tmp_path / "factorial.toml",
@@ -180,7 +180,7 @@ def test_tiny_factorial_runs_every_cell_and_tests_its_endpoints_across_rows(caps
     assert main(["pipeline", str(spec), "--out", str(out)]) == 0
     endpoints = json.loads(capsys.readouterr().out)["endpoints"]
     cells = {f"proxy = {p}, protocol = {c}" for p in ("logistic", "cnn") for c in ("multiclass", "per_task")}
-    assert set(endpoints) == {"lambda_star_minus_uniform", "dpmixmin_minus_lambda_star"}
+    assert set(endpoints) == {"lambda_star_minus_uniform", "dpmixmin_minus_uniform", "dpmixmin_minus_lambda_star"}
     assert all(set(by_row) == cells for by_row in endpoints.values())
     entries = json.loads((out / "mixtures.json").read_text())
     tasks = {(e["row"], e["method"], e["seed"]): set() for e in entries}
