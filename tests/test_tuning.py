@@ -12,7 +12,9 @@ from dpaudit_mix.randomness import stream
 from dpaudit_mix.recovery.metrics import cos_similarity
 from dpaudit_mix.tuning import rehearse
 
-CASES = [(w, t) for w in ("mnist-labels", "mnist-shift") for t in ("multiclass", "digit-0", "digit-3", "digit-8")]
+#: both shipped image worlds, the multiclass task and the one-vs-rest task where C = 3 misses λ★
+#: most (mnist-shift's digit-0: cos 0.705); digits 3 and 8 reach 1.000 too (bench/tuning.py's σ = 0 check).
+CASES = [(w, t) for w in ("mnist-labels", "mnist-shift") for t in ("multiclass", "digit-0")]
 
 
 def _noise(world: str, task: str):
