@@ -17,11 +17,18 @@ from dpaudit_mix import accounting
 from dpaudit_mix.data import registry
 from dpaudit_mix.learner import LearnerConfig, fit, fit_losses
 from dpaudit_mix.optimum import mixmin
+from dpaudit_mix.problem import Problem
 from dpaudit_mix.randomness import stream
 from dpaudit_mix.recovery.metrics import cos_similarity
 from dpaudit_mix.tuning import rehearse
 
 STEPS, DELTA, RHO = 100, 1e-5, 0.1
+
+
+def _cos_at_zero(problem: Problem, star: np.ndarray, clip: float, learning_rate: float) -> float:
+    config = LearnerConfig(steps=STEPS, clip=clip, learning_rate=learning_rate)
+    fitted = fit(problem, config, 1, stream(0, "learner-noise", bench="sigma-0")).weights[0]
+    return float(cos_similarity(fitted, star))
 
 
 def sigma_zero() -> None:
@@ -39,15 +46,10 @@ def sigma_zero() -> None:
 
             chosen = rehearse(public, 0.0, STEPS, 1.0, noise, runs=1)
 
-            def cos(clip: float, learning_rate: float) -> float:
-                config = LearnerConfig(steps=STEPS, clip=clip, learning_rate=learning_rate)
-                fitted = fit(sensitive, config, 1, stream(0, "learner-noise", bench="sigma-0")).weights[0]
-                return float(cos_similarity(fitted, star))
-
-            rehearsed = cos(chosen["clip"], chosen["learning_rate"])
-            print(
-                f"| {world} | {task} | ({chosen['clip']:g}, {chosen['learning_rate']:g}) | {rehearsed:.4f} | {cos(3.0, 1.0):.4f} |"
-            )
+            rehearsed = _cos_at_zero(sensitive, star, chosen["clip"], chosen["learning_rate"])
+            default = _cos_at_zero(sensitive, star, 3.0, 1.0)
+            pair = f"({chosen['clip']:g}, {chosen['learning_rate']:g})"
+            print(f"| {world} | {task} | {pair} | {rehearsed:.4f} | {default:.4f} |")
 
 
 def main() -> None:

@@ -9,8 +9,8 @@ choice costs no budget, and the release's claim (σ for (ε, δ, q, T)) is uncha
 scales the noise the accountant already accounts for.
 
 At σ = 0 the rehearsal picks a C no example's gradient reaches and an η that converges in T
-steps, so the learner then reaches λ★ (``tests/test_tuning.py``: cos ≥ 0.99 on the shipped
-worlds); under noise it trades bias for noise as the public problem says.
+steps, so the learner then reaches λ★ (cos ≥ 0.9999 on all 22 tasks of the image worlds,
+``bench/tuning.py --sigma-zero``); under noise it trades bias for noise as the public problem says.
 """
 
 from __future__ import annotations
