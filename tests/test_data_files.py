@@ -256,3 +256,29 @@ def test_export_refuses_an_existing_folder_and_leaves_nothing(capsys, tmp_path: 
     assert main(["export-world", "mnist-shift", "--out", str(tmp_path / "there")]) == 2
     assert "exists; export-world writes a new folder" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["there"]
+
+
+def test_a_release_names_a_data_manifest_publicly_and_check_release_rebuilds_it(tmp_path: Path):
+    """The release's two ends for a manifest (the whole release is tests/test_release.py's): the
+    public name (relative to the release folder, never the machine's path) and the rebuild."""
+    from types import SimpleNamespace
+
+    from dpaudit_mix import problem as problem_io
+    from dpaudit_mix.cache import sha256_bytes
+    from dpaudit_mix.release.check import _released_problem
+    from dpaudit_mix.release.gate import _problem_bytes
+
+    data = tmp_path / "data"
+    data.mkdir()
+    manifest = _image_world(data)
+    out = tmp_path / "r"
+    out.mkdir()  # the release folder, where release.json lies
+    name, content = _problem_bytes(SimpleNamespace(problem=str(manifest), task="multiclass"), out)  # type: ignore[arg-type]
+    assert name == "data:../data/data.toml"
+    assert content == problem_io.dumps(registry.build(str(manifest), "multiclass"))
+    released = {"spec": {"task": "multiclass"}}
+    rebuilt, problems = _released_problem(name, released, out, None, sha256_bytes(content))
+    assert problems == [] and rebuilt is not None and rebuilt.n == 30
+    manifest.rename(data / "moved.toml")
+    rebuilt, problems = _released_problem(name, released, out, None, sha256_bytes(content))
+    assert rebuilt is None and "data manifest" in problems[0] and "not found" in problems[0]

@@ -176,8 +176,12 @@ def _released_problem(
     """The released-on problem, if its bytes are the ones the manifest names: ``problem`` when
     given, else the embedded problem rebuilt, else the file at the manifest's path (relative to
     the release ``folder``); else None and why."""
-    if problem is None and name.startswith("embedded:"):
-        embedded = name[len("embedded:") :]
+    if problem is None and name.startswith(("embedded:", "data:")):
+        embedded = name.split(":", 1)[1]
+        if name.startswith("data:"):  # a data manifest, relative to the release folder like a file
+            embedded = str(folder / embedded)
+            if not Path(embedded).is_file():
+                return None, [f"inputs: data manifest {embedded} not found (give the problem file with --problem)"]
         require(embedded in registry.PROBLEMS, f"the manifest names an unknown embedded problem {embedded!r}")
         spec = manifest.get("spec")
         task = spec.get("task") if isinstance(spec, dict) else None

@@ -28,6 +28,7 @@ from ..audit.result import AuditSummary
 from ..audit.spec import AuditSpec
 from ..cache import sha256_bytes, user_cache_dir
 from ..data import registry
+from ..data.manifest import is_manifest
 from ..errors import EXIT_BAD_INPUT, EXIT_VIOLATION, InputError, require
 from ..learner import LearnerConfig, fit
 from ..problem import Problem
@@ -101,8 +102,12 @@ class Published:
 
 def _problem_bytes(spec: ReleaseSpec, out: Path) -> tuple[str, bytes]:
     """The problem released on, as bytes read once, and the public name the manifest gives it:
-    ``embedded:NAME`` (rebuilt by check-release) or the file's :func:`public_path`. The problem
+    ``embedded:NAME`` or ``data:MANIFEST`` (both rebuilt by check-release; a manifest's path as
+    :func:`public_path` gives it) or the file's :func:`public_path`. The problem
     itself never enters the release folder: its rows are the sensitive data."""
+    if is_manifest(spec.problem):  # a user's data manifest: named as a file is, rebuilt by check-release
+        built = problem_io.dumps(registry.build(spec.problem, spec.task))
+        return f"data:{public_path(Path(spec.problem), out)}", built
     if spec.problem in registry.PROBLEMS:
         return f"embedded:{spec.problem}", problem_io.dumps(registry.build(spec.problem, spec.task))
     path = registry.problem_path(spec.problem)
