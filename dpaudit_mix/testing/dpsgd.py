@@ -166,8 +166,7 @@ def _train(
                 out = module(rows).reshape(-1) * gains * clip
                 loss = out.sum() / max(len(out), 1) if mean else out.sum()
                 loss.backward()
-                if optimizer.step() is False:  # pragma: no cover - a user's optimizer may skip
-                    continue
+                optimizer.step()
                 grad = weight.grad if weight.grad is not None else torch.zeros_like(weight)
                 released.append(grad.detach().reshape(-1).double().cpu().numpy().copy())
     require(len(released) >= 1, "the setup's loader yielded no batch: no step to audit")
