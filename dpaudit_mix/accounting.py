@@ -212,6 +212,14 @@ def _check_phases(phases: Sequence[GaussianPhase]) -> None:
     )
 
 
+def _request(phases: Sequence[GaussianPhase], delta: float) -> tuple[tuple[GaussianPhase, ...], float]:
+    """A checked request (δ, at least one phase, every phase a GaussianPhase), as a cache key."""
+    check_delta(delta)
+    require(len(phases) >= 1, "nothing to account")
+    _check_phases(phases)
+    return tuple(phases), float(delta)
+
+
 def _what(accountant: str, phases: Sequence[GaussianPhase], delta: float) -> str:
     """A request, as a refusal names it."""
     steps = "; ".join(f"sigma {p.noise_multiplier:g}, q {p.sample_rate:g}, T {p.steps}" for p in phases)
@@ -268,10 +276,7 @@ def pld_epsilon(phases: Sequence[GaussianPhase], delta: float, *, replace_one: b
     the yardstick a user's own accountant is checked against (:mod:`.testing`)."""
     if not replace_one:
         return epsilon(phases, delta, "pld")
-    check_delta(delta)
-    require(len(phases) >= 1, "nothing to account")
-    _check_phases(phases)
-    return _replace_one_epsilon(tuple(phases), float(delta))
+    return _replace_one_epsilon(*_request(phases, delta))
 
 
 @lru_cache(maxsize=1024)
@@ -552,10 +557,7 @@ def optimistic_epsilon(phases: Sequence[GaussianPhase], delta: float) -> float:
     what a lower bound may report as the ε of a mechanism it has shown to be at least that leaky.
 
     Its grid Δ keeps the rounding shortfall (at most ΣT·Δ) under OPTIMISTIC_SHORTFALL · ε."""
-    check_delta(delta)
-    require(len(phases) >= 1, "nothing to account")
-    _check_phases(phases)
-    return _optimistic(tuple(phases), float(delta))
+    return _optimistic(*_request(phases, delta))
 
 
 @lru_cache(maxsize=1024)

@@ -521,12 +521,6 @@ def _mixing_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     prob.add_argument("--out", required=True)
     prob.set_defaults(func=cmd_problem)
 
-    export = sub.add_parser("export-world", help="write an embedded world as data files and a data manifest")
-    export.add_argument("name", help=f"one of: {', '.join(registry.PROBLEMS)}")
-    export.add_argument("--seed", type=_seed, default=0)
-    export.add_argument("--out", required=True, help="a new folder: data.toml and the files it names")
-    export.set_defaults(func=cmd_export)
-
     bound = sub.add_parser("bound", help="Clopper-Pearson strict and GDP lower bounds from attack counts")
     for flag in ("--fp", "--fn", "--negatives", "--positives"):
         bound.add_argument(flag, type=_count, required=True)
@@ -539,8 +533,18 @@ def _mixing_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
     bound.set_defaults(func=cmd_bound)
 
-    for p in (mix, account, calibrate, prob, export, bound):
+    for p in (mix, account, calibrate, prob, bound):
         _add_json(p)
+
+
+def _export_command(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """export-world: an embedded world as the files a data manifest names."""
+    export = sub.add_parser("export-world", help="write an embedded world as data files and a data manifest")
+    export.add_argument("name", help=f"one of: {', '.join(registry.PROBLEMS)}")
+    export.add_argument("--seed", type=_seed, default=0)
+    export.add_argument("--out", required=True, help="a new folder: data.toml and the files it names")
+    export.set_defaults(func=cmd_export)
+    _add_json(export)
 
 
 def _audit_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
@@ -689,7 +693,7 @@ def _experiment_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="dpaudit-mix", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for commands in (_mixing_commands, _audit_commands, _release_commands, _experiment_commands):
+    for commands in (_mixing_commands, _export_command, _audit_commands, _release_commands, _experiment_commands):
         commands(sub)
     return parser
 

@@ -223,6 +223,8 @@ def test_bad_manifests(capsys, tmp_path: Path):
     _fails(capsys, path, out, "source c names 'missing.npz', which does not exist")
     path.write_text('kind = "image"\nsensitive = "sensitive.npz"\n[sources]\nscale-0.8 = "a.npz"\n')
     _fails(capsys, path, out, "quote a name with a dot")
+    path.write_text('kind = "image"\nclasses = inf\nsensitive = "sensitive.npz"\n[sources]\na = "a.npz"\n')
+    _fails(capsys, path, out, "classes must be an integer from 2 to 10, got inf")
     path.write_text('kind = "video"\nsensitive = "sensitive.npz"\n[sources]\na = "a.npz"\n')
     _fails(capsys, path, out, "kind must be one of image, text, got 'video'")
 

@@ -16,6 +16,7 @@ Paths are relative to the manifest. The file formats are :mod:`.image_files` and
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,7 +97,7 @@ def load_manifest(path: str | Path) -> DataManifest:
     classes = raw.get("classes", MAX_CLASSES)
     require(kind == "image" or "classes" not in raw, f"{where}: classes applies to image worlds (text has no labels)")
     require(
-        is_real(classes) and int(classes) == classes and 2 <= classes <= MAX_CLASSES,
+        is_real(classes) and math.isfinite(classes) and int(classes) == classes and 2 <= classes <= MAX_CLASSES,
         f"{where}: classes must be an integer from 2 to {MAX_CLASSES}, got {classes!r}",
     )
     root = where.resolve().parent

@@ -153,7 +153,9 @@ def is_image(world: World) -> bool:
 
 
 def image_worlds() -> tuple[str, ...]:
-    return tuple(name for name in WORLDS.names() if is_image(WORLDS.get(name)))
+    """The image worlds a user names by name (a file world is named by its manifest's path, not
+    by the ``data.<hash>`` key it is registered under, so messages leave those out)."""
+    return tuple(n for n in WORLDS.names() if not n.startswith("data.") and is_image(WORLDS.get(n)))
 
 
 def image_world(name: str) -> str:

@@ -32,9 +32,9 @@ EpsilonFn = Callable[[float, float, int, float], float]
 CalibrateFn = Callable[[float, float, int, float], float]
 NEIGHBOURING = ("add_remove", "replace_one")
 
-#: (absolute, relative to PLD): how far below PLD a valid accountant may land. Opacus' PRV
-#: (eps_error 0.01) lands within it at every default point (largest: −0.011 at q = 1e-5, where
-#: ε ≈ 0.007, and −1.2% at q = 1e-3, δ = 1e-10 measured above PLD); RDP is always above.
+#: (absolute, relative to PLD): how far below PLD a valid accountant may land (the PRV/PLD slack
+#: of verify-accountant's cross check). On the default grid Opacus' PRV (eps_error 0.01) lands at
+#: most 0.0028 below PLD (its report's ``largest_shortfall_below_pld``); RDP never below.
 TOLERANCE = (0.02, 0.02)
 #: a calibrated σ may spend this fraction above its target (calibrators search to a tolerance).
 CALIBRATION_OVERSHOOT = 1e-3

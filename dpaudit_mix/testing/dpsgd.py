@@ -46,6 +46,7 @@ from ..audit.dirac import dirac_scores
 from ..audit.one_run import audit_one_run
 from ..errors import is_real, require
 from ..randomness import RandomSource, SecureSource
+from .accountant import TOLERANCE
 from .failure import Case, Report
 
 #: a canary's per-example gradient norm, in units of the optimizer's clipping norm C.
@@ -255,10 +256,10 @@ def _audit_case(runs: list[Run], canaries: int, delta: float, confidence: float)
 
 
 def _claim_case(runs: list[Run], delta: float) -> Case:
-    """The accountant's own ε is not below PLD's for the history it recorded."""
+    """The accountant's own ε is not below PLD's for the history it recorded (check_accountant's tolerance)."""
     claim = runs[0].claim
     pld = accounting.epsilon([claim.phase], delta, "pld")
-    low = claim.epsilon < pld - 0.02 - 0.02 * pld
+    low = claim.epsilon < pld - TOLERANCE[0] - TOLERANCE[1] * pld
     why = f"the accountant reports ε {claim.epsilon:.4g}; PLD gives {pld:.4g} for its history"
     return Case("accountant's ε", not low, why + (": it under-reports" if low else ""))
 
