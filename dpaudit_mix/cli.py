@@ -191,8 +191,7 @@ def cmd_bound(args: argparse.Namespace) -> None:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from .audit.engine import run_audit
-    from .audit.report import summary_verdict, write_report
+    from . import finished
     from .audit.spec import load_spec
 
     spec = load_spec(args.spec, problem=args.problem, runs=args.runs, epsilon=args.epsilon)
@@ -202,8 +201,15 @@ def cmd_audit(args: argparse.Namespace) -> int:
     out = check_output(
         args.out or Path("reports") / Path(args.spec).stem, folder=True, inputs=[args.spec, args.problem]
     )
-    if spec.one_run:
-        return _one_run_audit(args, spec, out)
+    audit = _one_run_audit if spec.one_run else _many_run_audit
+    return finished.once("audit", out, vars(args), Path(args.spec), [spec.problem], lambda: audit(args, spec, out))
+
+
+def _many_run_audit(args: argparse.Namespace, spec: Any, out: Path) -> int:
+    """``audit`` of a spec's neighbouring runs (``runs`` trainings, half with the canary)."""
+    from .audit.engine import run_audit
+    from .audit.report import summary_verdict, write_report
+
     outcome = run_audit(
         spec,
         out,
@@ -358,23 +364,26 @@ def cmd_ledger(args: argparse.Namespace) -> None:
     _emit({"ledger": str(path), "datasets": shown}, None)
 
 
-def cmd_recovery(args: argparse.Namespace) -> None:
-    from .recovery.grid import run_recovery
-    from .recovery.report import write_recovery_report
+def cmd_recovery(args: argparse.Namespace) -> int:
+    from . import finished
     from .recovery.spec import load_recovery_spec
 
     spec = load_recovery_spec(args.spec)
-    with _backend(args) as backend:
-        out = check_output(args.out or Path("reports") / f"recovery-{Path(args.spec).stem}", folder=True)
-        result = run_recovery(spec, backend=backend)
-    write_recovery_report(result, out)
-    ks = result.k_scaling
-    print(
-        json.dumps(
-            {"out": str(out), "cells": len(result.cells), "k_slope": ks["slope"], "k_fit_range": ks["fit_range"]},
-            indent=2,
-        )
-    )
+    out = check_output(args.out or Path("reports") / f"recovery-{Path(args.spec).stem}", folder=True)
+
+    def run() -> int:
+        from .recovery.grid import run_recovery
+        from .recovery.report import write_recovery_report
+
+        with _backend(args) as backend:
+            result = run_recovery(spec, backend=backend)
+        write_recovery_report(result, out)
+        ks = result.k_scaling
+        summary = {"out": str(out), "cells": len(result.cells), "k_slope": ks["slope"], "k_fit_range": ks["fit_range"]}
+        print(json.dumps(summary, indent=2))
+        return 0
+
+    return finished.once("recovery", out, vars(args), Path(args.spec), [spec.problem], run)
 
 
 @contextlib.contextmanager
@@ -388,12 +397,20 @@ def _backend(args: argparse.Namespace) -> Iterator[Backend]:
         backend.close()
 
 
-def cmd_pipeline(args: argparse.Namespace) -> None:
-    from .experiments import run_pipeline_file
+def cmd_pipeline(args: argparse.Namespace) -> int:
+    from . import finished
+    from .experiments import pipeline_folder, pipeline_world, run_pipeline_file
 
-    with _backend(args) as backend:
-        summary = run_pipeline_file(args.spec, args.out, secure=args.secure, backend=backend, device=args.device)
-    print(json.dumps(summary.to_dict(), indent=2))
+    out = pipeline_folder(args.spec, args.out)
+    world = pipeline_world(args.spec)
+
+    def run() -> int:
+        with _backend(args) as backend:
+            summary = run_pipeline_file(args.spec, str(out), secure=args.secure, backend=backend, device=args.device)
+        print(json.dumps(summary.to_dict(), indent=2))
+        return 0
+
+    return finished.once("pipeline", out, vars(args), Path(args.spec), [world], run)
 
 
 def cmd_warmsyn(args: argparse.Namespace) -> None:

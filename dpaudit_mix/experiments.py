@@ -51,6 +51,21 @@ def _out(given: str | None, stem: str) -> Path:
     return check_output(given or Path("reports") / stem, folder=True)
 
 
+def pipeline_folder(path: str, out: str | None) -> Path:
+    """Where the pipeline of the spec at ``path`` writes: ``out``, else ``reports/pipeline-<stem>``
+    (checked, nothing written)."""
+    return _out(out, f"pipeline-{Path(path).stem}")
+
+
+def pipeline_world(path: str) -> str:
+    """The world the pipeline spec at ``path`` names: its ``data`` manifest, else its ``world``
+    (else the default); a bad value is the spec parser's to refuse, so it is returned as text."""
+    from .pipeline.spec import PipelineSpec
+
+    table = spec_table(Path(path), read_spec_bytes(Path(path)))
+    return str(table.get("data", table.get("world", PipelineSpec.world)))
+
+
 def is_text_world(world: Any) -> bool:
     return isinstance(world, str) and world in registry.PROBLEMS and registry.canonical(world) == registry.TEXT_WORLD
 
@@ -138,7 +153,7 @@ def run_pipeline_file(
     rows = variants(spec) or [Variant((), spec)]
     worlds: dict[str, Any] = {}
     prepared = [_prepare(row.spec, row, text, secure, progress, backend or Backend(), worlds) for row in rows]
-    folder = _out(out, f"pipeline-{Path(path).stem}")
+    folder = pipeline_folder(path, out)
     measure = "dpmixmin_perplexity_reduction_vs" if text else "dpmixmin_minus"
     if len(rows) == 1 and not rows[0].settings:
         result, comparisons = prepared[0](folder, folder / "cache")

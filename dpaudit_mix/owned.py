@@ -20,7 +20,7 @@ from .cache import sha256
 from .errors import require
 
 
-def _inside(out: Path, relative: str) -> Path | None:
+def inside(out: Path, relative: str) -> Path | None:
     """``out / relative`` when it names a regular file reached through no symlink, else None."""
     parts = Path(relative).parts
     if not parts or Path(relative).is_absolute() or ".." in parts:
@@ -54,7 +54,7 @@ def replace(out: Path, name: str, files: Iterable[Path]) -> None:
     for relative, digest in old.items():
         if relative in new:
             continue
-        path = _inside(out, relative)
+        path = inside(out, relative)
         if path is not None and sha256(path) == digest:
             path.unlink()
 

@@ -29,6 +29,8 @@ def resolve(name: str) -> str:
     """The concrete device ("cpu" or "cuda") for ``name``; ``cuda`` without a GPU is an input error,
     raised before any work."""
     check(name)
+    if name == "cpu":  # no torch import: a rerun that computes nothing never needs it
+        return name
     import torch
 
     available = torch.cuda.is_available()
