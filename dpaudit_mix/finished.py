@@ -98,15 +98,15 @@ def _file(name: str) -> str | None:
 
 def key(command: str, args: Mapping[str, Any], spec: Path, data: Sequence[str] = ()) -> str:
     """The key of a run of ``command`` with parsed ``args`` (a vars() of its namespace), the spec
-    file at ``spec`` and the worlds or problems ``data`` (a data manifest by its files' content)."""
+    file at ``spec`` and the worlds or problems ``data`` (by the content of the files they read:
+    a data manifest's, fashion-shift's)."""
     from .data import registry
-    from .data.manifest import is_manifest
 
     table = spec_table(spec, read_spec_bytes(spec))
     arguments = {k: v for k, v in args.items() if k not in PLACEMENT}
     names = sorted({*_strings(arguments), *_strings(table)})
     files = {name: digest for name in names if (digest := _file(name)) is not None}
-    worlds = {name: registry.content(name) for name in data if is_manifest(name)}
+    worlds = {name: registry.content(name) for name in data if name in registry.PROBLEMS}
     parts = {"command": command, "args": arguments, "spec": table, "files": files, "worlds": worlds}
     return json_sha256({**parts, "code": _code_digest(), "libraries": _versions()}).hexdigest()
 

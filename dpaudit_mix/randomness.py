@@ -216,6 +216,8 @@ WORLD_LAYOUT: dict[str, tuple[int, ...]] = {
     "validation-slice": (9,),
     "text-test-speakers": (11,),
     "bad-sources": (12,),
+    "fashion-pool": (13,),
+    "fashion-sources": (14,),
 }
 
 

@@ -58,7 +58,7 @@ LAYERS: dict[str, int] = {
     ),
     "models": 2,
     "data": 3,
-    **dict.fromkeys(["audit", "recovery", "release", "verification", "testing", "mix", "canaries"], 4),
+    **dict.fromkeys(["audit", "recovery", "release", "verification", "testing", "mix", "canaries", "finished"], 4),
     **dict.fromkeys(["pipeline", "lm", "synth"], 5),
     **dict.fromkeys(["experiments", "cli", "demo", "__init__", "__main__"], 6),
 }

@@ -5,7 +5,8 @@ A world is a sensitive set and its public sources, registered by name in :data:`
 ``build(task, seed, shards, proxy) -> Problem``; an *image* world also has ``sources(seed,
 shards)`` and ``validation(seed)`` (the pipeline pretrains on its images) and may take any proxy.
 The built-ins: ``mnist-labels`` (sources split by label; MixMin's premise fails there),
-``mnist-shift`` (sources shifted by degrees; it holds) and the text world ``shakespeare-users``.
+``mnist-shift`` (sources shifted by degrees; it holds), ``fashion-shift`` (mnist-shift's design on
+Debian's Fashion-MNIST, at the paper's scale) and the text world ``shakespeare-users``.
 The old name ``mnist`` is ``mnist-labels``.
 """
 
@@ -25,6 +26,7 @@ from ..errors import require
 from ..problem import Problem
 from ..randomness import Key, stream
 from ..registry import Registry
+from . import fashion
 from .file_world import FileImageWorld
 from .manifest import is_manifest
 from .ngram import text_arrays
@@ -34,6 +36,7 @@ from .sources import PublicSource, SensitiveData, mnist_world, public_shards, va
 from .text import BBC_TOPICS, GENRES, SENSITIVE_GENRE, text_world
 
 TEXT_WORLD = "shakespeare-users"
+FASHION_WORLD = "fashion-shift"
 TEXT_TASK = "lm"  # one task: each speech's mean per-character log-likelihood
 ALIASES = {"mnist": "mnist-labels"}
 DEFAULT_TASK = "digit-0"
@@ -334,12 +337,22 @@ class ImageWorld:
     def sources(self, seed: int, shards: int) -> tuple[list[PublicSource], SensitiveData]:
         if self.name == "mnist-labels":
             return public_shards(shards, seed) if shards else mnist_world(seed)
+        if self.name == FASHION_WORLD:
+            return fashion.fashion_world(seed)
         if shards:
             return graded_sources(shards, seed)
         sources, sensitive, _ = shift_world(seed)
         return sources, sensitive
 
+    @property
+    def content(self) -> str:
+        """The sha256 of the files a world reads from outside this package (fashion-shift's
+        Debian files), so that its caches never serve another copy's results; "" for the rest."""
+        return fashion.digest() if self.name == FASHION_WORLD else ""
+
     def validation(self, seed: int) -> PublicSource:
+        if self.name == FASHION_WORLD:
+            return fashion.public_validation(seed)
         return validation_slice(seed) if self.name == "mnist-labels" else public_validation(seed)
 
     def build(self, task: str, seed: int, shards: int, proxy: ProxySpec) -> Problem:
@@ -412,4 +425,5 @@ def tasks(name: str) -> tuple[str, ...]:
 
 for _name in ("mnist-labels", "mnist-shift"):
     register_world(_name, ImageWorld(_name))
+register_world(FASHION_WORLD, ImageWorld(FASHION_WORLD, max_sources=0))  # needs Debian's files (fashion.py)
 register_world(TEXT_WORLD, TextWorld())

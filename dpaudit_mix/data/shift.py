@@ -34,6 +34,9 @@ from .sources import PublicSource, SensitiveData, split_pool
 #: images per MNIST-derived source, per distractor, and in the clean public validation slice.
 SOURCE_SIZE, DISTRACTOR_SIZE, VALIDATION_SIZE = 400, 1000, 500
 
+#: name prefixes of the sources from other domains (their labels mean nothing for the task).
+DISTRACTORS = ("animals", "digits")
+
 Shift = Callable[[np.ndarray, np.random.Generator], np.ndarray]
 
 SHIFTS: dict[str, Shift] = {
@@ -119,7 +122,7 @@ def bad_sources(sources: list[PublicSource], permuted: int, distractors: int, se
     images fit the sensitive data, the labels never do), and ``distractors`` more Animal-MNIST
     sets of DISTRACTOR_SIZE (animal classes as labels; drawn from all of Animal-MNIST, so they may
     share images with mnist-shift's own two)."""
-    good = [s for s in sources if not s.name.startswith("animals")]
+    good = [s for s in sources if not s.name.startswith(DISTRACTORS)]
     require(permuted <= len(good), f"permuted_sources = {permuted}, but the world has {len(good)} sources to copy")
     rng = world_layout(seed, "bad-sources")
     added = []
