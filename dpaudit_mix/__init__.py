@@ -12,7 +12,8 @@ the command line and ``import dpaudit_mix`` stay fast):
 - ``audit_one_run``, ``OneRunResult``: audit a claim from one training run's canaries (scores, membership);
 - ``run_audit``, ``AuditSpec``: the audit engine, on the DP-MixMin learner or the pipeline's DP-SGD
   (``AuditSpec(mechanism="opacus" | "user-dpsgd")``);
-- ``verify``: verify-accountant (checks, and a mutation self-test).
+- ``verify``: verify-accountant (checks, and a mutation self-test);
+- ``load_model``: a finetuned SmallCNN from a pipeline run's or a release's weights file (no pickle).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ _HOMES = {
     "run_audit": "audit.engine",
     "AuditSpec": "audit.spec",
     "verify": "verification.suite",
+    "load_model": "models.cnn",
 }
 __all__ = [
     "AuditResult",
@@ -51,6 +53,7 @@ __all__ = [
     "calibrate",
     "epsilon",
     "fit",
+    "load_model",
     "mixmin",
     "run_audit",
     "verify",
@@ -63,6 +66,7 @@ if TYPE_CHECKING:
     from .audit.scores import AuditResult, audit_scores
     from .audit.spec import AuditSpec
     from .learner import LearnerConfig, fit
+    from .models.cnn import load_model
     from .optimum import mixmin
     from .problem import Problem
     from .verification.suite import verify

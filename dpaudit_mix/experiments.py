@@ -104,6 +104,7 @@ def _prepare(
         return run_text
 
     from .cache import content_key
+    from .pipeline.models import write_models
     from .pipeline.report import paired_differences, write_pipeline_report
     from .pipeline.run import build_world, image_track, proxy_report, run_pipeline, world_key
 
@@ -115,6 +116,7 @@ def _prepare(
 
     def run_image(out: Path, cache: Path) -> tuple[RowResult, dict[str, dict[float, float]]]:
         runs = run_pipeline(spec, out, progress, image_world, secure, cache, backend)
+        write_models(out, runs)
         records = [r.to_dict() for r in runs]
         proxies = proxy_report(spec, image_world, cache)
         frame = write_pipeline_report(records, spec, proxies, out)

@@ -14,6 +14,7 @@ from dpaudit_mix.pipeline.methods import LOSS_BOUND, _candidate_losses, choose
 from dpaudit_mix.pipeline.run import build_world, run_pipeline
 from dpaudit_mix.pipeline.spec import DEFAULT_METHODS, PipelineSpec
 from dpaudit_mix.randomness import stream
+from dpaudit_mix.specfile import load_spec_file
 
 from .conftest import TINY_PIPELINE as TINY
 from .conftest import random_problem
@@ -43,7 +44,19 @@ def test_quick_spec_end_to_end(capsys, tmp_path: Path) -> None:
         "report.html",
         "macro_auc_vs_epsilon.png",
         "relative_gain.png",
+        "models",
     }
+    # every run's finetuned model, loaded without pickle, scores what the run recorded
+    index = json.loads((out / "models" / "index.json").read_text())
+    assert {e["method"] for e in index} == set(DEFAULT_METHODS) and all(e["classes"] == 10 for e in index)
+    assert [e["method"] for e in index if not e["releasable"]] == ["nonprivate_mixmin"]
+    entry = next(e for e in index if e["method"] == "dpmixmin")
+    world = build_world(load_spec_file(PipelineSpec, QUICK))
+    model = cnn.load_model(out / "models" / entry["file"])
+    assert cnn.evaluate(model, world.test_images, world.test_labels)["macro_auc"] == entry["metrics"]["macro_auc"]
+    said = capsys.readouterr().out
+    assert main(["pipeline", str(QUICK), "--out", str(out)]) == 0  # finished: said again, nothing recomputed
+    assert capsys.readouterr().out == said
 
 
 def _dicts(runs: list) -> list[dict]:

@@ -34,8 +34,8 @@ class ToyTrack:
 
     delta = 1e-5
 
-    def __init__(self, sequential: bool = False) -> None:
-        self.sequential = sequential
+    def __init__(self, sequential: bool = False, finetune_kind: str = "json") -> None:
+        self.sequential, self.finetune_kind = sequential, finetune_kind
         self.calls: dict[str, int] = {"mixture": 0, "pretrain": 0, "finetune": 0}
         self.calibrated: list[tuple[float, tuple[accounting.GaussianPhase, ...]]] = []
 
@@ -68,6 +68,7 @@ class ToyTrack:
                     "score": float(start["w"].sum()) + len(prior),
                     "finetune_phase": asdict(TUNE),
                     "finetune_epsilon": 1.5,
+                    **({"model": {"w": start["w"] + 1}} if self.finetune_kind == "finetuned" else {}),
                 },
             )
 
@@ -84,6 +85,17 @@ def test_every_stage_runs_once_and_a_rerun_runs_none(tmp_path: Path) -> None:
     assert [r.to_dict() for r in rerun] == [r.to_dict() for r in runs]
     assert [r.result["score"] for r in runs] == [0.0, 3.0, 0.0, 3.0]
     assert runs[0].mixture.weights.tolist() == [0.25, 0.75] and runs[2].mixture.weights is None
+
+
+def test_a_kept_model_comes_back_from_the_cache_beside_its_result(tmp_path: Path) -> None:
+    runs = run_stages(ToyTrack(finetune_kind="finetuned"), StageCache(tmp_path), progress=False)
+    again = ToyTrack(finetune_kind="finetuned")
+    rerun = run_stages(again, StageCache(tmp_path), progress=False)
+    assert again.calls["finetune"] == 0 and [r.to_dict() for r in rerun] == [r.to_dict() for r in runs]
+    assert all("model" not in r.result for r in rerun)  # weights travel beside the result, not in it
+    assert [r.model["w"].tolist() for r in rerun if r.model is not None] == [[1.0] * 3, [2.0] * 3] * 2
+    plain = run_stages(ToyTrack(), StageCache(tmp_path / "json"), progress=False)
+    assert all(r.model is None for r in plain)  # a track that keeps no model has none
 
 
 def test_an_entry_swapped_under_another_key_is_recomputed_not_used(capsys, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,8 +22,8 @@ from sklearn.metrics import roc_auc_score
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from .. import accounting, calibrations
-from ..errors import InputError
+from .. import accounting, calibrations, npz
+from ..errors import InputError, require
 from ..randomness import Key, torch_scope
 from ..resources import bounded
 from . import opacus_sgd
@@ -65,6 +66,25 @@ def from_arrays(arrays: dict[str, np.ndarray] | None, key: Key, task: str = "mul
         weights = arrays if task == "multiclass" else binary_head(arrays, int(task.split("-")[1]))
         model.load_state_dict({name: torch.from_numpy(value) for name, value in weights.items()})
     return model
+
+
+def load_model(path: str | Path) -> SmallCNN:
+    """A SmallCNN from a weights file the pipeline or a release wrote (``.npz`` of float arrays,
+    read without pickle, its headers checked first): ten classes, or two for a ``digit-d`` task.
+    A file whose arrays are not a SmallCNN's state is an InputError naming what differs."""
+    arrays = npz.load(Path(path), "model file")
+    bias = arrays.get("head.bias")
+    if bias is None or bias.ndim != 1:
+        raise InputError(f"{path}: no head.bias vector: not a SmallCNN's weights")
+    with torch_scope(Key(0).child(loaded="model file").stream("model-init")):  # overwritten below
+        model = SmallCNN(int(bias.shape[0]))
+    expected = {name: tuple(value.shape) for name, value in model.state_dict().items()}
+    found = {name: tuple(value.shape) for name, value in arrays.items()}
+    require(found == expected, f"{path}: arrays {found} are not a SmallCNN's {expected}")
+    for name, value in arrays.items():
+        require(value.dtype == np.float32 and np.isfinite(value).all(), f"{path}: {name} is not finite float32")
+    model.load_state_dict({name: torch.from_numpy(value.copy()) for name, value in arrays.items()})
+    return model.eval()
 
 
 def binary_head(arrays: dict[str, np.ndarray], digit: int) -> dict[str, np.ndarray]:
@@ -135,6 +155,10 @@ class Finetuned:
     @property
     def phase(self) -> accounting.GaussianPhase:
         return accounting.GaussianPhase(self.noise_multiplier, self.sample_rate, self.steps)
+
+    def weights(self) -> dict[str, np.ndarray]:
+        """The finetuned CNN's state (Opacus' GradSampleModule, which wraps it, taken off)."""
+        return state_arrays(getattr(self.model, "_module", self.model))
 
     def scored(self, images: np.ndarray, labels: np.ndarray, task: str = "multiclass") -> dict[str, Any]:
         """The finetuned model's test metrics with its accounting: what a finetune stage records.

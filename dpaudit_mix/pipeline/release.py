@@ -252,8 +252,7 @@ def _trained_and_audited(
     )
     if result.violation:
         raise Refused("audit", f"the one-run audit of this very finetune found: {one_run_line(result)}")
-    model = getattr(tuned.model, "_module", tuned.model)  # Opacus' GradSampleModule wraps the CNN
-    weights = cnn.state_arrays(model)
+    weights = tuned.weights()
     write_npz(out / MODEL_FILE, **weights)
     world = track.world
     manifest = ModelManifest(

@@ -135,6 +135,7 @@ class ImageTrack(MixingTrack):
         tasks = DIGIT_TASKS if spec.protocol == "per_task" else ("multiclass",)
         super().__init__(spec, tasks, problems, world_key(spec), split_key(spec), secure, public=public)
         self.image_spec, self.world = spec, world
+        self.finetune_kind = "finetuned"  # each run's model is kept with its scores, and written
         rows = np.arange(len(world.train_labels)) if self.sequential else world.split_b
         if spec.finetune_rows is not None:  # the first rows: the sensitive set is in random order
             require(
@@ -219,7 +220,8 @@ class ImageTrack(MixingTrack):
             candidates = [{"learning_rate": lr, "epochs": epochs} for lr, epochs in grid]
             choice = choose_by_rehearsal(candidates, rehearse, REHEARSAL, stage)
             tuned = self.dp_finetune(job, start, choice, prior)
-            return {**tuned.scored(world.test_images, world.test_labels, task), "finetune_choice": choice}
+            scored = tuned.scored(world.test_images, world.test_labels, task)
+            return {**scored, "finetune_choice": choice, "model": tuned.weights()}
 
         return Stage(key, compute)
 

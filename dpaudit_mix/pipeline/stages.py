@@ -9,6 +9,7 @@ so a rerun or an interrupted run skips every finished stage; it holds what it co
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import tempfile
@@ -68,6 +69,8 @@ class Track(Protocol):
 
     delta: float
     sequential: bool  # the finetune also sees the mixing data: the mixture's phase is its prior
+    #: how finetune results are kept: "json", or "finetuned" when they carry the model (``model``)
+    finetune_kind: str
 
     def jobs(self) -> list[Job]: ...
 
@@ -102,13 +105,15 @@ class Privacy:
 
 @dataclass(frozen=True)
 class Run:
-    """One finished job: its mixture, the finetune's result (metrics and accounting) and its privacy."""
+    """One finished job: its mixture, the finetune's result (metrics and accounting), its privacy
+    and, for a track that keeps it, the finetuned model's weights (not in :meth:`to_dict`)."""
 
     job: Job
     secure: bool
     mixture: Mixture
     result: dict[str, Any]
     privacy: Privacy
+    model: Arrays | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -123,11 +128,26 @@ class Run:
         }
 
 
+def _save_finetuned(path: Path, value: dict[str, Any]) -> None:
+    """A finetune's result (JSON, as bytes) and, under ``model``, its weights: one npz, no pickle."""
+    result = json.dumps({k: v for k, v in value.items() if k != "model"}, sort_keys=True).encode()
+    weights = {f"model.{name}": array for name, array in value.get("model", {}).items()}
+    save_npz(path, {"result": np.frombuffer(result, dtype=np.uint8), **weights})
+
+
+def _load_finetuned(path: Path) -> dict[str, Any]:
+    arrays = load_npz(path)
+    result: dict[str, Any] = json.loads(arrays["result"].tobytes().decode("utf-8"))
+    model = {name.removeprefix("model."): a for name, a in arrays.items() if name.startswith("model.")}
+    return {**result, "model": model} if model else result
+
+
 #: a stage's kind: its file extension, how it is saved and loaded.
 KINDS: dict[str, tuple[str, Callable[[Path, Any], None], Callable[[Path], Any]]] = {
     "arrays": ("npz", save_npz, load_npz),
     "json": ("json", write_json, load_json),
     "problem": ("npz", lambda path, value: problem_io.save(value, path), problem_io.load),
+    "finetuned": ("npz", _save_finetuned, _load_finetuned),  # a finetune's result with its model's weights
 }
 
 
@@ -287,7 +307,7 @@ def _finished(track: Track, cache: StageCache, jobs: list[Job], mixtures: dict[J
         start_key = None if pretraining is None else pretraining.key
         # the stage's key alone: its compute (which would need the pretrained weights) never runs
         finetune = track.finetune(job, None, start_key, _prior(track, mixtures[job]))
-        if not cache.has("finetune", finetune.key, "json"):
+        if not cache.has("finetune", finetune.key, track.finetune_kind):
             return False
     return True
 
@@ -354,17 +374,11 @@ def _models(
     for job in tqdm(jobs, desc="finetune", unit="model", **show):
         mixture, start = mixtures[job], starts[job]
         finetune = track.finetune(job, None if start is None else held[start], start, _prior(track, mixture))
-        result = cache.json("finetune", finetune)
+        kept = cache.get("finetune", finetune.key, track.finetune_kind, finetune.compute)
+        result = {k: v for k, v in kept.items() if k != "model"}
         phase = accounting.GaussianPhase(**result["finetune_phase"])
-        runs.append(
-            Run(
-                job,
-                secure,
-                mixture,
-                result,
-                release_privacy(mixture, phase, result["finetune_epsilon"], track.delta, track.sequential),
-            )
-        )
+        privacy = release_privacy(mixture, phase, result["finetune_epsilon"], track.delta, track.sequential)
+        runs.append(Run(job, secure, mixture, result, privacy, kept.get("model")))
     return runs
 
 
@@ -395,6 +409,7 @@ class MixingTrack:
         self.user_level, self.loss_bound = user_level, loss_bound
         self.delta = spec.delta
         self.sequential = spec.composition == "sequential"
+        self.finetune_kind = "json"
         self._problems: dict[str, tuple[Problem, Problem]] = {}
 
     def mixing_phases(self, epsilon: float) -> list[accounting.GaussianPhase]:

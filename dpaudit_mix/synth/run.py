@@ -40,6 +40,7 @@ class WarmSynTrack:
     finetune runs on the whole sensitive training set."""
 
     sequential = False
+    finetune_kind = "json"
 
     def __init__(self, spec: WarmSynSpec, cache: StageCache) -> None:
         self.spec, self.cache, self.delta = spec, cache, spec.delta

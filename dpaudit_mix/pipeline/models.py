@@ -1,0 +1,59 @@
+"""The finetuned model of every pipeline run, written beside its report (issue #35).
+
+``OUT/models/<task>-<method>-eps<ε>-seed<s>.npz`` holds the SmallCNN's state as float32 arrays
+(``models.cnn.load_model`` reads it back, without pickle), and ``OUT/models/index.json`` says of
+each file what made it: method, ε, seed, task, its sha256, its test metrics and its privacy
+(``releasable`` is false for the non-private upper bound, whose λ saw all the private data).
+These are an experiment's models, seeded unless the run was ``--secure``; a model meant for
+release goes through ``dpaudit-mix release`` (a model spec), which audits that very finetune.
+A rerun into the same folder removes the model files the last run wrote that this one does not.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .. import owned
+from ..atomic import write_json, write_npz
+from ..cache import sha256
+from .stages import Run
+
+FOLDER = "models"
+
+
+def model_name(run: Run) -> str:
+    job = run.job
+    return f"{job.task}-{job.method}-eps{job.epsilon:g}-seed{job.seed}.npz"
+
+
+def write_models(out: Path, runs: list[Run]) -> list[dict[str, Any]]:
+    """Each run's weights and the index; returns the index's entries (runs without a model, as
+    a track that keeps none, are left out)."""
+    folder = out / FOLDER
+    entries = []
+    for run in runs:
+        if run.model is None:
+            continue
+        path = folder / model_name(run)
+        write_npz(path, **run.model)
+        entries.append(
+            {
+                "file": path.name,
+                "sha256": sha256(path),
+                "architecture": "SmallCNN",
+                "classes": int(run.model["head.bias"].shape[0]),
+                "task": run.job.task,
+                "method": run.job.method,
+                "epsilon": run.job.epsilon,
+                "seed": run.job.seed,
+                "secure": run.secure,
+                "metrics": run.result["metrics"],
+                **run.privacy.to_dict(),
+            }
+        )
+    if entries:
+        write_json(folder / "index.json", entries)
+    written = [folder / e["file"] for e in entries] + ([folder / "index.json"] if entries else [])
+    owned.replace(out, FOLDER, written)
+    return entries
