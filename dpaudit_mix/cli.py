@@ -400,9 +400,10 @@ def _backend(args: argparse.Namespace) -> Iterator[Backend]:
 def cmd_pipeline(args: argparse.Namespace) -> int:
     from . import finished
     from .experiments import pipeline_folder, pipeline_world, run_pipeline_file
+    from .specfile import read_spec_bytes, spec_table
 
     out = pipeline_folder(args.spec, args.out)
-    world = pipeline_world(args.spec)
+    world = pipeline_world(spec_table(Path(args.spec), read_spec_bytes(Path(args.spec))))
 
     def run() -> int:
         with _backend(args) as backend:

@@ -57,17 +57,16 @@ def pipeline_folder(path: str, out: str | None) -> Path:
     return _out(out, f"pipeline-{Path(path).stem}")
 
 
-def pipeline_world(path: str) -> str:
-    """The world the pipeline spec at ``path`` names: its ``data`` manifest, else its ``world``
-    (else the default); a bad value is the spec parser's to refuse, so it is returned as text."""
+def pipeline_world(table: dict[str, Any]) -> str:
+    """The world a pipeline spec's table names: its ``data`` manifest, else its ``world`` (else
+    the default); a bad value is the spec parser's to refuse, so it is returned as text."""
     from .pipeline.spec import PipelineSpec
 
-    table = spec_table(Path(path), read_spec_bytes(Path(path)))
     return str(table.get("data", table.get("world", PipelineSpec.world)))
 
 
 def is_text_world(world: Any) -> bool:
-    return isinstance(world, str) and world in registry.PROBLEMS and registry.canonical(world) == registry.TEXT_WORLD
+    return isinstance(world, str) and registry.is_text(world)
 
 
 #: a pipeline spec whose world is built and whose every σ is calibrated (nothing written yet):
@@ -150,7 +149,7 @@ def run_pipeline_file(
     from .pipeline.spec import PipelineSpec, Variant, variants
 
     content = read_spec_bytes(Path(path))
-    text = is_text_world(spec_table(Path(path), content).get("world"))
+    text = is_text_world(pipeline_world(spec_table(Path(path), content)))
     spec = with_device(parse_spec(TextPipelineSpec if text else PipelineSpec, Path(path), content), device)
     rows = variants(spec) or [Variant((), spec)]
     worlds: dict[str, Any] = {}

@@ -64,6 +64,39 @@ def test_the_pipeline_on_files_reproduces_the_embedded_pipeline(exported, tmp_pa
         PipelineSpec(world="mnist-shift", data=str(exported["mnist-shift"]))
 
 
+SMALL_TEXT_PIPELINE = """epsilons = [2.0]
+seeds = 1
+methods = ["dpmixmin", "uniform"]
+pretrain_windows = 200
+pretrain_epochs = 1
+finetune_steps = 2
+finetune_users = 8
+windows_per_user = 2
+mix_steps = 20
+"""
+
+
+def test_the_text_pipeline_on_files_reproduces_the_embedded_one(exported, tmp_path: Path, capsys):
+    (tmp_path / "embedded.toml").write_text('world = "shakespeare-users"\n' + SMALL_TEXT_PIPELINE)
+    (tmp_path / "files.toml").write_text(f'data = "{exported["shakespeare-users"]}"\n' + SMALL_TEXT_PIPELINE)
+    for name in ("embedded", "files"):
+        assert main(["pipeline", str(tmp_path / f"{name}.toml"), "--out", str(tmp_path / name)]) == 0
+    for name in ("results.csv", "mixtures.json"):
+        assert (tmp_path / "embedded" / name).read_bytes() == (tmp_path / "files" / name).read_bytes()
+    capsys.readouterr()
+    # a fair finetune rehearses on the manifest's validation speakers; without them it is one line
+    manifest = exported["shakespeare-users"]
+    bare = tmp_path / "bare.toml"
+    bare.write_text(manifest.read_text().replace('validation = "validation.jsonl"\n', ""))
+    for path in (tmp_path / "sources", tmp_path / "sensitive.jsonl", tmp_path / "test.jsonl"):
+        path.symlink_to(manifest.parent / path.name)
+    (tmp_path / "fair.toml").write_text(
+        f'data = "{bare}"\nfinetune_learning_rates = [3e-4, 3e-3]\n' + SMALL_TEXT_PIPELINE
+    )
+    assert main(["pipeline", str(tmp_path / "fair.toml"), "--out", str(tmp_path / "fair")]) == 2
+    assert "give the manifest a validation file" in capsys.readouterr().err and not (tmp_path / "fair").exists()
+
+
 # --- the formats ------------------------------------------------------------------------------------
 
 

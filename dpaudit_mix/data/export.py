@@ -3,7 +3,8 @@ the embedded worlds become one data source among others, and the files path is c
 the embedded one (a problem built from the export is byte-identical to the embedded problem).
 
 Images are written as float32 in [0, 1] (the embedded worlds' own arrays, bit for bit); the
-text world as ``.jsonl`` (sources without users, the sensitive splits with their speakers). The
+text world as ``.jsonl`` (sources without users, the sensitive splits with their speakers, and
+the default rehearsal genre's speakers as ``validation``). The
 manifest is ``data.toml``, named as the world itself so that it draws the same randomness.
 The folder is written whole under a temporary name and renamed, so a failure leaves nothing.
 """
@@ -20,7 +21,7 @@ import numpy as np
 from ..atomic import write_npz, write_text
 from ..errors import require
 from . import registry
-from .text import text_world
+from .text import REHEARSAL_GENRE, speeches, text_world
 
 MANIFEST = "data.toml"
 
@@ -30,11 +31,11 @@ def _toml(kind: str, name: str, parts: dict[str, str], sources: dict[str, str]) 
     return "\n".join([*lines, "", "[sources]", *(f'"{name}" = "{path}"' for name, path in sources.items())]) + "\n"
 
 
-def _jsonl(texts: tuple[str, ...], users: np.ndarray | None = None) -> str:
+def _jsonl(texts: tuple[str, ...], users: np.ndarray | list[str] | None = None) -> str:
     rows = (
         [{"text": t} for t in texts]
         if users is None
-        else [{"text": t, "user": int(u)} for t, u in zip(texts, users, strict=True)]
+        else [{"text": t, "user": u if isinstance(u, str) else int(u)} for t, u in zip(texts, users, strict=True)]
     )
     return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
 
@@ -59,7 +60,9 @@ def _write_text_world(seed: int, folder: Path) -> str:
     write_text(folder / "test.jsonl", _jsonl(test.texts, test.users))
     for source in sources:
         write_text(folder / "sources" / f"{source.name}.jsonl", _jsonl(source.texts))
-    parts = {"sensitive": "sensitive.jsonl", "sensitive_test": "test.jsonl"}
+    public = speeches(REHEARSAL_GENRE)  # public speakers: where a fair finetune rehearses
+    write_text(folder / "validation.jsonl", _jsonl(tuple(t for _, t in public), [s for s, _ in public]))
+    parts = {"sensitive": "sensitive.jsonl", "sensitive_test": "test.jsonl", "validation": "validation.jsonl"}
     return _toml("text", registry.TEXT_WORLD, parts, {s.name: f"sources/{s.name}.jsonl" for s in sources})
 
 

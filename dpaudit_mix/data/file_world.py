@@ -110,6 +110,7 @@ class FileTextWorld:
     source_sets: tuple[tuple[str, TextSet], ...]
     sensitive: TextSet
     test: TextSet | None
+    validation: TextSet | None = None  # public, in-distribution documents with users: rehearsals train here
     tasks: tuple[str, ...] = ("lm",)
     files: tuple[Path, ...] = ()
     signature: tuple[tuple[str, int, int], ...] = ()
@@ -148,11 +149,15 @@ def load_world(path: str | Path, key: str) -> FileImageWorld | FileTextWorld:
     if manifest.kind == "text":
         sensitive = read_texts(manifest.sensitive, users_allowed=True)
         test = None if manifest.sensitive_test is None else read_texts(manifest.sensitive_test, users_allowed=True)
+        public = None if manifest.validation is None else read_texts(manifest.validation, users_allowed=True)
         sources = tuple((name, read_texts(file)) for name, file in manifest.sources)
         digests = [("sensitive", sensitive.digest), ("test", test.digest if test else "")]
+        digests += [("validation", public.digest)] if public else []  # absent: the content stays as before
         digests += [(f"source {name}", texts.digest) for name, texts in sources]
         content = _content(manifest, digests)
-        return FileTextWorld(key, manifest.name, content, sources, sensitive, test, files=files, signature=stamp)
+        return FileTextWorld(
+            key, manifest.name, content, sources, sensitive, test, public, files=files, signature=stamp
+        )
     classes = manifest.classes
     sensitive_images = read_images(manifest.sensitive, classes, users_allowed=True)
     test_images = None if manifest.sensitive_test is None else read_images(manifest.sensitive_test, classes)

@@ -4,7 +4,7 @@
     name = "my-study"               # optional: the world's name in streams and reports (default: the file's stem)
     sensitive = "sensitive.npz"     # the mixing and finetuning data: its rows become the problem's rows
     sensitive_test = "test.npz"     # optional: held out for evaluation (the pipeline needs it)
-    validation = "validation.npz"   # optional (images): public, in-distribution; choices made on it are free
+    validation = "validation.npz"   # optional: public, in-distribution (text: with users); choices on it are free
     classes = 10                    # optional (images): labels are 0 … classes − 1 (at most 10)
     [sources]
     site-a = "a.npz"
@@ -102,7 +102,6 @@ def load_manifest(path: str | Path) -> DataManifest:
     )
     root = where.resolve().parent
     optional = {key: raw.get(key) for key in ("sensitive_test", "validation")}
-    require(kind == "image" or optional["validation"] is None, f"{where}: validation applies to image worlds")
     return DataManifest(
         path=where.resolve(),
         content=content,

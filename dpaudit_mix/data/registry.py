@@ -27,7 +27,7 @@ from ..problem import Problem
 from ..randomness import Key, stream
 from ..registry import Registry
 from . import fashion
-from .file_world import FileImageWorld
+from .file_world import FileImageWorld, FileTextWorld
 from .manifest import is_manifest
 from .ngram import text_arrays
 from .proxies import LOGISTIC, TASKS, ProxySpec, accuracies, probabilities, task_log_likelihood, train_proxies
@@ -148,6 +148,11 @@ def content(name: str) -> str:
 
 def world(name: str) -> World:
     return WORLDS.get(canonical(name))
+
+
+def is_text(name: str) -> bool:
+    """Whether ``name`` is the embedded text world or a text data manifest's (read if a manifest)."""
+    return isinstance(name, str) and name in PROBLEMS and isinstance(world(name), (TextWorld, FileTextWorld))
 
 
 def is_image(world: World) -> bool:

@@ -20,6 +20,8 @@ from ..randomness import world_layout
 
 GENRES = ("comedies", "histories", "problems", "roman", "romances", "tragedies")
 SENSITIVE_GENRE = "comedies"
+#: the public genre whose speakers the text pipeline's fair finetune rehearses on by default.
+REHEARSAL_GENRE = "romances"
 BBC_TOPICS = ("business", "entertainment", "politics", "sports", "tech")
 TEST_SPEAKERS = 0.2  # share of speakers held out (with all their speeches) for the test split
 MIN_CHARS = 20  # shorter speeches ("Ay.") carry no signal about style

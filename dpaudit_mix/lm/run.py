@@ -10,7 +10,7 @@ the privacy composition are :mod:`..pipeline.stages`'.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +21,10 @@ from ..alphabet import V
 from ..backend import Backend
 from ..cache import content_key
 from ..data import registry
+from ..data.file_world import FileTextWorld
 from ..data.text import speeches, text_world
-from ..errors import present, require
+from ..data.text_files import TextSet
+from ..errors import InputError, present, require
 from ..models import chargru as lm
 from ..models import device
 from ..models.cnn import state_arrays
@@ -66,23 +68,43 @@ class TextWorld:
 
 
 def build_text_world(spec: TextPipelineSpec) -> TextWorld:
-    sources, sensitive, test = text_world(spec.seed)
-    problem = registry.build(registry.TEXT_WORLD, registry.TEXT_TASK, seed=spec.seed)
+    """The embedded world's or a text manifest's data, cut into windows and split by users."""
+    if registry.canonical(spec.world) == registry.TEXT_WORLD:
+        sources, sensitive, test = text_world(spec.seed)
+        named = [(s.name, s.texts) for s in sources]
+        texts, test_texts = sensitive.texts, test.texts
+        rehearsal_users, rehearsal_test = _rehearsal(speeches(spec.rehearsal_genre), spec.seed, spec.rehearsal_genre)
+    else:
+        files = registry.world(spec.world)
+        assert isinstance(files, FileTextWorld)  # the spec accepts only text worlds
+        if files.test is None:
+            raise InputError(f"{spec.world}: the text pipeline scores held-out users: give the manifest sensitive_test")
+        named = [(name, texts.texts) for name, texts in files.source_sets]
+        texts, test_texts = files.sensitive.texts, files.test.texts
+        rehearsal_users, rehearsal_test = (
+            ((), np.zeros((0, lm.WINDOW + 1), dtype=np.int64))
+            if files.validation is None
+            else _rehearsal(_by_user(files.validation), spec.seed, "validation")
+        )
+        require(
+            files.validation is not None or not spec.finetune_learning_rates,
+            f"{spec.world}: finetune_learning_rates rehearse on public in-distribution text: give the manifest "
+            "a validation file (documents with users)",
+        )
+    problem = _dense_users(registry.build(spec.world, registry.TEXT_TASK, seed=spec.seed))
     users = present(problem.users, "the text world's problem has user ids")
     count = int(users.max()) + 1
     size_a = round(spec.rho * count)
-    require(1 <= size_a < count, f"rho = {spec.rho:g} of {count} training speakers leaves a split empty")
-    order = (
-        stream(spec.seed, "pipeline-split", world=registry.TEXT_WORLD, rho=spec.rho, n=count).numpy().permutation(count)
-    )
-    texts = np.array(sensitive.texts, dtype=object)
-    rehearsal_users, rehearsal_test = _rehearsal(spec.rehearsal_genre, spec.seed)
+    require(1 <= size_a < count, f"rho = {spec.rho:g} of {count} training users leaves a split empty")
+    world_id = registry.identity(spec.world)
+    order = stream(spec.seed, "pipeline-split", world=world_id, rho=spec.rho, n=count).numpy().permutation(count)
+    by_row = np.array(texts, dtype=object)
     return TextWorld(
-        tuple(s.name for s in sources),
-        tuple(lm.all_windows(s.texts) for s in sources),
+        tuple(name for name, _ in named),
+        tuple(lm.all_windows(list(t)) for _, t in named),
         problem,
-        tuple(lm.all_windows(list(texts[users == u])) for u in range(count)),
-        lm.all_windows(test.texts),
+        tuple(lm.all_windows(list(by_row[users == u])) for u in range(count)),
+        lm.all_windows(list(test_texts)),
         np.sort(order[:size_a]),
         np.sort(order[size_a:]),
         rehearsal_users,
@@ -90,14 +112,28 @@ def build_text_world(spec: TextPipelineSpec) -> TextWorld:
     )
 
 
-def _rehearsal(genre: str, seed: int) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
-    """A public genre's speakers split in halves: per-speaker windows to train on, and the other
-    half's windows to score (public data: choosing on it spends no privacy)."""
+def _dense_users(problem: Problem) -> Problem:
+    """The problem with its users renumbered 0 … U − 1 in order of their ids (the embedded world's
+    already are; a file's may be any integers)."""
+    users = present(problem.users, "the text world's problem has user ids")
+    _, dense = np.unique(users, return_inverse=True)
+    return problem if np.array_equal(dense, users) else replace(problem, users=dense.astype(np.int64))
+
+
+def _by_user(texts: TextSet) -> list[tuple[str, str]]:
+    """(user, document) pairs of a public text set (a document without a user is its own)."""
+    users = np.arange(len(texts.texts)) if texts.users is None else texts.users
+    return [(str(u), t) for u, t in zip(users, texts.texts, strict=True)]
+
+
+def _rehearsal(pairs: list[tuple[str, str]], seed: int, name: str) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """Public (speaker, text) pairs split by speaker in halves: per-speaker windows to train on,
+    and the other half's windows to score (public data: choosing on it spends no privacy)."""
     by_speaker: dict[str, list[str]] = {}
-    for speaker, text in speeches(genre):
+    for speaker, text in pairs:
         by_speaker.setdefault(speaker, []).append(text)
     names = sorted(by_speaker)
-    order = stream(seed, "rehearsal-split", genre=genre).numpy().permutation(len(names))
+    order = stream(seed, "rehearsal-split", genre=name).numpy().permutation(len(names))
     half = len(names) // 2
     return (
         tuple(lm.all_windows(by_speaker[names[i]]) for i in order[:half]),
@@ -131,7 +167,7 @@ class TextTrack(MixingTrack):
     """The character GRU on the text world: user-level DP-SGD, scored by held-out-user perplexity."""
 
     def __init__(self, spec: TextPipelineSpec, world: TextWorld, secure: bool) -> None:
-        data_key = content_key(world=registry.TEXT_WORLD, seed=spec.seed, rho=spec.rho)
+        data_key = content_key(world=registry.identity(spec.world), seed=spec.seed, rho=spec.rho)
         super().__init__(
             spec,
             (registry.TEXT_TASK,),
@@ -245,4 +281,6 @@ def run_text_pipeline(
     spec = device.resolved(spec)
     track = TextTrack(spec, world or build_text_world(spec), secure)
     preflight(track, spec.epsilons)
-    return run_stages(track, StageCache(cache or out / "cache"), progress, secure, backend)
+    return run_stages(
+        track, StageCache(cache or out / "cache", registry.content(spec.world)), progress, secure, backend
+    )

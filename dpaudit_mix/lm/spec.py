@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..data import registry
-from ..data.text import GENRES, SENSITIVE_GENRE
+from ..data.text import GENRES, REHEARSAL_GENRE, SENSITIVE_GENRE
 from ..errors import require
 from ..learner import LearnerConfig
 from ..pipeline.spec import DEFAULT_METHODS, check_shared_keys, variants
@@ -21,6 +21,7 @@ class TextPipelineSpec:
     """Every key optional in the TOML file; unknown keys are rejected."""
 
     world: str = registry.TEXT_WORLD
+    data: str | None = None  # instead of world: a text data manifest (.toml), relative to the working folder
     epsilons: tuple[float, ...] = (1.0, 2.0, 5.0)
     delta: float = 1e-5
     methods: tuple[str, ...] = DEFAULT_METHODS
@@ -45,7 +46,7 @@ class TextPipelineSpec:
     # user-level DP finetune (same q, T, σ) rehearsed on half the speakers of a public genre and
     # scored by perplexity on the other half (no privacy spent); () = the fixed rate above.
     finetune_learning_rates: tuple[float, ...] = ()
-    rehearsal_genre: str = "romances"
+    rehearsal_genre: str = REHEARSAL_GENRE  # the embedded world's; a text manifest rehearses on its validation
     protocol: str = "multiclass"  # the text world has one task (lm): per_task has nothing to split
     rhos: tuple[float, ...] | None = None  # rows: the pipeline once per split A fraction (paper Table 1)
     device: str = "cpu"  # where pretraining and the user-level finetune compute: cpu, cuda, or auto
@@ -57,15 +58,20 @@ class TextPipelineSpec:
         "seeds": "how many jobs run: each job's seed is in its own stage keys",
         "protocol": "always multiclass: the text world has one task",
         "mix_share": "enters the mixture's key as the ε it spends (sequential composition)",
-        "world": "always the text world (the spec refuses any other), which the data key names",
+        "world": "the text world, or a text manifest's world, which the data key names (its files salt the cache)",
+        "data": "names the world: it sets world",
         "rhos": "rows: each row runs as a spec of its own, with rho set",
     }
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if self.data is not None:
+            require(self.world in (registry.TEXT_WORLD, self.data), "give world or data, not both")
+            require(self.data.endswith(".toml"), f"data must name a data manifest (.toml), got {self.data!r}")
+            object.__setattr__(self, "world", self.data)
         require(
-            registry.canonical(self.world) == registry.TEXT_WORLD,
-            f"the text pipeline runs the {registry.TEXT_WORLD} world, not {self.world}",
+            registry.is_text(self.world),
+            f"the text pipeline runs the {registry.TEXT_WORLD} world or a text data manifest, not {self.world}",
         )
         check_shared_keys(self, DEFAULT_METHODS, " for the text pipeline")
         require(

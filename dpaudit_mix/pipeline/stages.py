@@ -321,6 +321,18 @@ def _warm(track: Track, secure: bool, jobs: list[Job], mixtures: dict[Job, Mixtu
     return cache.computed
 
 
+def _groups(track: Track, jobs: list[Job], mixtures: dict[Job, Mixture]) -> list[list[Job]]:
+    """The parallel units: the jobs that share a pretraining (it is computed once, in one worker,
+    then each of their finetunes), and each job without one on its own; the largest first, so
+    that the workers finish together (whole seeds as units left a worker idle for a third of
+    the text pipeline: 3 seeds on 2 workers)."""
+    shared: dict[str, list[Job]] = {}
+    for index, job in enumerate(jobs):
+        pretraining = track.pretrain(job, mixtures[job])
+        shared.setdefault(f"job {index}" if pretraining is None else pretraining.key, []).append(job)
+    return sorted(shared.values(), key=len, reverse=True)  # stable: ties keep the jobs' order
+
+
 def run_stages(
     track: Track,
     cache: StageCache,
@@ -329,8 +341,8 @@ def run_stages(
     backend: Backend | None = None,
 ) -> list[Run]:
     """Every job of ``track``; each stage's output is computed at most once. The mixtures are
-    computed here first; with a parallel ``backend`` (local joblib processes or Dask) each seed's
-    unfinished pretraining and finetunes are then a task, whose outputs come back here and go
+    computed here first; with a parallel ``backend`` (local joblib processes or Dask) each unfinished
+    pretraining with its finetunes is then a task (:func:`_groups`), whose outputs come back here and go
     into the cache, which stays the one place results land; the runs are then read from it, so
     they are the same as one process's (every stage runs on one thread: :func:`one_thread`)."""
     backend = backend or Backend()
@@ -344,10 +356,9 @@ def run_stages(
                 Mixture(None, None) if choice is None else Mixture.from_dict(cache.json("mixture", _as_dict(choice)))
             )
     if backend.parallel:
-        groups = [[job for job in jobs if job.seed == seed] for seed in sorted({job.seed for job in jobs})]
-        todo = [group for group in groups if not _finished(track, cache, group, mixtures)]
+        todo = [group for group in _groups(track, jobs, mixtures) if not _finished(track, cache, group, mixtures)]
         tasks = [(group, {job: mixtures[job] for job in group}) for group in todo]
-        bar = tqdm(total=len(tasks), desc=f"seeds ({backend.label})", unit="seed", **show)
+        bar = tqdm(total=len(tasks), desc=f"models ({backend.label})", unit="pretraining", **show)
         for _, computed in backend.unordered(_warm, tasks, shared=(track, secure)):
             for (stage, key, kind), value in computed.items():
                 cache.offer(stage, key, kind, value)
