@@ -13,7 +13,10 @@ the command line and ``import dpaudit_mix`` stay fast):
 - ``run_audit``, ``AuditSpec``: the audit engine, on the DP-MixMin learner or the pipeline's DP-SGD
   (``AuditSpec(mechanism="opacus" | "user-dpsgd")``);
 - ``verify``: verify-accountant (checks, and a mutation self-test);
-- ``load_model``: a finetuned SmallCNN from a pipeline run's or a release's weights file (no pickle).
+- ``run_pipeline_file``: the pipeline of a spec file (image or text track), then its report;
+- ``register_network``: your own ``torch.nn.Module`` factory for the pipeline's ``network`` (the
+  pretrained and DP-finetuned model) and ``proxy_network`` (the network proxies);
+- ``load_model``: a finetuned network from a pipeline run's or a release's weights file (no pickle).
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ _HOMES = {
     "AuditSpec": "audit.spec",
     "verify": "verification.suite",
     "load_model": "models.cnn",
+    "register_network": "models.networks",
+    "run_pipeline_file": "experiments",
 }
 __all__ = [
     "AuditResult",
@@ -55,7 +60,9 @@ __all__ = [
     "fit",
     "load_model",
     "mixmin",
+    "register_network",
     "run_audit",
+    "run_pipeline_file",
     "verify",
 ]
 
@@ -65,8 +72,10 @@ if TYPE_CHECKING:
     from .audit.one_run import OneRunResult, audit_one_run
     from .audit.scores import AuditResult, audit_scores
     from .audit.spec import AuditSpec
+    from .experiments import run_pipeline_file
     from .learner import LearnerConfig, fit
     from .models.cnn import load_model
+    from .models.networks import register_network
     from .optimum import mixmin
     from .problem import Problem
     from .verification.suite import verify

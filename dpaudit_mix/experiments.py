@@ -115,7 +115,7 @@ def _prepare(
 
     def run_image(out: Path, cache: Path) -> tuple[RowResult, dict[str, dict[float, float]]]:
         runs = run_pipeline(spec, out, progress, image_world, secure, cache, backend)
-        write_models(out, runs)
+        write_models(out, runs, spec.network)
         records = [r.to_dict() for r in runs]
         proxies = proxy_report(spec, image_world, cache)
         frame = write_pipeline_report(records, spec, proxies, out)

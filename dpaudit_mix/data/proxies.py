@@ -27,14 +27,15 @@ from .sources import PublicSource
 
 if TYPE_CHECKING:
     from sklearn.linear_model import LogisticRegression
-
-    from ..models.cnn import SmallCNN
+    from torch import nn
 
 CLASSES = 10
 SMOOTHING = 0.01
 TASKS = tuple(f"digit-{d}" for d in range(CLASSES)) + ("multiclass",)
 DIGIT_TASKS = TASKS[:CLASSES]
 PROXIES = ("logistic", "cnn")
+#: the network of cnn proxies unless a spec names another (:data:`..models.networks.DEFAULT`).
+DEFAULT_NETWORK = "smallcnn"
 #: a CNN proxy left to early stopping trains at most this many epochs, and stops after
 #: PATIENCE epochs without a lower validation loss (keeping its best epoch).
 MAX_EPOCHS, PATIENCE = 12, 2
@@ -46,9 +47,13 @@ class ProxySpec:
 
     kind: str = "logistic"
     epochs: int | None = None
+    network: str = DEFAULT_NETWORK  # a cnn proxy's network (:mod:`..models.networks`)
 
     def __post_init__(self) -> None:
         require(self.kind in PROXIES, f"proxy must be one of {', '.join(PROXIES)}, got {self.kind!r}")
+        if self.network != DEFAULT_NETWORK:
+            require(self.kind == "cnn", "proxy_network applies to cnn proxies only")
+            self.factory  # noqa: B018  # an unknown name is an InputError here
         if self.epochs is not None:
             require(
                 isinstance(self.epochs, int) and not isinstance(self.epochs, bool) and self.epochs >= 1,
@@ -59,13 +64,24 @@ class ProxySpec:
     @property
     def ids(self) -> dict[str, Any]:
         """What names these proxies in cache keys and streams ({} for the default, logistic)."""
-        return {} if self.kind == "logistic" else {"proxy": self.kind, "proxy_epochs": self.epochs or "early-stop"}
+        if self.kind == "logistic":
+            return {}
+        own = {"proxy_network": self.network} if self.network != DEFAULT_NETWORK else {}
+        return {"proxy": self.kind, "proxy_epochs": self.epochs or "early-stop", **own}
 
     @property
     def label(self) -> str:
         if self.kind == "logistic":
             return "logistic"
-        return f"cnn, {self.epochs} epochs" if self.epochs else "cnn, early-stopped"
+        kind = "cnn" if self.network == DEFAULT_NETWORK else f"cnn ({self.network})"
+        return f"{kind}, {self.epochs} epochs" if self.epochs else f"{kind}, early-stopped"
+
+    @property
+    def factory(self) -> Any:
+        """The network a cnn proxy trains (torch is imported here, not before)."""
+        from ..models.networks import NETWORKS
+
+        return NETWORKS.get(self.network)
 
 
 #: the default proxies.
@@ -116,7 +132,7 @@ PROXY_LEARNING_RATE = 2e-3
 class CNNProxy:
     """A SmallCNN trained on one public source: a network proxy, as the paper's are."""
 
-    model: SmallCNN
+    model: nn.Module
     epochs: int | None
 
     def probabilities(self, images: np.ndarray) -> np.ndarray:
@@ -126,13 +142,21 @@ class CNNProxy:
 
     @classmethod
     def train(
-        cls, images: np.ndarray, labels: np.ndarray, epochs: int | None, validation: PublicSource, key: Key
+        cls,
+        images: np.ndarray,
+        labels: np.ndarray,
+        epochs: int | None,
+        validation: PublicSource,
+        key: Key,
+        network: Any = None,
     ) -> CNNProxy:
         """``epochs`` epochs, or (None) the epoch of least validation loss on the public
-        ``validation`` slice, stopping PATIENCE epochs after it (at most MAX_EPOCHS)."""
-        from ..models.cnn import from_arrays, state_arrays, train_epochs  # torch-heavy; only when asked for
+        ``validation`` slice, stopping PATIENCE epochs after it (at most MAX_EPOCHS). ``network``:
+        a factory (default the SmallCNN)."""
+        from ..models.cnn import SmallCNN, from_arrays, state_arrays, train_epochs  # torch-heavy; only when asked for
 
-        model = from_arrays(None, key)
+        network = network or SmallCNN
+        model = from_arrays(None, key, network=network)
         steps = train_epochs(model, images, labels, PROXY_LEARNING_RATE, key)
         if epochs is not None:
             for _ in itertools.islice(steps, epochs):
@@ -146,7 +170,7 @@ class CNNProxy:
                 best = (loss, state_arrays(model), epoch)
             elif epoch - best[2] >= PATIENCE:
                 break
-        return cls(from_arrays(best[1], key), best[2])
+        return cls(from_arrays(best[1], key, network=network), best[2])
 
 
 def train_proxy(source: PublicSource, spec: ProxySpec, validation: PublicSource, key: Key) -> Proxy:
@@ -154,7 +178,9 @@ def train_proxy(source: PublicSource, spec: ProxySpec, validation: PublicSource,
     ``validation``, public data)."""
     if spec.kind == "logistic":
         return LogisticProxy(fit_logistic(features(source.images), source.labels))
-    return CNNProxy.train(source.images, source.labels, spec.epochs, validation, key.child(source=source.name))
+    return CNNProxy.train(
+        source.images, source.labels, spec.epochs, validation, key.child(source=source.name), spec.factory
+    )
 
 
 def train_proxies(

@@ -30,7 +30,16 @@ from . import fashion
 from .file_world import FileImageWorld, FileTextWorld
 from .manifest import is_manifest
 from .ngram import text_arrays
-from .proxies import LOGISTIC, TASKS, ProxySpec, accuracies, probabilities, task_log_likelihood, train_proxies
+from .proxies import (
+    DEFAULT_NETWORK,
+    LOGISTIC,
+    TASKS,
+    ProxySpec,
+    accuracies,
+    probabilities,
+    task_log_likelihood,
+    train_proxies,
+)
 from .shift import graded_sources, public_validation, shift_world
 from .sources import PublicSource, SensitiveData, mnist_world, public_shards, validation_slice
 from .text import BBC_TOPICS, GENRES, SENSITIVE_GENRE, text_world
@@ -174,10 +183,10 @@ def image_world(name: str) -> str:
     return name
 
 
-def proxy_spec(problem: str, kind: str, epochs: int | None) -> ProxySpec:
+def proxy_spec(problem: str, kind: str, epochs: int | None, network: str = DEFAULT_NETWORK) -> ProxySpec:
     """The proxies asked for ``problem``: any kind on an image world; a problem file or a world
     without images has its proxies already (the logistic default is then the only answer)."""
-    proxy = ProxySpec(kind, epochs)
+    proxy = ProxySpec(kind, epochs, network)
     if proxy != LOGISTIC:
         require(
             problem in PROBLEMS and is_image(world(problem)),

@@ -47,6 +47,9 @@ from ..problem import Problem
 from ..randomness import Key, stream
 from .spec import TextPipelineSpec
 
+#: the pretraining batch every stage key before ``pretrain_batch`` existed was trained with.
+DEFAULT_PRETRAIN_BATCH = 64
+
 #: B for random search at user level: a user's mean per-character loss, clipped at the loss of
 #: the uniform character model (a public constant; mixtures of the proxies rarely do worse).
 TEXT_LOSS_BOUND = float(np.log(V - 1))
@@ -180,6 +183,7 @@ class TextTrack(MixingTrack):
         )
         self.text_spec, self.world = spec, world
         self.users = finetune_users(spec, world)
+        self.model_ids = {} if spec.pretrain_batch == DEFAULT_PRETRAIN_BATCH else {"batch": str(spec.pretrain_batch)}
 
     def sigma(self, epsilon: float, prior: tuple[accounting.GaussianPhase, ...]) -> tuple[float, float]:
         """(q, σ) of the user-level finetune: q = expected users / users, σ so that it (after
@@ -200,7 +204,9 @@ class TextTrack(MixingTrack):
             )
             data = np.concatenate([w[p] for w, p in zip(sources, picks, strict=True)])
             return state_arrays(
-                lm.pretrain(data, spec.pretrain_epochs, spec.pretrain_learning_rate, stage, device=spec.device)
+                lm.pretrain(
+                    data, spec.pretrain_epochs, spec.pretrain_learning_rate, stage, spec.pretrain_batch, spec.device
+                )
             )
 
         return self.pretrain_on(

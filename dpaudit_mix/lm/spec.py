@@ -37,6 +37,7 @@ class TextPipelineSpec:
     pretrain_windows: int = 24000  # public windows sampled by λ
     pretrain_epochs: int = 2
     pretrain_learning_rate: float = 3e-3
+    pretrain_batch: int = 64  # windows per Adam step of the non-private pretraining
     finetune_steps: int = 40
     finetune_users: float = 32.0  # expected users per step: q = finetune_users / users
     finetune_clip: float = 1.0  # C on each user's summed gradient
@@ -84,6 +85,7 @@ class TextPipelineSpec:
             "search_candidates",
             "pretrain_windows",
             "pretrain_epochs",
+            "pretrain_batch",
             "finetune_steps",
             "windows_per_user",
         ):

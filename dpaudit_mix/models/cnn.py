@@ -56,31 +56,44 @@ def state_arrays(model: nn.Module) -> dict[str, np.ndarray]:
     return {name: value.detach().cpu().numpy().copy() for name, value in model.state_dict().items()}
 
 
-def from_arrays(arrays: dict[str, np.ndarray] | None, key: Key, task: str = "multiclass") -> SmallCNN:
-    """A CNN with the given weights, or freshly initialised from ``key``'s "model-init" stream.
-    A ``digit-d`` task's model is binary; pretrained weights give it :func:`binary_head`."""
+#: an image network: classes → a module taking (N, 1, H, W) floats (:mod:`.networks` names them).
+Factory = Callable[[int], nn.Module]
+
+
+def from_arrays(
+    arrays: dict[str, np.ndarray] | None, key: Key, task: str = "multiclass", network: Factory = SmallCNN
+) -> nn.Module:
+    """A ``network`` (the SmallCNN) with the given weights, or freshly initialised from ``key``'s
+    "model-init" stream. A ``digit-d`` task's model is binary; pretrained weights give it
+    :func:`binary_head`."""
     classes = CLASSES if task == "multiclass" else 2
     with torch_scope(key.stream("model-init")):
-        model = SmallCNN(classes)
+        model = network(classes)
+    if not isinstance(model, nn.Module):
+        raise InputError(f"a network factory returned {type(model).__name__}, not a torch.nn.Module")
     if arrays is not None:
         weights = arrays if task == "multiclass" else binary_head(arrays, int(task.split("-")[1]))
         model.load_state_dict({name: torch.from_numpy(value) for name, value in weights.items()})
     return model
 
 
-def load_model(path: str | Path) -> SmallCNN:
-    """A SmallCNN from a weights file the pipeline or a release wrote (``.npz`` of float arrays,
-    read without pickle, its headers checked first): ten classes, or two for a ``digit-d`` task.
-    A file whose arrays are not a SmallCNN's state is an InputError naming what differs."""
+def load_model(path: str | Path, network: str = "smallcnn") -> nn.Module:
+    """The ``network`` (a registered name; the index beside a pipeline's models names it) from a
+    weights file the pipeline or a release wrote (``.npz`` of float arrays, read without pickle,
+    its headers checked first): ten classes, or two for a ``digit-d`` task. A file whose arrays
+    are not that network's state is an InputError naming what differs."""
+    from .networks import NETWORKS
+
+    factory = NETWORKS.get(network)
     arrays = npz.load(Path(path), "model file")
     bias = arrays.get("head.bias")
     if bias is None or bias.ndim != 1:
-        raise InputError(f"{path}: no head.bias vector: not a SmallCNN's weights")
+        raise InputError(f"{path}: no head.bias vector: not a {network}'s weights")
     with torch_scope(Key(0).child(loaded="model file").stream("model-init")):  # overwritten below
-        model = SmallCNN(int(bias.shape[0]))
+        model = factory(int(bias.shape[0]))
     expected = {name: tuple(value.shape) for name, value in model.state_dict().items()}
     found = {name: tuple(value.shape) for name, value in arrays.items()}
-    require(found == expected, f"{path}: arrays {found} are not a SmallCNN's {expected}")
+    require(found == expected, f"{path}: arrays {found} are not a {network}'s {expected}")
     for name, value in arrays.items():
         require(value.dtype == np.float32 and np.isfinite(value).all(), f"{path}: {name} is not finite float32")
     model.load_state_dict({name: torch.from_numpy(value.copy()) for name, value in arrays.items()})
@@ -109,7 +122,7 @@ def tensors(images: np.ndarray, labels: np.ndarray) -> TensorDataset:
 
 
 def train_epochs(
-    model: SmallCNN, images: np.ndarray, labels: np.ndarray, learning_rate: float, key: Key, device: str = "cpu"
+    model: nn.Module, images: np.ndarray, labels: np.ndarray, learning_rate: float, key: Key, device: str = "cpu"
 ) -> Iterator[int]:
     """Non-private training (Adam, batch 64) on ``device``, one epoch per step of the iterator;
     yields the epochs done so far (the caller decides when to stop)."""
@@ -127,10 +140,16 @@ def train_epochs(
 
 
 def pretrain(
-    images: np.ndarray, labels: np.ndarray, epochs: int, learning_rate: float, key: Key, device: str = "cpu"
-) -> SmallCNN:
-    """Non-private training on the λ-sampled public examples (Adam, batch 64)."""
-    model = from_arrays(None, key)
+    images: np.ndarray,
+    labels: np.ndarray,
+    epochs: int,
+    learning_rate: float,
+    key: Key,
+    device: str = "cpu",
+    network: Factory = SmallCNN,
+) -> nn.Module:
+    """Non-private training of a fresh ``network`` on the λ-sampled public examples (Adam, batch 64)."""
+    model = from_arrays(None, key, network=network)
     for _ in itertools.islice(train_epochs(model, images, labels, learning_rate, key, device), epochs):
         pass
     return model
@@ -233,7 +252,7 @@ def batches_per_epoch(n: int, batch: int) -> int:
 
 
 def dp_finetune(
-    model: SmallCNN,
+    model: nn.Module,
     images: np.ndarray,
     labels: np.ndarray,
     epsilon: float,

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ..randomness import Key
-from .cnn import SmallCNN, from_arrays
+from .cnn import from_arrays
 
 SHIFT, ROTATION, SCALE, CUTOUT = 2 / 14, np.pi / 18, 0.1, 8  # shift in [−1, 1] grid units: 2 px of 28
 
@@ -84,7 +84,7 @@ class WarmUp:
     sam: bool = False
 
 
-def warm_up(images: np.ndarray, labels: np.ndarray, config: WarmUp, key: Key, device: str = "cpu") -> SmallCNN:
+def warm_up(images: np.ndarray, labels: np.ndarray, config: WarmUp, key: Key, device: str = "cpu") -> nn.Module:
     """Non-private training of the pipeline's CNN on public (real or synthetic) images (SGD,
     momentum 0.9), on ``device``."""
     model = from_arrays(None, key).to(device)

@@ -1,8 +1,9 @@
 """The finetuned model of every pipeline run, written beside its report (issue #35).
 
-``OUT/models/<task>-<method>-eps<ε>-seed<s>.npz`` holds the SmallCNN's state as float32 arrays
-(``models.cnn.load_model`` reads it back, without pickle), and ``OUT/models/index.json`` says of
-each file what made it: method, ε, seed, task, its sha256, its test metrics and its privacy
+``OUT/models/<task>-<method>-eps<ε>-seed<s>.npz`` holds the network's state as float32 arrays
+(``models.cnn.load_model(path, network)`` reads it back, without pickle), and
+``OUT/models/index.json`` says of each file what made it: the network's registered name,
+method, ε, seed, task, its sha256, its test metrics and its privacy
 (``releasable`` is false for the non-private upper bound, whose λ saw all the private data).
 These are an experiment's models, seeded unless the run was ``--secure``; a model meant for
 release goes through ``dpaudit-mix release`` (a model spec), which audits that very finetune.
@@ -27,9 +28,9 @@ def model_name(run: Run) -> str:
     return f"{job.task}-{job.method}-eps{job.epsilon:g}-seed{job.seed}.npz"
 
 
-def write_models(out: Path, runs: list[Run]) -> list[dict[str, Any]]:
-    """Each run's weights and the index; returns the index's entries (runs without a model, as
-    a track that keeps none, are left out)."""
+def write_models(out: Path, runs: list[Run], network: str) -> list[dict[str, Any]]:
+    """Each run's weights (of the registered ``network``) and the index; returns the index's
+    entries (runs without a model, as a track that keeps none, are left out)."""
     folder = out / FOLDER
     entries = []
     for run in runs:
@@ -41,7 +42,7 @@ def write_models(out: Path, runs: list[Run]) -> list[dict[str, Any]]:
             {
                 "file": path.name,
                 "sha256": sha256(path),
-                "architecture": "SmallCNN",
+                "network": network,
                 "classes": int(run.model["head.bias"].shape[0]),
                 "task": run.job.task,
                 "method": run.job.method,

@@ -27,6 +27,7 @@ from ..audit.one_run import MIN_CANARIES
 from ..audit.score_file import one_run_line
 from ..cache import sha256_bytes, user_cache_dir
 from ..data import registry
+from ..data.proxies import DEFAULT_NETWORK
 from ..errors import InputError, require
 from ..models import cnn
 from ..models.device import resolved
@@ -259,7 +260,8 @@ def _trained_and_audited(
         model={
             "file": MODEL_FILE,
             "sha256": sha256_bytes((out / MODEL_FILE).read_bytes()),
-            "architecture": "SmallCNN",
+            "architecture": "SmallCNN" if track.image_spec.network == DEFAULT_NETWORK else track.image_spec.network,
+            "network": track.image_spec.network,  # the registered name: load_model(file, network)
             "task": job.task,
             "classes": int(weights["head.bias"].shape[0]),
             "parameters": int(sum(v.size for v in weights.values())),

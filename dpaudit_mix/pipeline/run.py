@@ -20,7 +20,15 @@ from .. import accounting
 from ..backend import Backend
 from ..cache import content_key
 from ..data import registry
-from ..data.proxies import DIGIT_TASKS, ProxySpec, accuracies, probabilities, task_log_likelihood, train_proxies
+from ..data.proxies import (
+    DEFAULT_NETWORK,
+    DIGIT_TASKS,
+    ProxySpec,
+    accuracies,
+    probabilities,
+    task_log_likelihood,
+    train_proxies,
+)
 from ..data.shift import bad_sources
 from ..data.sources import PublicSource
 from ..errors import require
@@ -136,6 +144,8 @@ class ImageTrack(MixingTrack):
         super().__init__(spec, tasks, problems, world_key(spec), split_key(spec), secure, public=public)
         self.image_spec, self.world = spec, world
         self.finetune_kind = "finetuned"  # each run's model is kept with its scores, and written
+        self.network = spec.factory  # the factory itself: it travels with the track to the workers
+        self.model_ids = {} if spec.network == DEFAULT_NETWORK else {"network": spec.network}
         rows = np.arange(len(world.train_labels)) if self.sequential else world.split_b
         if spec.finetune_rows is not None:  # the first rows: the sensitive set is in random order
             require(
@@ -159,9 +169,10 @@ class ImageTrack(MixingTrack):
             images, labels = _images(
                 self.world, weights, spec.pretrain_examples, stage.stream("pretrain-sample").numpy()
             )
-            return cnn.state_arrays(
-                cnn.pretrain(images, labels, spec.pretrain_epochs, spec.pretrain_learning_rate, stage, spec.device)
+            model = cnn.pretrain(
+                images, labels, spec.pretrain_epochs, spec.pretrain_learning_rate, stage, spec.device, self.network
             )
+            return cnn.state_arrays(model)
 
         return self.pretrain_on(
             job, mixture, spec.pretrain_examples, spec.pretrain_epochs, spec.pretrain_learning_rate, train
@@ -187,6 +198,7 @@ class ImageTrack(MixingTrack):
             clip=spec.finetune_clip,
             **({"rows": spec.finetune_rows} if spec.finetune_rows is not None else {}),
             secure=self.secure,
+            **self.model_ids,
             **device.key_ids(spec.device),
         )
         stage = self.finetune_key(job)
@@ -200,7 +212,7 @@ class ImageTrack(MixingTrack):
             half = len(world.validation.labels) // 2
             batch = max(1, round(spec.finetune_batch * half / len(self.rows)))
             tuned = cnn.dp_finetune(
-                cnn.from_arrays(start, rehearsal, task),
+                cnn.from_arrays(start, rehearsal, task, self.network),
                 world.validation.images[:half],
                 target(world.validation.labels[:half]),
                 job.epsilon,
@@ -243,7 +255,7 @@ class ImageTrack(MixingTrack):
         CSPRNG when the track is secure (a model release hooks its canaries in ``on_private``)."""
         spec, world, stage = self.image_spec, self.world, self.finetune_key(job)
         return cnn.dp_finetune(
-            cnn.from_arrays(start, stage, job.task),
+            cnn.from_arrays(start, stage, job.task, self.network),
             world.train_images[self.rows],
             self.target(job.task)(world.train_labels[self.rows]),
             job.epsilon,

@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from .. import accounting
 from ..data import registry
-from ..data.proxies import ProxySpec
+from ..data.proxies import DEFAULT_NETWORK, ProxySpec
 from ..errors import require
 from ..learner import LearnerConfig
 from ..models import device
@@ -38,6 +38,8 @@ class PipelineSpec:
     synthetic_source: bool = False  # add EDM samples of the world's small public slice as one more source
     proxy: str = "logistic"  # the per-source proxies: logistic (pooled pixels) or cnn (the SmallCNN)
     proxy_epochs: int | None = None  # cnn proxies: fixed epochs; left out = early stopping on public validation
+    proxy_network: str = DEFAULT_NETWORK  # cnn proxies' network: smallcnn, or one registered (models.networks)
+    network: str = DEFAULT_NETWORK  # the pretrained and DP-finetuned model: smallcnn, or one registered
     protocol: str = "multiclass"  # or per_task: a mixture, pretraining and binary finetune per digit
     epsilons: tuple[float, ...] = (1.0, 2.0, 5.0)
     delta: float = 1e-5
@@ -122,6 +124,8 @@ class PipelineSpec:
             self.finetune_rows is None or self.finetune_rows >= 1,
             f"finetune_rows must be >= 1, got {self.finetune_rows}",
         )
+        if self.network != DEFAULT_NETWORK:
+            self.factory  # noqa: B018  # an unknown network is an InputError here, before any work
         for name in ("sensitive_fraction", "public_fraction"):
             value = getattr(self, name)
             require(0 < value <= 1, f"{name} must be in (0, 1], got {value}")
@@ -149,7 +153,14 @@ class PipelineSpec:
 
     @property
     def proxy_spec(self) -> ProxySpec:
-        return registry.proxy_spec(self.world, self.proxy, self.proxy_epochs)
+        return registry.proxy_spec(self.world, self.proxy, self.proxy_epochs, self.proxy_network)
+
+    @property
+    def factory(self) -> Any:
+        """The network pretrained and finetuned (torch is imported here, not before)."""
+        from ..models.networks import NETWORKS
+
+        return NETWORKS.get(self.network)
 
     @property
     def finetune_grid(self) -> list[tuple[float, int]]:

@@ -421,6 +421,7 @@ class MixingTrack:
         self.delta = spec.delta
         self.sequential = spec.composition == "sequential"
         self.finetune_kind = "json"
+        self.model_ids: dict[str, str] = {}  # what names a non-default model in the pretraining keys
         self._problems: dict[str, tuple[Problem, Problem]] = {}
 
     def mixing_phases(self, epsilon: float) -> list[accounting.GaussianPhase]:
@@ -525,6 +526,7 @@ class MixingTrack:
             n=examples,
             epochs=epochs,
             lr=learning_rate,
+            **self.model_ids,
             **device.key_ids(self.spec.device),
         )
         return Stage(key, lambda: train(weights, Key(self.spec.seed).child(pretrain=key)))
