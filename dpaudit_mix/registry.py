@@ -1,14 +1,15 @@
 """Named, user-extensible seams: one :class:`Registry` per kind of thing a spec names by a string.
 
-Mechanisms (what an audit runs), worlds (what a problem is built from), accountants and threshold
-strategies each live in one. Every built-in registers itself through the same call a user's code
-makes, so a name a spec gives resolves the same way whoever registered it; an unknown name is an
-:class:`~.errors.InputError` (a ``ValueError``) listing the known ones, never a fallback.
+Mechanisms (what an audit runs), worlds (what a problem is built from), accountants, threshold
+strategies and networks (what the pipeline trains) each live in one. Every built-in registers
+itself through the same call a user's code makes, so a name a spec gives resolves the same way
+whoever registered it; an unknown name is an :class:`~.errors.InputError` (a ``ValueError``)
+listing the known ones, never a fallback.
 
 A package outside this one extends the command line the same way: an entry point in the group
 ``dpaudit_mix.<group>`` (``dpaudit_mix.accountants``, ``.mechanisms``, ``.worlds``,
-``.thresholds``) names a module whose import registers its objects. Entry points are loaded
-once, the first time a registry is asked for a name.
+``.thresholds``, ``.networks``) names a module whose import registers its objects. Entry points
+are loaded once, the first time a registry is asked for a name.
 """
 
 from __future__ import annotations
