@@ -3,7 +3,8 @@
 1. `dpaudit-mix verify-accountant --quick` (budget 120 s) and with `--self-test`.
 2. `dpaudit-mix recovery recovery/default.toml` (budget 120 s), and one recovery cell as a single
    vectorised learner call against the loop of single-run fits it replaces.
-3. `dpaudit-mix pipeline pipeline/default.toml` (budget 900 s; skip with --no-pipeline).
+3. `dpaudit-mix pipeline pipeline/default.toml` (budget 900 s) and the text track's default spec
+   with `--workers 2` (budget 180 s); skip both with --no-pipeline.
 4. The one-run audits of the pipeline's DP-SGD (`audits/opacus-one-run.toml`,
    `audits/user-dpsgd-one-run.toml`) and the model release (`releases/model.toml`, into a
    temporary ledger), no budget.
@@ -112,6 +113,7 @@ def main() -> None:
     ]
     if not args.no_pipeline:
         commands.append((("pipeline", "pipeline/default.toml"), 900.0))
+        commands.append((("pipeline", "pipeline/shakespeare-users.toml", "--workers", "2"), 180.0))
     for argv, budget in commands:
         name = " ".join(argv)
         if args.only not in name:

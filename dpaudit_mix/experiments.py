@@ -78,6 +78,7 @@ def _prepare(
     spec: Any, variant: Variant[Any], text: bool, secure: bool, progress: bool, backend: Backend, worlds: dict[str, Any]
 ) -> _Prepared:
     """The image or the text track of ``spec``; bad input (an unreachable ε …) raises here."""
+    from .pipeline.models import write_models
     from .pipeline.rows import RowResult, mixture_entries, write_mixtures
     from .pipeline.stages import StageCache, preflight
 
@@ -89,7 +90,9 @@ def _prepare(
         preflight(TextTrack(spec, world, secure), spec.epsilons)
 
         def run_text(out: Path, cache: Path) -> tuple[RowResult, dict[str, dict[float, float]]]:
-            records = [r.to_dict() for r in run_text_pipeline(spec, out, world, progress, secure, cache, backend)]
+            runs = run_text_pipeline(spec, out, world, progress, secure, cache, backend)
+            write_models(out, runs, "chargru")
+            records = [r.to_dict() for r in runs]
             frame = write_text_report(records, spec, list(world.sources), user_counts(spec, world), out)
             write_mixtures(out, mixture_entries(records))
             scores = frame[["method", "epsilon", "seed", "perplexity"]].rename(columns={"perplexity": "value"})
@@ -103,7 +106,6 @@ def _prepare(
         return run_text
 
     from .cache import content_key
-    from .pipeline.models import write_models
     from .pipeline.report import paired_differences, write_pipeline_report
     from .pipeline.run import build_world, image_track, proxy_report, run_pipeline, world_key
 

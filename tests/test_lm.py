@@ -13,9 +13,11 @@ import torch
 
 from dpaudit_mix.alphabet import V
 from dpaudit_mix.errors import InputError
-from dpaudit_mix.lm.spec import TextPipelineSpec
+from dpaudit_mix.lm.run import build_text_world
+from dpaudit_mix.lm.spec import TextPipelineSpec, load_text_pipeline_spec
 from dpaudit_mix.models import chargru as lm
 from dpaudit_mix.models.userdp import UserLevelSGD, clip_rows, noisy_mean, released_step, train, user_gradient
+from dpaudit_mix.pipeline.stages import KINDS
 from dpaudit_mix.randomness import Key, stream
 
 KEY = Key(0).child(test="lm")
@@ -114,6 +116,7 @@ def test_user_level_sgd_is_reproducible_and_learns() -> None:
         ({"world": "mnist-shift"}, "text pipeline runs"),
         ({"methods": ("warm",)}, "unknown method"),
         ({"finetune_users": 0.0}, "finetune_users"),
+        ({"pretrain_batch": 0}, "pretrain_batch must be >= 1"),
         ({"rho": 1.0}, "rho"),
         ({"rehearsal_genre": "comedies"}, "rehearsal_genre must be a public genre"),
         ({"finetune_learning_rates": (0.0,)}, "finetune_learning_rates must be > 0"),
@@ -142,7 +145,8 @@ def test_text_pipeline_end_to_end(tmp_path: Path) -> None:
     report = (out / "report.md").read_text()
     assert "λ★ (non-private)" in report and "test perplexity" in report
     assert "chosen by rehearsal on public romances speakers" in report  # the fair rule, no privacy spent
-    choices = [json.loads(p.read_text())["finetune_choice"] for p in (out / "cache" / "finetune").glob("*.json")]
+    load = KINDS["finetuned"][2]  # the text track keeps each finetune's model beside its result
+    choices = [load(p)["finetune_choice"] for p in (out / "cache" / "finetune").glob("*.npz")]
     assert len(choices) == 8 and all(c["learning_rate"] in (3e-4, 3e-3) for c in choices)
     assert all(
         c["learning_rate"] == min(c["rehearsal_perplexity"], key=lambda r: r["perplexity"])["learning_rate"]
@@ -159,6 +163,11 @@ def test_text_pipeline_end_to_end(tmp_path: Path) -> None:
     )  # pretraining matters
     private = frame[frame["releasable"]]
     assert (private["epsilon_total"] <= 2.0 + 1e-6).all()
+    index = json.loads((out / "models" / "index.json").read_text())  # every run's model, loadable
+    assert len(index) == 8 and {e["network"] for e in index} == {"chargru"}
+    entry = next(e for e in index if e["method"] == "dpmixmin")
+    world = build_text_world(load_text_pipeline_spec(spec))
+    assert lm.perplexity(lm.load_model(out / "models" / entry["file"]), world.test_windows) == entry["perplexity"]
     stamps = {p: p.stat().st_mtime_ns for p in (out / "cache").rglob("*.*")}
     (out / ".pipeline.finished").unlink()  # without the finished run's stamp: the stage cache's rerun
     subprocess.run(cmd, capture_output=True, text=True, check=True)

@@ -27,8 +27,8 @@ def test_weights_round_trip(tmp_path: Path) -> None:
     ("fault", "line"),
     [
         ("no head", "no head.bias vector"),
-        ("extra array", "are not a SmallCNN's"),
-        ("wrong shape", "are not a SmallCNN's"),
+        ("extra array", "are not a smallcnn's"),
+        ("wrong shape", "are not a smallcnn's"),
         ("nan", "is not finite float32"),
         ("float64", "is not finite float32"),
         ("object", "object"),
@@ -51,3 +51,15 @@ def test_a_file_that_is_no_smallcnn_is_refused(tmp_path: Path, fault: str, line:
     np.savez(tmp_path / "m.npz", **state)
     with pytest.raises(InputError, match=line):
         cnn.load_model(tmp_path / "m.npz")
+
+
+def test_a_text_model_round_trips_and_a_cnn_file_is_no_chargru(tmp_path: Path) -> None:
+    from dpaudit_mix.models import chargru
+
+    state = cnn.state_arrays(chargru.new_model(Key(0).child(test="chargru file")))
+    np.savez(tmp_path / "g.npz", **state)
+    loaded = cnn.state_arrays(chargru.load_model(tmp_path / "g.npz"))
+    assert all(np.array_equal(loaded[k], state[k]) for k in state)
+    np.savez(tmp_path / "m.npz", **weights())
+    with pytest.raises(InputError, match="are not a chargru's"):
+        chargru.load_model(tmp_path / "m.npz")

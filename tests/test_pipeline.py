@@ -48,7 +48,7 @@ def test_quick_spec_end_to_end(capsys, tmp_path: Path) -> None:
     }
     # every run's finetuned model, loaded without pickle, scores what the run recorded
     index = json.loads((out / "models" / "index.json").read_text())
-    assert {e["method"] for e in index} == set(DEFAULT_METHODS) and all(e["classes"] == 10 for e in index)
+    assert {e["method"] for e in index} == set(DEFAULT_METHODS) and all(e["outputs"] == 10 for e in index)
     assert [e["method"] for e in index if not e["releasable"]] == ["nonprivate_mixmin"]
     entry = next(e for e in index if e["method"] == "dpmixmin")
     world = build_world(load_spec_file(PipelineSpec, QUICK))

@@ -184,6 +184,7 @@ class TextTrack(MixingTrack):
         self.text_spec, self.world = spec, world
         self.users = finetune_users(spec, world)
         self.model_ids = {} if spec.pretrain_batch == DEFAULT_PRETRAIN_BATCH else {"batch": str(spec.pretrain_batch)}
+        self.finetune_kind = "finetuned"  # each run's model is kept with its perplexity, and written
 
     def sigma(self, epsilon: float, prior: tuple[accounting.GaussianPhase, ...]) -> tuple[float, float]:
         """(q, σ) of the user-level finetune: q = expected users / users, σ so that it (after
@@ -267,6 +268,7 @@ class TextTrack(MixingTrack):
                 "finetune_phase": asdict(settings.phase),
                 "finetune_choice": choice,
                 "finetune_epsilon": accounting.epsilon((settings.phase,), spec.delta),
+                "model": state_arrays(model),
             }
 
         return Stage(key, compute)

@@ -9,6 +9,7 @@ same model.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -72,6 +73,15 @@ def from_arrays(arrays: dict[str, np.ndarray] | None, key: Key) -> CharGRU:
     model = new_model(key)
     if arrays is not None:
         model.load_state_dict({name: torch.from_numpy(value) for name, value in arrays.items()})
+    return model
+
+
+def load_model(path: str | Path) -> CharGRU:
+    """A CharGRU from a weights file the text pipeline wrote (checked: :func:`.cnn.load_state`)."""
+    from .cnn import load_state
+
+    model = load_state(path, lambda arrays: CharGRU(), "chargru")
+    assert isinstance(model, CharGRU)
     return model
 
 

@@ -77,27 +77,38 @@ def from_arrays(
     return model
 
 
+def load_state(path: str | Path, build: Callable[[dict[str, np.ndarray]], nn.Module], name: str) -> nn.Module:
+    """``build(arrays)`` (a fresh module for the file's arrays, drawn from a fixed stream and then
+    overwritten) with the weights file's state: an ``.npz`` of float32 arrays, read without
+    pickle, its headers checked first, whose names and shapes must be the module's exactly and
+    whose values must be finite (an InputError naming what differs)."""
+    arrays = npz.load(Path(path), "model file")
+    with torch_scope(Key(0).child(loaded="model file").stream("model-init")):
+        model = build(arrays)
+    expected = {key: tuple(value.shape) for key, value in model.state_dict().items()}
+    found = {key: tuple(value.shape) for key, value in arrays.items()}
+    require(found == expected, f"{path}: arrays {found} are not a {name}'s {expected}")
+    for key, value in arrays.items():
+        require(value.dtype == np.float32 and np.isfinite(value).all(), f"{path}: {key} is not finite float32")
+    model.load_state_dict({key: torch.from_numpy(value.copy()) for key, value in arrays.items()})
+    return model.eval()
+
+
 def load_model(path: str | Path, network: str = "smallcnn") -> nn.Module:
     """The ``network`` (a registered name; the index beside a pipeline's models names it) from a
-    weights file the pipeline or a release wrote (``.npz`` of float arrays, read without pickle,
-    its headers checked first): ten classes, or two for a ``digit-d`` task. A file whose arrays
-    are not that network's state is an InputError naming what differs."""
+    weights file the image pipeline or a release wrote (:func:`load_state`): ten classes, or two
+    for a ``digit-d`` task."""
     from .networks import NETWORKS
 
     factory = NETWORKS.get(network)
-    arrays = npz.load(Path(path), "model file")
-    bias = arrays.get("head.bias")
-    if bias is None or bias.ndim != 1:
-        raise InputError(f"{path}: no head.bias vector: not a {network}'s weights")
-    with torch_scope(Key(0).child(loaded="model file").stream("model-init")):  # overwritten below
-        model = factory(int(bias.shape[0]))
-    expected = {name: tuple(value.shape) for name, value in model.state_dict().items()}
-    found = {name: tuple(value.shape) for name, value in arrays.items()}
-    require(found == expected, f"{path}: arrays {found} are not a {network}'s {expected}")
-    for name, value in arrays.items():
-        require(value.dtype == np.float32 and np.isfinite(value).all(), f"{path}: {name} is not finite float32")
-    model.load_state_dict({name: torch.from_numpy(value.copy()) for name, value in arrays.items()})
-    return model.eval()
+
+    def build(arrays: dict[str, np.ndarray]) -> nn.Module:
+        bias = arrays.get("head.bias")
+        if bias is None or bias.ndim != 1:
+            raise InputError(f"{path}: no head.bias vector: not a {network}'s weights")
+        return factory(int(bias.shape[0]))
+
+    return load_state(path, build, network)
 
 
 def binary_head(arrays: dict[str, np.ndarray], digit: int) -> dict[str, np.ndarray]:
