@@ -45,6 +45,20 @@ def json_sha256(obj: Any, compact: bool = False) -> hashlib._Hash:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=separators, default=str).encode())
 
 
+def versions(names: tuple[str, ...]) -> dict[str, str]:
+    """Each installed distribution's version ("absent" if not installed): what a cache key
+    names so that an upgrade starts afresh."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in names:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = "absent"
+    return found
+
+
 def content_key(**parts: object) -> str:
     """A short hash of a stage's parameters and its inputs' keys: the name of its cached output."""
     return json_sha256(parts).hexdigest()[:20]

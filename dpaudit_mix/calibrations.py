@@ -14,29 +14,18 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 from .atomic import write_json
-from .cache import json_sha256, user_cache_dir
+from .cache import json_sha256, user_cache_dir, versions
 
 #: the libraries whose answers a hint stands for, and this package (its accountants' wiring).
 LIBRARIES = ("dp-accounting", "opacus", "dpaudit-mix")
 
 
-def _versions() -> dict[str, str]:
-    found = {}
-    for name in LIBRARIES:
-        try:
-            found[name] = version(name)
-        except PackageNotFoundError:
-            found[name] = "absent"
-    return found
-
-
 def _path(request: dict[str, Any]) -> Path:
-    key = json_sha256({"request": request, "libraries": _versions()}).hexdigest()
+    key = json_sha256({"request": request, "libraries": versions(LIBRARIES)}).hexdigest()
     return user_cache_dir() / "calibrations" / f"{key[:32]}.json"
 
 

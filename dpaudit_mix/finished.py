@@ -21,12 +21,11 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, TextIO
 
 from .atomic import write_json
-from .cache import json_sha256, sha256
+from .cache import json_sha256, sha256, versions
 from .errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VIOLATION
 from .owned import inside
 from .specfile import read_spec_bytes, spec_table
@@ -66,16 +65,6 @@ def _code_digest() -> str:
     return digest.hexdigest()
 
 
-def _versions() -> dict[str, str]:
-    found = {}
-    for name in LIBRARIES:
-        try:
-            found[name] = version(name)
-        except PackageNotFoundError:
-            found[name] = "absent"
-    return found
-
-
 def _strings(value: Any) -> Iterator[str]:
     if isinstance(value, str):
         yield value
@@ -108,7 +97,7 @@ def key(command: str, args: Mapping[str, Any], spec: Path, data: Sequence[str] =
     files = {name: digest for name in names if (digest := _file(name)) is not None}
     worlds = {name: registry.content(name) for name in data if name in registry.PROBLEMS}
     parts = {"command": command, "args": arguments, "spec": table, "files": files, "worlds": worlds}
-    return json_sha256({**parts, "code": _code_digest(), "libraries": _versions()}).hexdigest()
+    return json_sha256({**parts, "code": _code_digest(), "libraries": versions(LIBRARIES)}).hexdigest()
 
 
 @dataclass(frozen=True)

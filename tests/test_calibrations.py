@@ -83,8 +83,8 @@ def test_another_library_version_calibrates_afresh(monkeypatch, tmp_path: Path) 
     """A hint stands for the libraries that computed it: after an upgrade it is not even asked."""
     accounting.calibrate(*REQUEST)
     accounting._calibrate.cache_clear()
-    upgraded = {**calibrations._versions(), "dp-accounting": "99.0"}
-    monkeypatch.setattr(calibrations, "_versions", lambda: upgraded)
+    upgraded = {**calibrations.versions(calibrations.LIBRARIES), "dp-accounting": "99.0"}
+    monkeypatch.setattr(calibrations, "versions", lambda names: upgraded)
     calls = _counted(monkeypatch)
     accounting.calibrate(*REQUEST)
     assert len(calls) > 4 and len(_hint_files(tmp_path)) == 2

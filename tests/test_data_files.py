@@ -53,17 +53,6 @@ finetune_epochs = 1
 """
 
 
-def test_the_pipeline_on_files_reproduces_the_embedded_pipeline(exported, tmp_path: Path, capsys):
-    (tmp_path / "embedded.toml").write_text('world = "mnist-shift"\n' + SMALL_PIPELINE)
-    (tmp_path / "files.toml").write_text(f'data = "{exported["mnist-shift"]}"\n' + SMALL_PIPELINE)
-    for name in ("embedded", "files"):
-        assert main(["pipeline", str(tmp_path / f"{name}.toml"), "--out", str(tmp_path / name)]) == 0
-    for name in ("results.csv", "mixtures.json"):
-        assert (tmp_path / "embedded" / name).read_bytes() == (tmp_path / "files" / name).read_bytes()
-    with pytest.raises(InputError, match="give world or data, not both"):
-        PipelineSpec(world="mnist-shift", data=str(exported["mnist-shift"]))
-
-
 SMALL_TEXT_PIPELINE = """epsilons = [2.0]
 seeds = 1
 methods = ["dpmixmin", "uniform"]
@@ -76,15 +65,21 @@ mix_steps = 20
 """
 
 
-def test_the_text_pipeline_on_files_reproduces_the_embedded_one(exported, tmp_path: Path, capsys):
-    (tmp_path / "embedded.toml").write_text('world = "shakespeare-users"\n' + SMALL_TEXT_PIPELINE)
-    (tmp_path / "files.toml").write_text(f'data = "{exported["shakespeare-users"]}"\n' + SMALL_TEXT_PIPELINE)
-    for name in ("embedded", "files"):
-        assert main(["pipeline", str(tmp_path / f"{name}.toml"), "--out", str(tmp_path / name)]) == 0
-    for name in ("results.csv", "mixtures.json"):
-        assert (tmp_path / "embedded" / name).read_bytes() == (tmp_path / "files" / name).read_bytes()
-    capsys.readouterr()
-    # a fair finetune rehearses on the manifest's validation speakers; without them it is one line
+@pytest.mark.parametrize(
+    ("name", "keys"), [("mnist-shift", SMALL_PIPELINE), ("shakespeare-users", SMALL_TEXT_PIPELINE)]
+)
+def test_the_pipeline_on_files_reproduces_the_embedded_pipeline(exported, tmp_path: Path, name: str, keys: str):
+    (tmp_path / "embedded.toml").write_text(f'world = "{name}"\n' + keys)
+    (tmp_path / "files.toml").write_text(f'data = "{exported[name]}"\n' + keys)
+    for run in ("embedded", "files"):
+        assert main(["pipeline", str(tmp_path / f"{run}.toml"), "--out", str(tmp_path / run)]) == 0
+    for output in ("results.csv", "mixtures.json"):
+        assert (tmp_path / "embedded" / output).read_bytes() == (tmp_path / "files" / output).read_bytes()
+    with pytest.raises(InputError, match="give world or data, not both"):
+        PipelineSpec(world="mnist-shift", data=str(exported["mnist-shift"]))
+
+
+def test_a_fair_text_finetune_on_files_needs_their_validation_speakers(exported, tmp_path: Path, capsys):
     manifest = exported["shakespeare-users"]
     bare = tmp_path / "bare.toml"
     bare.write_text(manifest.read_text().replace('validation = "validation.jsonl"\n', ""))

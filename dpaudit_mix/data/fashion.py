@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import InputError, require
 from ..randomness import world_layout
 from . import images as im
-from .shift import DISTRACTOR_SIZE, SHIFTS, SOURCE_SIZE, VALIDATION_SIZE
+from .shift import DISTRACTOR_SIZE, VALIDATION_SIZE, shifted_sources
 from .sources import PublicSource, SensitiveData
 
 #: where Debian's dataset-fashion-mnist puts the IDX files ($DPAUDIT_MIX_FASHION_MNIST overrides).
@@ -124,15 +124,7 @@ def fashion_world(seed: int = 0) -> tuple[list[PublicSource], SensitiveData]:
     """The sources and the sensitive split."""
     px, py, _, sensitive = _pool(seed)
     rng = world_layout(seed, "fashion-sources")
-    sources = []
-    for name, shift in SHIFTS.items():
-        idx = rng.choice(len(py), size=SOURCE_SIZE, replace=False)
-        sources.append(PublicSource(name, shift(px[idx], rng), py[idx]))
-    ax, ay = im.animals()
-    order = rng.permutation(len(ay))
-    for i, name in enumerate(("animals-a", "animals-b")):
-        idx = order[i * DISTRACTOR_SIZE : (i + 1) * DISTRACTOR_SIZE]
-        sources.append(PublicSource(name, ax[idx], ay[idx]))
+    sources = shifted_sources(px, py, rng)
     dx, dy = im.mnist()
     idx = rng.choice(len(dy), size=DISTRACTOR_SIZE, replace=False)
     sources.append(PublicSource("digits-mnist", dx[idx], dy[idx]))

@@ -87,9 +87,15 @@ def public_validation(seed: int = 0) -> PublicSource:
 def shift_world(seed: int = 0) -> tuple[list[PublicSource], SensitiveData, PublicSource]:
     """The sources, the sensitive split (the same as mnist-labels') and the public validation slice."""
     px, py, validation, sensitive = _pool(seed)
-    rng = world_layout(seed, "shift-sources")
     ux, uy = im.uci_digits(framed=True)
-    sources = [PublicSource("uci", ux, uy)]
+    sources = [PublicSource("uci", ux, uy), *shifted_sources(px, py, world_layout(seed, "shift-sources"))]
+    return sources, sensitive, validation
+
+
+def shifted_sources(px: np.ndarray, py: np.ndarray, rng: np.random.Generator) -> list[PublicSource]:
+    """SOURCE_SIZE pool images under each of SHIFTS, then the two Animal-MNIST distractors
+    (``animals-a``, ``animals-b``), all drawn from ``rng`` in that order (the world's layout)."""
+    sources = []
     for name, shift in SHIFTS.items():
         idx = rng.choice(len(py), size=SOURCE_SIZE, replace=False)
         sources.append(PublicSource(name, shift(px[idx], rng), py[idx]))
@@ -98,7 +104,7 @@ def shift_world(seed: int = 0) -> tuple[list[PublicSource], SensitiveData, Publi
     for i, name in enumerate(("animals-a", "animals-b")):
         idx = order[i * DISTRACTOR_SIZE : (i + 1) * DISTRACTOR_SIZE]
         sources.append(PublicSource(name, ax[idx], ay[idx]))
-    return sources, sensitive, validation
+    return sources
 
 
 def graded_sources(count: int, seed: int = 0) -> tuple[list[PublicSource], SensitiveData]:
