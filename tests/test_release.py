@@ -229,3 +229,21 @@ def test_a_data_sets_budget_cannot_be_walked_around(tmp_path: Path, problem_file
         assert main(["release", str(spec), "--out", str(tmp_path / name.replace(" ", "-"))]) == 3, name
         assert "REFUSED (budget)" in capsys.readouterr().err, name
     assert len(ledger.read(tmp_path / "ledger.json")) == 1
+
+
+def test_a_natural_canary_without_held_out_rows_is_refused_before_the_verification(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    prob = random_problem(80, 4, seed=7)
+    bare = tmp_path / "bare.npz"
+    save(Problem(prob.logp, prob.sources, task="t"), bare)
+
+    def not_yet(*args, **kwargs):
+        raise AssertionError("verify-accountant ran before the audit's input checks")
+
+    monkeypatch.setattr(gate, "verify", not_yet)
+    out = tmp_path / "r"
+    spec = write_spec(tmp_path, bare, audit_canaries=["natural"])
+    assert main(["release", str(spec), "--out", str(out)]) == 2
+    assert "a natural canary needs 'heldout_logp'" in capsys.readouterr().err
+    assert not (out / "release.json").exists() and ledger.read(tmp_path / "ledger.json") == []  # nothing spent

@@ -23,9 +23,10 @@ from .. import __version__, accounting
 from .. import problem as problem_io
 from ..atomic import check_output, write_bytes, write_json
 from ..audit.engine import run_audit
+from ..audit.mechanisms import mechanism
 from ..audit.report import summary_verdict, write_report
 from ..audit.result import AuditSummary
-from ..audit.spec import AuditSpec
+from ..audit.spec import AuditSpec, mixing_data
 from ..cache import sha256_bytes, user_cache_dir
 from ..data import registry
 from ..data.manifest import is_manifest
@@ -208,12 +209,16 @@ def _checked_release(
     manifest, with its card written (release.json is the caller's, last). ``budget``: what the
     ledger says of the data with this release counted."""
     sigma = phase.noise_multiplier
+    audited = _audit_spec(spec, prob, inputs)
+    # the audit's own input checks (a natural canary needs held-out rows, …) cost milliseconds:
+    # they come before the verification's minute, so a refusal is not a minute late
+    mechanism(audited.mechanism).plan(audited, prob, mixing_data(prob, audited), sigma)
     verification = verify(VERIFY_LEVEL, progress=progress, parts=LAMBDA_PARTS)
     if verification.failures():
         raise Refused("verify", "verify-accountant failed: " + "; ".join(verification.failures()))
     work = work_folder(inputs)
     outcome = run_audit(
-        _audit_spec(spec, prob, inputs),
+        audited,
         work,
         noise_multiplier=sigma,
         progress=progress,
