@@ -78,7 +78,7 @@ def test_account_and_calibrate(capsys) -> None:
         (["problem", "mnist-shift", "--proxy-epochs", "3", "--out", "OUT"], "applies to cnn proxies only"),
         (
             ["problem", "shakespeare-users", "--proxy", "cnn", "--out", "OUT"],
-            "applies to the image worlds (mnist-labels, mnist-shift)",
+            "applies to the image worlds (mnist-labels, mnist-shift, fashion-shift)",
         ),
     ],
 )

@@ -75,7 +75,7 @@ AUDIT_KEYS = [
     ("threats = [1]", "threats = [1]: expected a list of strings"),
     ('rho = "0.1"', "rho = '0.1': expected a finite number"),
     ('proxy = "mlp"', "proxy must be one of logistic, cnn, got 'mlp'"),
-    ('problem = "shakespeare-users"\nproxy = "cnn"', "applies to the image worlds (mnist-labels, mnist-shift)"),
+    ('problem = "shakespeare-users"\nproxy = "cnn"', "applies to the image worlds (mnist-labels, mnist-shift, fashion"),
     ("proxy_epochs = 2.5", "proxy_epochs = 2.5: expected an integer or none"),
 ]
 RECOVERY_KEYS = [
@@ -86,7 +86,7 @@ RECOVERY_KEYS = [
     ("delta = inf", "delta = inf: expected a finite number"),
     ('tasks = "digit-0"', "expected a list of strings"),
     ('proxy = "cnn"\nproxy_epochs = 0', "proxy_epochs must be an integer >= 1"),
-    ('problem = "p.npz"\nproxy = "cnn"', "applies to the image worlds (mnist-labels, mnist-shift)"),
+    ('problem = "p.npz"\nproxy = "cnn"', "applies to the image worlds (mnist-labels, mnist-shift, fashion"),
 ]
 PIPELINE_KEYS = [
     ("seeds = 1.5", "seeds = 1.5: expected an integer"),

@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from torch import nn
 
-from dpaudit_mix import accounting
+from dpaudit_mix import accounting, register_network
 from dpaudit_mix.lm.run import TextTrack
 from dpaudit_mix.lm.spec import TextPipelineSpec
 from dpaudit_mix.pipeline.methods import Mixture
@@ -29,14 +30,26 @@ CHOICES: dict[str, Any] = {
     "rehearsal_genre": "tragedies",
     "finetune_rows": 3,
     "device": "cuda",  # a spec's device is resolved (cpu or cuda) before any stage is keyed
+    "network": "stage-keys-net",  # a registered network (below)
+    "proxy_network": "stage-keys-net",
 }
 
 
 #: where a field only matters beside another setting, both the spec and its perturbation have it.
 CONTEXT: dict[str, dict[str, Any]] = {
     "proxy_epochs": {"proxy": "cnn"},  # a logistic proxy has no epochs
+    "proxy_network": {"proxy": "cnn"},
     "rehearsal_genre": {"finetune_learning_rates": (1e-3, 3e-3)},  # rehearsals run for a grid only
 }
+
+
+class _OtherNet(nn.Module):
+    def __init__(self, classes: int) -> None:
+        super().__init__()
+        self.head = nn.Linear(28 * 28, classes)
+
+
+register_network(CHOICES["network"], _OtherNet, replace=True)
 
 
 def _other(name: str, value: Any) -> Any:

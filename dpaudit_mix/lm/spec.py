@@ -59,7 +59,6 @@ class TextPipelineSpec:
         "seeds": "how many jobs run: each job's seed is in its own stage keys",
         "protocol": "always multiclass: the text world has one task",
         "mix_share": "enters the mixture's key as the ε it spends (sequential composition)",
-        "world": "the text world, or a text manifest's world, which the data key names (its files salt the cache)",
         "data": "names the world: it sets world",
         "rhos": "rows: each row runs as a spec of its own, with rho set",
     }
