@@ -274,3 +274,19 @@ def test_a_per_task_model_starts_from_the_pretrained_head() -> None:
     two = cnn.class_probabilities(cnn.from_arrays(arrays, Key(0), "digit-3"), images)[:, 1]
     assert np.allclose(ten, two, atol=1e-5)
     assert cnn.from_arrays(None, Key(0), "digit-3").head.out_features == 2
+
+
+def test_lambda_star_is_solved_once_per_problem(monkeypatch) -> None:
+    """Every seed and ε of a task mixes the same full problem: λ★ is solved once (it takes seconds)."""
+    from dpaudit_mix.pipeline import methods
+
+    calls: list[int] = []
+    solve = methods.mixmin
+    monkeypatch.setattr(methods, "mixmin", lambda logp: calls.append(1) or solve(logp))
+    problem = random_problem(300, 5, seed=21)
+    first = methods.optimum(problem)
+    first[0] = 99.0  # a caller's copy: the remembered λ★ is not changed through it
+    again = methods.optimum(problem)
+    assert len(calls) == 1 and np.allclose(again, solve(problem.logp).weights)
+    methods.optimum(random_problem(300, 5, seed=22))
+    assert len(calls) == 2
