@@ -130,6 +130,9 @@ def recall(out: Path, command: str, run_key: str) -> Finished | None:
         return None
     if found is None or found.key != run_key or not isinstance(found.files, dict) or not found.files:
         return None
+    messages = found.messages if isinstance(found.messages, list) else [None]
+    if not isinstance(found.stdout, str) or found.code not in STAMPED or not all(isinstance(m, str) for m in messages):
+        return None  # what it would say again must be what a run says
     for relative, digest in found.files.items():
         target = inside(out, relative) if isinstance(relative, str) else None
         if target is None or sha256(target) != digest:

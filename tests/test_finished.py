@@ -104,7 +104,7 @@ def test_an_input_error_or_an_input_edited_mid_run_is_not_stamped(tmp_path: Path
     assert command.calls == 4
 
 
-@pytest.mark.parametrize("forgery", ["outside", "symlink", "garbage", "no files"])
+@pytest.mark.parametrize("forgery", ["outside", "symlink", "garbage", "no files", "a code that is no result"])
 def test_a_forged_stamp_only_costs_a_run(tmp_path: Path, forgery: str) -> None:
     command = Command(tmp_path)
     command()
@@ -119,6 +119,8 @@ def test_a_forged_stamp_only_costs_a_run(tmp_path: Path, forgery: str) -> None:
         stored["files"] = {"link.md": finished.sha256(outside)}
     elif forgery == "no files":
         stored["files"] = {}
+    elif forgery == "a code that is no result":
+        stored["code"] = "0"
     stamp.write_text("{not json" if forgery == "garbage" else json.dumps(stored))
     command()
     assert command.calls == 2

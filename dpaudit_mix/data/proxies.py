@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from ..errors import require
+from ..models import DEFAULT_NETWORK
 from ..randomness import Key
 from .images import features
 from .sources import PublicSource
@@ -34,8 +35,6 @@ SMOOTHING = 0.01
 TASKS = tuple(f"digit-{d}" for d in range(CLASSES)) + ("multiclass",)
 DIGIT_TASKS = TASKS[:CLASSES]
 PROXIES = ("logistic", "cnn")
-#: the network of cnn proxies unless a spec names another (:data:`..models.networks.DEFAULT`).
-DEFAULT_NETWORK = "smallcnn"
 #: a CNN proxy left to early stopping trains at most this many epochs, and stops after
 #: PATIENCE epochs without a lower validation loss (keeping its best epoch).
 MAX_EPOCHS, PATIENCE = 12, 2

@@ -23,6 +23,7 @@ import numpy as np
 from ..atomic import write_npz
 from ..cache import cached, json_sha256, load_npz, save_npz, user_cache_dir
 from ..errors import require
+from ..models import DEFAULT_NETWORK
 from ..problem import Problem
 from ..randomness import Key, stream
 from ..registry import Registry
@@ -31,7 +32,6 @@ from .file_world import FileImageWorld, FileTextWorld
 from .manifest import is_manifest
 from .ngram import text_arrays
 from .proxies import (
-    DEFAULT_NETWORK,
     LOGISTIC,
     TASKS,
     ProxySpec,

@@ -26,7 +26,7 @@ from .. import accounting, calibrations, npz
 from ..errors import InputError, require
 from ..randomness import Key, torch_scope
 from ..resources import bounded
-from . import opacus_sgd
+from . import DEFAULT_NETWORK, opacus_sgd
 
 CLASSES = 10
 
@@ -94,7 +94,7 @@ def load_state(path: str | Path, build: Callable[[dict[str, np.ndarray]], nn.Mod
     return model.eval()
 
 
-def load_model(path: str | Path, network: str = "smallcnn") -> nn.Module:
+def load_model(path: str | Path, network: str = DEFAULT_NETWORK) -> nn.Module:
     """The ``network`` (a registered name; the index beside a pipeline's models names it) from a
     weights file the image pipeline or a release wrote (:func:`load_state`): ten classes, or two
     for a ``digit-d`` task."""

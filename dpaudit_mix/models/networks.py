@@ -18,10 +18,8 @@ from torch import nn
 from ..errors import InputError, require
 from ..randomness import Key
 from ..registry import Registry
+from . import DEFAULT_NETWORK
 from .cnn import Factory, SmallCNN, from_arrays
-
-#: the network every spec uses unless it names another.
-DEFAULT = "smallcnn"
 
 
 def _check_network(name: str, factory: Factory) -> None:
@@ -52,4 +50,4 @@ def register_network(name: str, factory: Factory, *, replace: bool = False) -> F
     return NETWORKS.register(name, factory, replace=replace)
 
 
-NETWORKS.register(DEFAULT, SmallCNN)
+NETWORKS.register(DEFAULT_NETWORK, SmallCNN)

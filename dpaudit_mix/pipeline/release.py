@@ -27,9 +27,8 @@ from ..audit.one_run import MIN_CANARIES
 from ..audit.score_file import one_run_line
 from ..cache import sha256_bytes, user_cache_dir
 from ..data import registry
-from ..data.proxies import DEFAULT_NETWORK
 from ..errors import InputError, require
-from ..models import cnn
+from ..models import DEFAULT_NETWORK, cnn
 from ..models.device import resolved
 from ..release import gate, ledger
 from ..release.gate import Refused, now

@@ -21,7 +21,6 @@ from ..backend import Backend
 from ..cache import content_key
 from ..data import registry
 from ..data.proxies import (
-    DEFAULT_NETWORK,
     DIGIT_TASKS,
     ProxySpec,
     accuracies,
@@ -32,7 +31,7 @@ from ..data.proxies import (
 from ..data.shift import bad_sources
 from ..data.sources import PublicSource
 from ..errors import require
-from ..models import cnn, device
+from ..models import DEFAULT_NETWORK, cnn, device
 from ..problem import Problem
 from ..randomness import Key, stream
 from .methods import Mixture

@@ -9,10 +9,10 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from .. import accounting
 from ..data import registry
-from ..data.proxies import DEFAULT_NETWORK, ProxySpec
+from ..data.proxies import ProxySpec
 from ..errors import require
 from ..learner import LearnerConfig
-from ..models import device
+from ..models import DEFAULT_NETWORK, device
 from ..resources import BYTES_PER_IMAGE, require_memory
 from ..specfile import Seed, check_fields, load_spec_file
 
