@@ -16,6 +16,11 @@ _LOOKUP[[ord(ch) for ch in ALPHABET]] = np.arange(1, len(ALPHABET) + 1)
 
 
 def encode(text: str) -> np.ndarray:
-    """The codes of ``text``, one per character (int64)."""
-    codes = np.frombuffer(text.lower().encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
-    return _LOOKUP[np.minimum(codes, 0x10FFFF)]
+    """The codes of ``text``, one per character of ``text.lower()`` (int64)."""
+    return codes(text.lower())
+
+
+def codes(lowered: str) -> np.ndarray:
+    """The codes of already lower-cased text, one per character (int64)."""
+    points = np.frombuffer(lowered.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+    return _LOOKUP[np.minimum(points, 0x10FFFF)]

@@ -47,6 +47,26 @@ def test_windows_predict_every_character_once() -> None:
     assert np.array_equal(w[1:, 0], w[:-1, -1])  # consecutive windows overlap by one code
 
 
+def test_all_windows_lays_out_each_text_as_its_own_windows() -> None:
+    """The windows of many texts at once equal each text's, laid out one by one by the rule
+    (start code, codes, −1 padding; windows of WINDOW + 1 codes overlapping by one), for texts
+    of no character, one, exactly a window, one more, and with characters whose lower case is
+    longer (İ) or depends on the next one (Σ)."""
+    from dpaudit_mix.alphabet import encode
+
+    texts = ["", "a", "b" * lm.WINDOW, "c" * (lm.WINDOW + 1), "İstanbul ΟΔΟΣ", "to be, or not to be" * 9]
+    each = []
+    for text in texts:
+        sequence = [0, *encode(text).tolist()]
+        count = max(1, -(-(len(sequence) - 1) // lm.WINDOW))
+        sequence += [-1] * (count * lm.WINDOW + 1 - len(sequence))
+        each.append(np.array([sequence[i * lm.WINDOW : i * lm.WINDOW + lm.WINDOW + 1] for i in range(count)]))
+    got = lm.all_windows(texts)
+    assert got.dtype == np.int64 and np.array_equal(got, np.concatenate(each))
+    assert [len(w) for w in each] == [1, 1, 1, 2, 1, 4]
+    assert all(np.array_equal(lm.windows(t), w) for t, w in zip(texts, each, strict=True))
+
+
 def test_user_with_many_examples_moves_a_step_by_at_most_clip() -> None:
     """Per-step sensitivity, directly: adding a user with 300 windows (its raw summed gradient far
     above C) changes the released sum by exactly C, and by at most C for any user."""

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..alphabet import V, encode
+from ..alphabet import V, codes
 from ..randomness import Key, torch_scope
 
 #: characters predicted per window; a window holds WINDOW + 1 codes.
@@ -38,15 +38,25 @@ class CharGRU(nn.Module):
 
 def windows(text: str) -> np.ndarray:
     """The text's windows, (m, WINDOW + 1) int64; the last is right-padded with −1 (not scored)."""
-    codes = np.concatenate([[0], encode(text)])
-    count = max(1, math.ceil((len(codes) - 1) / WINDOW))
-    padded = np.full(count * WINDOW + 1, -1, dtype=np.int64)
-    padded[: len(codes)] = codes
-    return np.lib.stride_tricks.sliding_window_view(padded, WINDOW + 1)[::WINDOW].copy()
+    return all_windows([text])
 
 
 def all_windows(texts: list[str] | tuple[str, ...]) -> np.ndarray:
-    return np.concatenate([windows(t) for t in texts])
+    """Every text's windows, in order, (Σ m, WINDOW + 1): text i, of n_i characters, is the pad
+    code 0 then its codes then −1s, in m_i = max(1, ⌈n_i / WINDOW⌉) windows that overlap by one
+    code. Laid out for all texts at once (the text world has tens of thousands of speeches)."""
+    lowered = [t.lower() for t in texts]
+    lengths = np.array([len(t) for t in lowered], dtype=np.int64)
+    counts = np.maximum(1, -(-lengths // WINDOW))  # windows per text
+    padded = counts * WINDOW + 1  # each text's codes with the start code and the −1 padding
+    base = np.cumsum(padded) - padded  # where each text's padded codes start in ``flat``
+    flat = np.full(int(padded.sum()), -1, dtype=np.int64)
+    flat[base] = 0
+    within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    flat[np.repeat(base + 1, lengths) + within] = codes("".join(lowered))
+    window = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    starts = np.repeat(base, counts) + WINDOW * window
+    return flat[starts[:, None] + np.arange(WINDOW + 1)]
 
 
 def window_nll(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
