@@ -24,7 +24,7 @@ import numpy as np
 from . import calibrations
 from .errors import InputError, is_real, require
 from .registry import Registry
-from .resources import bounded
+from .resources import bounded, bounded_all
 from .specfile import check_fields
 
 if TYPE_CHECKING:
@@ -131,12 +131,20 @@ class LibraryAccountant:
     name: str
 
     def epsilon(self, phases: Sequence[GaussianPhase], delta: float) -> float:
+        return self.epsilons([phases], delta)[0]
+
+    def epsilons(self, requests: Sequence[Sequence[GaussianPhase]], delta: float) -> list[float]:
+        """:meth:`epsilon` of each composition in ``requests``, the children side by side."""
         import dp_accounting  # noqa: F401  (loaded here, so each bounded child finds it loaded)
 
         if self.name in ("rdp", "prv"):
             import opacus.accountants  # noqa: F401
-        what = _what(self.name, phases, delta)
-        return bounded(_library_epsilon, phases, delta, self.name, what=what, errors=(DegenerateRequest,))
+        return bounded_all(
+            _library_epsilon,
+            [(phases, delta, self.name) for phases in requests],
+            what=[_what(self.name, phases, delta) for phases in requests],
+            errors=(DegenerateRequest,),
+        )
 
 
 def _check_accountant(name: str, obj: Accountant) -> None:
@@ -181,17 +189,33 @@ def epsilon(phases: Sequence[GaussianPhase], delta: float, accountant: str = DEF
 @lru_cache(maxsize=4096)
 def _epsilon(phases: tuple[GaussianPhase, ...], delta: float, accountant: str) -> float:
     """:func:`epsilon` once per request (an audit asks the same of every result, calibration of
-    every σ it tries twice); an answer that is no ε ≥ 0 (NaN, negative, not a number) is refused,
-    never passed on."""
-    value = ACCOUNTANTS.get(accountant).epsilon(phases, delta)
+    every σ it tries twice)."""
+    return _checked_epsilon(ACCOUNTANTS.get(accountant).epsilon(phases, delta), phases, delta, accountant)
+
+
+def _checked_epsilon(value: object, phases: Sequence[GaussianPhase], delta: float, accountant: str) -> float:
+    """An accountant's answer as an ε: one that is no ε ≥ 0 (NaN, negative, not a number) is
+    refused, never passed on."""
+    number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
     require(
-        isinstance(value, (int, float, np.integer, np.floating))
-        and not isinstance(value, (bool, np.bool_))
-        and not math.isnan(value)
-        and value >= 0,
+        number and not math.isnan(float(value)) and float(value) >= 0,  # type: ignore[arg-type]
         f"the {accountant} accountant returned {value!r} for {list(phases)} at delta {delta:g}: not an epsilon >= 0",
     )
-    return float(value)
+    return float(value)  # type: ignore[arg-type]
+
+
+def _epsilons(requests: list[tuple[GaussianPhase, ...]], delta: float, accountant: str) -> list[float]:
+    """:func:`epsilon` of each request; a library accountant answers them side by side."""
+    own = ACCOUNTANTS.get(accountant)
+    if not isinstance(own, LibraryAccountant):
+        return [epsilon(phases, delta, accountant) for phases in requests]
+    try:
+        values = own.epsilons(requests, delta)
+    except InputError:
+        raise
+    except (ValueError, ArithmeticError) as exc:  # as :func:`epsilon` says a library's numeric failure
+        raise InputError(f"the {accountant} accountant failed on {requests} at delta {delta:g}: {exc}") from None
+    return [_checked_epsilon(v, p, delta, accountant) for v, p in zip(values, requests, strict=True)]
 
 
 def clear_caches() -> None:
@@ -382,9 +406,13 @@ def _calibrate(
     }
     remembered = calibrations.hint(request) if accountant in BUILTIN_ACCOUNTANTS else None
     # A remembered σ is used only if this accountant confirms it: within the target, and minimal
-    # to rel_tol (a σ one tolerance smaller overshoots). Else, or with none, calibrate afresh.
-    if remembered is not None and excess(remembered) <= 0 and excess(remembered / (1 + rel_tol)) > 0:
-        return remembered
+    # to rel_tol (a σ one tolerance smaller overshoots); both asked at once. Else, or with none,
+    # calibrate afresh.
+    if remembered is not None:
+        candidates = [(*prior, GaussianPhase(s, sample_rate, steps)) for s in (remembered, remembered / (1 + rel_tol))]
+        spent, smaller = _epsilons(candidates, delta, accountant)
+        if spent <= target_epsilon < smaller:
+            return remembered
     sigma = _search(excess, target_epsilon, delta, sample_rate, steps, accountant, rel_tol)
     if accountant in BUILTIN_ACCOUNTANTS:
         calibrations.remember(request, sigma)

@@ -8,8 +8,8 @@ import resource
 import select
 import signal
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -110,25 +110,70 @@ def bounded(
     and type (``errors``: InputError subclasses the parent raises as themselves); a MemoryError
     or the deadline is an InputError naming ``what``.
     """
+    return bounded_all(fn, [args], what=[what], seconds=seconds, errors=errors)[0]
+
+
+def bounded_all(
+    fn: Callable[..., T],
+    calls: Sequence[tuple[Any, ...]],
+    what: Sequence[str],
+    seconds: float = BOUNDED_SECONDS,
+    errors: tuple[type[InputError], ...] = (),
+) -> list[T]:
+    """:func:`bounded` for each argument tuple of ``calls`` (``what[i]`` names call i), as many
+    children side by side as there are CPUs, each with its share of the memory bound and its own
+    deadline; the answers in the order of ``calls``, else the first failure in that order."""
     if not hasattr(os, "fork"):  # pragma: no cover - not Linux: run unguarded
-        return fn(*args)
+        return [fn(*args) for args in calls]
+    require(len(what) == len(calls), "bounded_all: one name per call")
+    lanes = max(1, min(len(calls), len(os.sched_getaffinity(0))))
     have = available_bytes()
-    budget = BOUNDED_BYTES if have is None else min(BOUNDED_BYTES, have // 2)
+    budget = (BOUNDED_BYTES if have is None else min(BOUNDED_BYTES, have // 2)) // lanes
+    answers: list[tuple[bytes, bytes]] = []
+    for first in range(0, len(calls), lanes):
+        batch = range(first, min(first + lanes, len(calls)))
+        children = [(*_fork(fn, calls[i], budget, errors), time.monotonic() + seconds) for i in batch]
+        collected = 0
+        try:
+            for i, (pid, pipe, deadline) in zip(batch, children, strict=True):
+                collected += 1  # _collect closes the pipe and reaps (or kills) the child, whatever happens
+                answers.append(_collect(pid, pipe, deadline, seconds, what[i]))
+        finally:  # the children a failure left behind: stopped, reaped, their pipes closed
+            for pid, pipe, _ in children[collected:]:
+                os.close(pipe)
+                _stop(pid)
+    return [_decode(kind, body, name, budget, errors) for (kind, body), name in zip(answers, what, strict=True)]
+
+
+def _fork(
+    fn: Callable[..., Any], args: tuple[Any, ...], budget: int, errors: tuple[type[InputError], ...]
+) -> tuple[int, int]:
+    """A child computing ``fn(*args)`` (:func:`_child`): its pid and the read end of its pipe."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: compute, send, and leave without running the parent's exit handlers
         os.close(read_end)
         os._exit(_child(fn, args, write_end, budget, errors))
     os.close(write_end)
-    deadline = time.monotonic() + seconds
+    return pid, read_end
+
+
+def _stop(pid: int) -> None:
+    """Kill and reap the child ``pid`` (not reaped yet, so the pid is still its own)."""
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+
+
+def _collect(pid: int, read_end: int, deadline: float, seconds: float, what: str) -> tuple[bytes, bytes]:
+    """The child's answer, (kind, body), read until it closes its pipe, then the child reaped;
+    at ``deadline`` (its start plus ``seconds``) it is killed instead."""
     chunks: list[bytes] = []
     with os.fdopen(read_end, "rb", buffering=0) as pipe:
         while True:
             left = deadline - time.monotonic()
             ready = select.select([pipe], [], [], max(0.0, left))[0] if left > 0 else []
             if not ready:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
+                _stop(pid)
                 raise InputError(f"{what} did not finish in {seconds:g} s; the request is degenerate or too large")
             data = pipe.read(1 << 20)
             if not data:
@@ -136,13 +181,18 @@ def bounded(
             chunks.append(data)
     os.waitpid(pid, 0)
     kind, _, body = b"".join(chunks).partition(b"\n")
+    return kind, body
+
+
+def _decode(kind: bytes, body: bytes, what: str, budget: int, errors: tuple[type[InputError], ...]) -> Any:
+    """A child's answer as its value, or its failure raised as its own type."""
     if kind == b"ok":
         with np.load(io.BytesIO(body), allow_pickle=False) as z:
             arrays = [z[f"arr_{i}"] for i in range(len(z.files) - 1)]
             if bool(z["tuple"]):
-                return cast(T, tuple(arrays))
+                return tuple(arrays)
             value = arrays[0]
-            return cast(T, value.item() if value.ndim == 0 else value)
+            return value.item() if value.ndim == 0 else value
     text = body.decode(errors="replace")
     if kind == b"memory":
         raise InputError(f"{what} needs more than {budget / 2**30:.1f} GiB of memory; the request is degenerate")

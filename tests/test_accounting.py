@@ -129,6 +129,38 @@ def test_bounded_returns_values_and_refuses_what_overruns() -> None:
         bounded(lambda: np.ones(2**40, dtype=np.uint8), what="the hog")
 
 
+def test_bounded_all_answers_in_order_and_leaves_no_child_behind() -> None:
+    """Several guarded calls side by side: the answers in the order asked, the first failure in
+    that order raised, each child's deadline its own, and no child left running or unreaped."""
+    import os
+    import time
+
+    from dpaudit_mix.resources import bounded_all
+
+    def no_children() -> bool:
+        try:
+            os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return True
+        return False
+
+    assert bounded_all(lambda x: x * x, [(1.0,), (2.0,), (3.0,)], what=["a", "b", "c"]) == [1.0, 4.0, 9.0]
+
+    def slow_or_fail(x: float) -> float:
+        if x < 0:
+            raise ValueError(f"negative {x}")
+        time.sleep(x)
+        return x
+
+    with pytest.raises(ValueError, match="negative -1"):
+        bounded_all(slow_or_fail, [(0.0,), (-1.0,), (0.0,)], what=["a", "b", "c"])
+    with pytest.raises(InputError, match=r"^b did not finish in 0\.5 s"):
+        bounded_all(slow_or_fail, [(0.0,), (30.0,), (30.0,)], what=["a", "b", "c"], seconds=0.5)
+    assert no_children()
+    with pytest.raises(InputError, match="one name per call"):
+        bounded_all(slow_or_fail, [(0.0,)], what=[])
+
+
 @pytest.mark.parametrize("bad", [{"delta": "1e-5"}, {"delta": float("nan")}, {"delta": True}])
 def test_every_public_function_checks_its_types(bad: dict) -> None:
     args = {"delta": 1e-5, **bad}

@@ -22,14 +22,15 @@ def own_cache(monkeypatch, tmp_path: Path) -> None:
 
 
 def _counted(monkeypatch) -> list[int]:
+    """The accountant's answers, by the number asked at once (each in a bounded child)."""
     calls: list[int] = []
-    real = accounting.epsilon
+    real = accounting.LibraryAccountant.epsilons
 
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
+    def counting(self, requests, delta):
+        calls.append(len(requests))
+        return real(self, requests, delta)
 
-    monkeypatch.setattr(accounting, "epsilon", counting)
+    monkeypatch.setattr(accounting.LibraryAccountant, "epsilons", counting)
     return calls
 
 
@@ -38,14 +39,15 @@ def _hint_files(tmp_path: Path) -> list[Path]:
 
 
 def test_a_rerun_confirms_its_remembered_sigma_with_two_accountant_calls(monkeypatch, tmp_path: Path) -> None:
+    """…asked side by side: σ within the target, and σ one tolerance smaller over it."""
     calls = _counted(monkeypatch)
     sigma = accounting.calibrate(*REQUEST)
-    fresh = len(calls)
+    fresh = sum(calls)
     assert fresh > 4 and len(_hint_files(tmp_path)) == 1
     accounting._calibrate.cache_clear()  # a new process
     calls.clear()
     assert accounting.calibrate(*REQUEST) == sigma
-    assert len(calls) == 2
+    assert calls == [2]
 
 
 @pytest.mark.parametrize("factor", [0.5, 0.99, 1.5])
@@ -82,7 +84,7 @@ def test_opacus_calibration_is_remembered_and_a_forged_hint_refused(tmp_path: Pa
 def test_another_library_version_calibrates_afresh(monkeypatch, tmp_path: Path) -> None:
     """A hint stands for the libraries that computed it: after an upgrade it is not even asked."""
     accounting.calibrate(*REQUEST)
-    accounting._calibrate.cache_clear()
+    accounting.clear_caches()  # a new process
     upgraded = {**calibrations.versions(calibrations.LIBRARIES), "dp-accounting": "99.0"}
     monkeypatch.setattr(calibrations, "versions", lambda names: upgraded)
     calls = _counted(monkeypatch)
