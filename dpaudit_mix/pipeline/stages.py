@@ -323,14 +323,19 @@ def _warm(track: Track, secure: bool, jobs: list[Job], mixtures: dict[Job, Mixtu
 
 def _groups(track: Track, jobs: list[Job], mixtures: dict[Job, Mixture]) -> list[list[Job]]:
     """The parallel units: the jobs that share a pretraining (it is computed once, in one worker,
-    then each of their finetunes), and each job without one on its own; the largest first, so
-    that the workers finish together (whole seeds as units left a worker idle for a third of
-    the text pipeline: 3 seeds on 2 workers)."""
+    then each of their finetunes), and each job without one on its own. Longest first, so that
+    the workers finish together: the units with a pretraining by how many finetunes follow it,
+    then the finetunes alone, the shortest units, which fill the gaps at the end (whole seeds as
+    units left a worker idle for a third of the text pipeline: 3 seeds on 2 workers)."""
     shared: dict[str, list[Job]] = {}
-    for index, job in enumerate(jobs):
+    alone: list[list[Job]] = []
+    for job in jobs:
         pretraining = track.pretrain(job, mixtures[job])
-        shared.setdefault(f"job {index}" if pretraining is None else pretraining.key, []).append(job)
-    return sorted(shared.values(), key=len, reverse=True)  # stable: ties keep the jobs' order
+        if pretraining is None:
+            alone.append([job])
+        else:
+            shared.setdefault(pretraining.key, []).append(job)
+    return sorted(shared.values(), key=len, reverse=True) + alone  # stable: ties keep the jobs' order
 
 
 def run_stages(
