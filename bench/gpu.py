@@ -80,7 +80,12 @@ def stages(scale: float) -> dict[str, Callable[[str], object]]:
         ),
         "image DP finetune (Opacus)": finetune_image,
         "text pretrain": lambda d: chargru.pretrain(
-            text_pick, _count(text.pretrain_epochs, scale), text.pretrain_learning_rate, key, device=d
+            text_pick,
+            _count(text.pretrain_epochs, scale),
+            text.pretrain_learning_rate,
+            key,
+            device=d,
+            cooldown=text.pretrain_cooldown,
         ),
         "text user-level DP finetune": lambda d: userdp.train(
             chargru.new_model(key), users, user_config, key, device=d

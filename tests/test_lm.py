@@ -130,6 +130,23 @@ def test_user_level_sgd_is_reproducible_and_learns() -> None:
     assert lm.perplexity(first, test) < 0.8 * lm.perplexity(lm.new_model(KEY), test)
 
 
+def test_pretraining_runs_its_cooldown_at_a_tenth_of_the_rate(monkeypatch) -> None:
+    """8 steps (2 epochs of 4 batches) with cooldown 0.3: 6 at the rate, the last round(2.4) = 2
+    at a tenth of it."""
+    rates: list[float] = []
+    real = torch.optim.Adam.step
+
+    def recording(self, *args, **kwargs):
+        rates.append(self.param_groups[0]["lr"])
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.Adam, "step", recording)
+    data = lm.all_windows(["to be or not to be, that is the question. " * 12])
+    assert len(data) == 11
+    lm.pretrain(data, 2, 1e-2, Key(0).child(test="cooldown"), batch=3, cooldown=0.3)
+    assert rates == [1e-2] * 6 + [1e-3] * 2
+
+
 @pytest.mark.parametrize(
     "keys, message",
     [
@@ -137,6 +154,8 @@ def test_user_level_sgd_is_reproducible_and_learns() -> None:
         ({"methods": ("warm",)}, "unknown method"),
         ({"finetune_users": 0.0}, "finetune_users"),
         ({"pretrain_batch": 0}, "pretrain_batch must be >= 1"),
+        ({"pretrain_cooldown": 1.0}, r"pretrain_cooldown must be in \[0, 1\)"),
+        ({"pretrain_cooldown": -0.1}, r"pretrain_cooldown must be in \[0, 1\)"),
         ({"rho": 1.0}, "rho"),
         ({"rehearsal_genre": "comedies"}, "rehearsal_genre must be a public genre"),
         ({"finetune_learning_rates": (0.0,)}, "finetune_learning_rates must be > 0"),

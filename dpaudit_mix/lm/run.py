@@ -183,7 +183,12 @@ class TextTrack(MixingTrack):
         )
         self.text_spec, self.world = spec, world
         self.users = finetune_users(spec, world)
-        self.model_ids = {} if spec.pretrain_batch == DEFAULT_PRETRAIN_BATCH else {"batch": str(spec.pretrain_batch)}
+        # what the pretraining keys name beyond the shared ones; absent at the values every stage key
+        # before them was trained with (a batch of 64, a constant rate), so those keys stay valid
+        self.model_ids = {
+            **({} if spec.pretrain_batch == DEFAULT_PRETRAIN_BATCH else {"batch": str(spec.pretrain_batch)}),
+            **({"cooldown": repr(spec.pretrain_cooldown)} if spec.pretrain_cooldown else {}),
+        }
         self.finetune_kind = "finetuned"  # each run's model is kept with its perplexity, and written
 
     def sigma(self, epsilon: float, prior: tuple[accounting.GaussianPhase, ...]) -> tuple[float, float]:
@@ -206,7 +211,13 @@ class TextTrack(MixingTrack):
             data = np.concatenate([w[p] for w, p in zip(sources, picks, strict=True)])
             return state_arrays(
                 lm.pretrain(
-                    data, spec.pretrain_epochs, spec.pretrain_learning_rate, stage, spec.pretrain_batch, spec.device
+                    data,
+                    spec.pretrain_epochs,
+                    spec.pretrain_learning_rate,
+                    stage,
+                    spec.pretrain_batch,
+                    spec.device,
+                    spec.pretrain_cooldown,
                 )
             )
 

@@ -96,16 +96,30 @@ def load_model(path: str | Path) -> CharGRU:
 
 
 def pretrain(
-    data: np.ndarray, epochs: int, learning_rate: float, key: Key, batch: int = 64, device: str = "cpu"
+    data: np.ndarray,
+    epochs: int,
+    learning_rate: float,
+    key: Key,
+    batch: int = 64,
+    device: str = "cpu",
+    cooldown: float = 0.0,
 ) -> CharGRU:
-    """Non-private training on λ-sampled public windows (Adam), on ``device``."""
+    """Non-private training on λ-sampled public windows (Adam), on ``device``; the last
+    ``cooldown`` share of the steps at a tenth of the rate (a high rate's last iterates are noisy)."""
     model = new_model(key).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
     generator = key.stream("pretrain-shuffle").torch()
     tensor = torch.from_numpy(data).to(device)
+    steps = epochs * math.ceil(len(tensor) / batch)
+    slow_from = steps - round(cooldown * steps)  # the first step at a tenth of the rate
+    step = 0
     model.train()
     for _ in range(epochs):
         for rows in torch.randperm(len(tensor), generator=generator).split(batch):
+            if step == slow_from:
+                for group in optimizer.param_groups:
+                    group["lr"] = learning_rate / 10
+            step += 1
             optimizer.zero_grad()
             window_loss(model, tensor[rows.to(device)]).backward()
             optimizer.step()
