@@ -122,7 +122,8 @@ def bounded_all(
 ) -> list[T]:
     """:func:`bounded` for each argument tuple of ``calls`` (``what[i]`` names call i), as many
     children side by side as there are CPUs, each with its share of the memory bound and its own
-    deadline; the answers in the order of ``calls``, else the first failure in that order."""
+    deadline; the answers in the order of ``calls``. A child past its deadline is an InputError at
+    once; else the first failure in the order of ``calls`` is raised."""
     if not hasattr(os, "fork"):  # pragma: no cover - not Linux: run unguarded
         return [fn(*args) for args in calls]
     require(len(what) == len(calls), "bounded_all: one name per call")

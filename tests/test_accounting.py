@@ -129,22 +129,32 @@ def test_bounded_returns_values_and_refuses_what_overruns() -> None:
         bounded(lambda: np.ones(2**40, dtype=np.uint8), what="the hog")
 
 
-def test_bounded_all_answers_in_order_and_leaves_no_child_behind() -> None:
+def test_bounded_all_answers_in_order_and_leaves_no_child_behind(monkeypatch) -> None:
     """Several guarded calls side by side: the answers in the order asked, the first failure in
-    that order raised, each child's deadline its own, and no child left running or unreaped."""
+    that order raised, each child's deadline its own, and every child it forked reaped."""
     import os
     import time
 
-    from dpaudit_mix.resources import bounded_all
+    from dpaudit_mix import resources
 
-    def no_children() -> bool:
+    forked: list[int] = []
+    real = resources._fork
+
+    def recording(*args):
+        pid, pipe = real(*args)
+        forked.append(pid)
+        return pid, pipe
+
+    monkeypatch.setattr(resources, "_fork", recording)
+
+    def reaped(pid: int) -> bool:
         try:
-            os.waitpid(-1, os.WNOHANG)
+            os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             return True
         return False
 
-    assert bounded_all(lambda x: x * x, [(1.0,), (2.0,), (3.0,)], what=["a", "b", "c"]) == [1.0, 4.0, 9.0]
+    assert resources.bounded_all(lambda x: x * x, [(1.0,), (2.0,), (3.0,)], what=["a", "b", "c"]) == [1.0, 4.0, 9.0]
 
     def slow_or_fail(x: float) -> float:
         if x < 0:
@@ -153,12 +163,12 @@ def test_bounded_all_answers_in_order_and_leaves_no_child_behind() -> None:
         return x
 
     with pytest.raises(ValueError, match="negative -1"):
-        bounded_all(slow_or_fail, [(0.0,), (-1.0,), (0.0,)], what=["a", "b", "c"])
+        resources.bounded_all(slow_or_fail, [(0.0,), (-1.0,), (0.0,)], what=["a", "b", "c"])
     with pytest.raises(InputError, match=r"^b did not finish in 0\.5 s"):
-        bounded_all(slow_or_fail, [(0.0,), (30.0,), (30.0,)], what=["a", "b", "c"], seconds=0.5)
-    assert no_children()
+        resources.bounded_all(slow_or_fail, [(0.0,), (30.0,), (30.0,)], what=["a", "b", "c"], seconds=0.5)
+    assert len(forked) >= 8 and all(reaped(pid) for pid in forked)
     with pytest.raises(InputError, match="one name per call"):
-        bounded_all(slow_or_fail, [(0.0,)], what=[])
+        resources.bounded_all(slow_or_fail, [(0.0,)], what=[])
 
 
 @pytest.mark.parametrize("bad", [{"delta": "1e-5"}, {"delta": float("nan")}, {"delta": True}])
