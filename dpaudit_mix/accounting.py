@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -178,12 +179,20 @@ def epsilon(phases: Sequence[GaussianPhase], delta: float, accountant: str = DEF
     check_accountant(accountant)
     require(len(phases) >= 1, "nothing to account")
     _check_phases(phases)
-    try:
+    with _library_failures(accountant, list(phases), delta):
         return _epsilon(tuple(phases), float(delta), accountant)
+
+
+@contextmanager
+def _library_failures(accountant: str, asked: object, delta: float) -> Iterator[None]:
+    """A library's own numeric failure (ValueError, ArithmeticError) as one InputError line,
+    not a traceback."""
+    try:
+        yield
     except InputError:
         raise
-    except (ValueError, ArithmeticError) as exc:  # a library's own numeric failure, not a traceback
-        raise InputError(f"the {accountant} accountant failed on {list(phases)} at delta {delta:g}: {exc}") from None
+    except (ValueError, ArithmeticError) as exc:
+        raise InputError(f"the {accountant} accountant failed on {asked} at delta {delta:g}: {exc}") from None
 
 
 @lru_cache(maxsize=4096)
@@ -196,12 +205,12 @@ def _epsilon(phases: tuple[GaussianPhase, ...], delta: float, accountant: str) -
 def _checked_epsilon(value: object, phases: Sequence[GaussianPhase], delta: float, accountant: str) -> float:
     """An accountant's answer as an ε: one that is no ε ≥ 0 (NaN, negative, not a number) is
     refused, never passed on."""
-    number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    number = float(value) if is_real(value) else math.nan  # type: ignore[arg-type]
     require(
-        number and not math.isnan(float(value)) and float(value) >= 0,  # type: ignore[arg-type]
+        not math.isnan(number) and number >= 0,
         f"the {accountant} accountant returned {value!r} for {list(phases)} at delta {delta:g}: not an epsilon >= 0",
     )
-    return float(value)  # type: ignore[arg-type]
+    return number
 
 
 def _epsilons(requests: list[tuple[GaussianPhase, ...]], delta: float, accountant: str) -> list[float]:
@@ -209,12 +218,8 @@ def _epsilons(requests: list[tuple[GaussianPhase, ...]], delta: float, accountan
     own = ACCOUNTANTS.get(accountant)
     if not isinstance(own, LibraryAccountant):
         return [epsilon(phases, delta, accountant) for phases in requests]
-    try:
+    with _library_failures(accountant, [list(p) for p in requests], delta):
         values = own.epsilons(requests, delta)
-    except InputError:
-        raise
-    except (ValueError, ArithmeticError) as exc:  # as :func:`epsilon` says a library's numeric failure
-        raise InputError(f"the {accountant} accountant failed on {requests} at delta {delta:g}: {exc}") from None
     return [_checked_epsilon(v, p, delta, accountant) for v, p in zip(values, requests, strict=True)]
 
 

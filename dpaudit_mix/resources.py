@@ -127,7 +127,8 @@ def bounded_all(
     if not hasattr(os, "fork"):  # pragma: no cover - not Linux: run unguarded
         return [fn(*args) for args in calls]
     require(len(what) == len(calls), "bounded_all: one name per call")
-    lanes = max(1, min(len(calls), len(os.sched_getaffinity(0))))
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    lanes = max(1, min(len(calls), cpus))
     have = available_bytes()
     budget = (BOUNDED_BYTES if have is None else min(BOUNDED_BYTES, have // 2)) // lanes
     answers: list[tuple[bytes, bytes]] = []
