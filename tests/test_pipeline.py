@@ -13,7 +13,7 @@ from dpaudit_mix.models import cnn
 from dpaudit_mix.pipeline.methods import LOSS_BOUND, _candidate_losses, choose
 from dpaudit_mix.pipeline.run import build_world, run_pipeline
 from dpaudit_mix.pipeline.spec import DEFAULT_METHODS, PipelineSpec
-from dpaudit_mix.randomness import stream
+from dpaudit_mix.randomness import Key, stream
 from dpaudit_mix.specfile import load_spec_file
 
 from .conftest import TINY_PIPELINE as TINY
@@ -291,3 +291,20 @@ def test_lambda_star_is_solved_once_per_problem(monkeypatch) -> None:
     assert len(calls) == 1 and np.allclose(again, solve(problem.logp).weights)
     methods.optimum(random_problem(300, 5, seed=22))
     assert len(calls) == 2
+
+
+def test_a_finetunes_epsilon_is_what_its_opacus_accountant_counted_asked_once() -> None:
+    """The finetune's ε is Opacus' PRV answer for the steps its own accountant counted, exactly; a
+    second finetune that took the same steps is answered from the cache, not by another PRV call."""
+    images = stream(0, "simulated-scores", test="finetune-epsilon").numpy().random((40, 28, 28)).astype(np.float32)
+    labels = np.arange(40) % 2
+    accounting.clear_caches()
+    runs = []
+    for seed in range(2):
+        key = Key(0).child(test="finetune-epsilon", seed=seed)
+        seen: list[Any] = []
+        model = cnn.from_arrays(None, key, "digit-1")
+        tuned = cnn.dp_finetune(model, images, labels, 2.0, 1e-5, 1, 10, 0.1, 1.0, key, on_private=seen.append)
+        assert tuned.opacus_epsilon == seen[0].engine.get_epsilon(1e-5)  # Opacus' own answer, to the bit
+        runs.append(accounting._epsilon.cache_info())
+    assert runs[1].hits == runs[0].hits + 1 and runs[1].misses == runs[0].misses
