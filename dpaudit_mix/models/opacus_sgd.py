@@ -10,6 +10,7 @@ global generator.
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,7 +22,6 @@ from opacus import PrivacyEngine
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from .. import accounting
 from ..randomness import Key, RandomSource, source
 from .nonfinite import guard_nonfinite
 
@@ -40,12 +40,27 @@ class Private:
     batches: int  # per epoch: Opacus' schedule runs this many steps per epoch
 
     def epsilon(self, delta: float) -> float:
-        """ε spent so far: the steps the Opacus accountant counted (its history), accounted by the
-        same PRV accountant through :func:`..accounting.epsilon`, which answers each history once
-        (every seed, method and task of a run takes the same steps, and Opacus' PRV takes a second
-        to answer, most of it in its RDP domain bound)."""
-        counted = [(float(s), float(q), int(t)) for s, q, t in self.engine.accountant.history]
-        return accounting.epsilon([accounting.GaussianPhase(*step) for step in counted], delta, "prv")
+        """ε spent so far, from the Opacus accountant (PRV) that counted the steps; its answer is
+        remembered per history (:func:`_counted_epsilon`)."""
+        return _counted_epsilon(self.engine, delta)
+
+
+#: Opacus' PRV answers by the history it counted, and δ: every seed, method and task of a run
+#: takes the same steps, and one answer takes a second (most of it in its RDP domain bound).
+_ANSWERS: dict[tuple[tuple[tuple[float, float, int], ...], float], float] = {}
+_ANSWERS_LOCK = threading.Lock()
+
+
+def _counted_epsilon(engine: PrivacyEngine, delta: float) -> float:
+    """``engine.get_epsilon(delta)``, asked once per (history, δ): the answer is a function of
+    them alone, so a finetune that took the same steps gets the same float without the call."""
+    key = (tuple((float(s), float(q), int(t)) for s, q, t in engine.accountant.history), float(delta))
+    with _ANSWERS_LOCK:
+        if key not in _ANSWERS:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                _ANSWERS[key] = float(engine.get_epsilon(delta))
+        return _ANSWERS[key]
 
 
 def make_private(
