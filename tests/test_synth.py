@@ -62,7 +62,8 @@ def test_a_sampled_image_comes_from_a_trained_denoiser() -> None:
     images = np.zeros((20, 28, 28), np.float32)
     images[:, 8:20, 8:20] = 1.0  # one bright square per image: easy to learn
     images += 0.02 * rng.random(images.shape).astype(np.float32)
-    net = edm.train(images, np.zeros(20, np.int64), edm.TrainConfig(steps=1000, batch=20), Key(0))
+    # 400 steps: the square's margin over the corner is 0.80 already at 300 (0.84 at 1,000)
+    net = edm.train(images, np.zeros(20, np.int64), edm.TrainConfig(steps=400, batch=20), Key(0))
     sample = edm.sample(net, np.zeros(8, np.int64), Key(0))
     assert sample.shape == (8, 28, 28) and sample.min() >= 0 and sample.max() <= 1
     assert sample[:, 10:18, 10:18].mean() > sample[:, :4, :4].mean() + 0.5  # the square, not noise
