@@ -11,13 +11,21 @@ import pytest
 
 from dpaudit_mix.problem import Problem
 
-# Built embedded problems are cached on disk: tests use a cache of their own, never the user's.
-# Releases record their budget in the machine's ledger: tests keep one of their own, never the user's.
-# Both are removed when the run ends.
-_FOLDERS = {
-    "DPAUDIT_MIX_CACHE": tempfile.mkdtemp(prefix="dpaudit-mix-test-cache-"),
-    "XDG_STATE_HOME": tempfile.mkdtemp(prefix="dpaudit-mix-test-state-"),
-}
+# Built embedded problems and calibrated σs are cached on disk: tests use a cache of their own,
+# never the user's. It is one cache for the whole run: pytest-xdist's workers inherit it from the
+# process that starts them (a world built or a σ calibrated on one core is read on the other;
+# entries are written atomically and checked on reading, as any two processes sharing a cache).
+# Releases record their budget in the machine's ledger: each process keeps one of its own, never
+# the user's, so that tests on two cores never spend each other's budget. The process that made
+# a folder removes it when the run ends.
+_SHARED = "DPAUDIT_MIX_TEST_CACHE"  # the run's cache, set by the process that made it
+if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get(_SHARED):
+    os.environ["DPAUDIT_MIX_CACHE"] = os.environ[_SHARED]
+    _FOLDERS = {}
+else:
+    _FOLDERS = {_SHARED: tempfile.mkdtemp(prefix="dpaudit-mix-test-cache-")}
+    os.environ["DPAUDIT_MIX_CACHE"] = _FOLDERS[_SHARED]
+_FOLDERS["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="dpaudit-mix-test-state-")
 os.environ.update(_FOLDERS)
 os.environ.pop("DPAUDIT_MIX_LEDGER", None)
 
