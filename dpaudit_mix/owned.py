@@ -59,18 +59,43 @@ def replace(out: Path, name: str, files: Iterable[Path]) -> None:
             path.unlink()
 
 
+#: the file whose lock says a command is writing the folder (it stays; the lock dies with the process).
+LOCK = ".dpaudit-mix.lock"
+
+
+def _busy(out: Path) -> str:
+    return f"another dpaudit-mix command is writing {out}; wait for it or choose another --out"
+
+
+def require_free(out: Path) -> None:
+    """Refuse at once, writing nothing, when another command holds ``out``'s lock: a second
+    audit learns it before it builds its problem and calibrates its σ, not after. (A shared lock,
+    tried and dropped; :func:`folder_lock` still decides at the first write.)"""
+    try:
+        fd = os.open(out / LOCK, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:  # no folder or lock file yet (nobody holds it), or a symlink (folder_lock refuses it)
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            require(False, _busy(out))
+    finally:
+        os.close(fd)
+
+
 @contextmanager
 def folder_lock(out: Path, command: str) -> Iterator[None]:
     """One command at a time writes ``out``: a second is refused at once (exit 2), so two audits
     never mix their results in one folder. The lock file stays; the lock dies with the process."""
     out.mkdir(parents=True, exist_ok=True)
-    require(not (out / ".dpaudit-mix.lock").is_symlink(), f"{out}/.dpaudit-mix.lock is a symbolic link; refusing it")
-    fd = os.open(out / ".dpaudit-mix.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    require(not (out / LOCK).is_symlink(), f"{out}/{LOCK} is a symbolic link; refusing it")
+    fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            require(False, f"another dpaudit-mix command is writing {out}; wait for it or choose another --out")
+            require(False, _busy(out))
         yield
     finally:
         os.close(fd)

@@ -618,7 +618,9 @@ def test_a_second_command_on_a_folder_in_use_is_refused(capsys, tmp_path: Path) 
     spec = tmp_path / "a.toml"
     spec.write_text('problem = "mnist"\nrho = 0.05\nsteps = 10\nruns = 128\ncanaries = ["max_clip"]\n')
     out = tmp_path / "out"
+    cache = tmp_path / "cache"  # the second command's own: it must be refused before it builds mnist
     with owned.folder_lock(out, "audit"):  # as a first audit would hold it, from another process
+        import os
         import subprocess
         import sys
 
@@ -626,6 +628,7 @@ def test_a_second_command_on_a_folder_in_use_is_refused(capsys, tmp_path: Path) 
             [sys.executable, "-m", "dpaudit_mix.cli", "audit", str(spec), "--out", str(out)],
             capture_output=True,
             text=True,
+            env={**os.environ, "DPAUDIT_MIX_CACHE": str(cache)},
         )
     assert second.returncode == 2 and "another dpaudit-mix command is writing" in second.stderr
-    assert not (out / "audit.json").exists()
+    assert not (out / "audit.json").exists() and not cache.exists()

@@ -124,6 +124,7 @@ def run_audit(
         noise_multiplier is None or (math.isfinite(noise_multiplier) and noise_multiplier >= 0),
         f"noise multiplier must be >= 0 and finite, got {noise_multiplier}",
     )
+    owned.require_free(out)  # a folder in use: refused before the problem is built
     settings = [Setting(c, noise) for c in spec.canaries for noise in ((True, False) if spec.controls else (True,))]
     require_memory(spec.runs * (ANALYSIS_BYTES_PER_RUN + 16 * len(settings)), f"an audit of {spec.runs} runs")
     threads = threads or default_threads()

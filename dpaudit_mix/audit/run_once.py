@@ -95,6 +95,7 @@ def run_one_run_audit(
 ) -> OneRunOutcome:
     """Run (or resume) the one-run audit ``spec``; ``noise_multiplier`` replaces the calibrated σ
     the run uses (the claim stays the calibrated one)."""
+    owned.require_free(out)  # a folder in use: refused before the problem is built
     full = problem if problem is not None else resolve_problem(spec)
     plan: Plan[CanaryCollector] = mechanism(spec.mechanism).one_run(  # type: ignore[attr-defined]
         spec, full, mixing_data(full, spec), noise_multiplier
