@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -13,11 +14,12 @@ import torch
 
 from dpaudit_mix.alphabet import V
 from dpaudit_mix.errors import InputError
-from dpaudit_mix.lm.run import build_text_world
+from dpaudit_mix.lm.run import TextTrack, build_text_world
 from dpaudit_mix.lm.spec import TextPipelineSpec, load_text_pipeline_spec
 from dpaudit_mix.models import chargru as lm
+from dpaudit_mix.models.cnn import state_arrays
 from dpaudit_mix.models.userdp import UserLevelSGD, clip_rows, noisy_mean, released_step, train, user_gradient
-from dpaudit_mix.pipeline.stages import KINDS
+from dpaudit_mix.pipeline.stages import KINDS, Job
 from dpaudit_mix.randomness import Key, stream
 
 KEY = Key(0).child(test="lm")
@@ -212,6 +214,30 @@ def test_text_pipeline_end_to_end(tmp_path: Path) -> None:
     (out / ".pipeline.finished").unlink()  # without the finished run's stamp: the stage cache's rerun
     subprocess.run(cmd, capture_output=True, text=True, check=True)
     assert {p: p.stat().st_mtime_ns for p in (out / "cache").rglob("*.*")} == stamps
+
+
+def test_the_rows_that_share_a_pretraining_score_it_once(monkeypatch) -> None:
+    """Uniform's ε rows finetune the same pretrained weights: its test perplexity is computed once
+    in a process, and every row records that same float."""
+    rng = stream(0, "synthetic-inputs", test="shared-pretraining").numpy()
+    windows = [rng.integers(0, V, (2, lm.WINDOW + 1)) for _ in range(4)]
+    test = rng.integers(0, V, (6, lm.WINDOW + 1))
+    world = SimpleNamespace(user_windows=windows, split_b=np.arange(4), test_windows=test)
+    spec = TextPipelineSpec(epsilons=(1.0, 2.0), finetune_steps=1, finetune_users=4, windows_per_user=1)
+    track = TextTrack(spec, world, secure=False)  # type: ignore[arg-type]
+    start = state_arrays(lm.new_model(Key(0).child(test="shared-pretraining")))
+    scored = []
+    real = lm.perplexity
+
+    def counted(model: torch.nn.Module, data: np.ndarray) -> float:
+        scored.append(data is test)
+        return real(model, data)
+
+    monkeypatch.setattr(lm, "perplexity", counted)
+    rows = [track.finetune(Job("uniform", eps, 0, "lm"), start, "pretrained", ()).compute() for eps in (1.0, 2.0)]
+    assert scored == [True, True, True]  # the pretrained model once, then each finetune's
+    expected = real(lm.from_arrays(start, Key(0)), test)
+    assert rows[0]["pretrained_perplexity"] == rows[1]["pretrained_perplexity"] == expected
 
 
 def _ragged_users(count: int, seed: int) -> list[torch.Tensor]:

@@ -190,6 +190,9 @@ class TextTrack(MixingTrack):
             **({"cooldown": repr(spec.pretrain_cooldown)} if spec.pretrain_cooldown else {}),
         }
         self.finetune_kind = "finetuned"  # each run's model is kept with its perplexity, and written
+        #: test perplexity per pretraining key: the ε rows that share a pretraining (uniform, λ★)
+        #: score the same weights on the same windows, computed once in a process
+        self.pretrained: dict[str, float] = {}
 
     def sigma(self, epsilon: float, prior: tuple[accounting.GaussianPhase, ...]) -> tuple[float, float]:
         """(q, σ) of the user-level finetune: q = expected users / users, σ so that it (after
@@ -253,7 +256,12 @@ class TextTrack(MixingTrack):
 
         def compute() -> dict[str, Any]:
             model = lm.from_arrays(start, stage).to(spec.device)
-            before = lm.perplexity(model, world.test_windows)
+            if start_key is None:  # a fresh model, its weights drawn from this job's stream
+                before = lm.perplexity(model, world.test_windows)
+            else:
+                if start_key not in self.pretrained:
+                    self.pretrained[start_key] = lm.perplexity(model, world.test_windows)
+                before = self.pretrained[start_key]
             q, sigma = self.sigma(job.epsilon, prior)
 
             def rehearse(candidate: dict[str, float], rehearsal: Key) -> float:
