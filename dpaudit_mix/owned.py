@@ -72,7 +72,8 @@ def require_free(out: Path) -> None:
     audit learns it before it builds its problem and calibrates its σ, not after. (A shared lock,
     tried and dropped; :func:`folder_lock` still decides at the first write.)"""
     try:
-        fd = os.open(out / LOCK, os.O_RDONLY | os.O_NOFOLLOW)
+        # O_NONBLOCK: a FIFO planted under the lock's name must not hang the command on its open
+        fd = os.open(out / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:  # no folder or lock file yet (nobody holds it), or a symlink (folder_lock refuses it)
         return
     try:

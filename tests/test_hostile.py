@@ -612,6 +612,27 @@ def test_an_audit_deletes_only_what_it_wrote_and_never_through_a_symlink(
     assert list((out / "scores").glob("*control.npz")) == []
 
 
+def test_a_fifo_under_the_lock_s_name_does_not_hang_an_audit(tmp_path: Path, problem_file: Path) -> None:
+    """The lock file is opened before any work to see whether another command holds it: a FIFO
+    planted under its name must not block that open (it would wait for a writer forever)."""
+    import os
+    import subprocess
+    import sys
+
+    spec = tmp_path / "a.toml"
+    spec.write_text(f'problem = "{problem_file}"\nsteps = 5\nruns = 64\ncanaries = ["max_clip"]\n')
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / ".dpaudit-mix.lock")
+    done = subprocess.run(
+        [sys.executable, "-m", "dpaudit_mix.cli", "audit", str(spec), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode in (0, 4), done.stderr
+
+
 def test_a_second_command_on_a_folder_in_use_is_refused(capsys, tmp_path: Path) -> None:
     from dpaudit_mix import owned
 
