@@ -59,7 +59,11 @@ def paired_tests(differences: Mapping[float, np.ndarray]) -> pd.DataFrame:
 def _set_aside_heap() -> Iterator[None]:
     """statsmodels' Holm runs a full ``gc.collect()`` on every call: 0.44 s each in a process that
     holds torch (10 s of a small four-row pipeline's report). The objects alive before the call are
-    set aside from collection for its length (``gc.freeze``) and handed back after."""
+    set aside from collection for its length (``gc.freeze``) and handed back after. A heap the
+    caller froze itself is left as it is (``gc.unfreeze`` would hand back its objects too)."""
+    if gc.get_freeze_count():
+        yield
+        return
     gc.freeze()
     try:
         yield

@@ -40,3 +40,12 @@ def test_the_heap_set_aside_for_holm_is_handed_back() -> None:
     assert gc.get_freeze_count() == 0
     gc.collect()
     assert alive() is None
+
+
+def test_a_heap_the_caller_froze_stays_frozen() -> None:
+    gc.freeze()
+    try:
+        paired_tests({1.0: np.array([0.1, 0.3, 0.2]), 2.0: np.array([0.0, 0.4, -0.1])})
+        assert gc.get_freeze_count() > 0  # still frozen (objects that died meanwhile leave it)
+    finally:
+        gc.unfreeze()

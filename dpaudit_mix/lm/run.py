@@ -258,10 +258,10 @@ class TextTrack(MixingTrack):
             model = lm.from_arrays(start, stage).to(spec.device)
             if start_key is None:  # a fresh model, its weights drawn from this job's stream
                 before = lm.perplexity(model, world.test_windows)
-            else:
-                if start_key not in self.pretrained:
-                    self.pretrained[start_key] = lm.perplexity(model, world.test_windows)
+            elif start_key in self.pretrained:
                 before = self.pretrained[start_key]
+            else:
+                before = self.pretrained[start_key] = lm.perplexity(model, world.test_windows)
             q, sigma = self.sigma(job.epsilon, prior)
 
             def rehearse(candidate: dict[str, float], rehearsal: Key) -> float:
