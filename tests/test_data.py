@@ -49,3 +49,35 @@ def test_world_names_and_the_old_alias() -> None:
     new = registry.build("mnist-labels", "digit-3")
     np.testing.assert_array_equal(old.logp, new.logp)
     assert old.meta["name"] == "mnist-labels"
+
+
+def test_the_mnist_csv_is_parsed_by_rows_of_784_pixels_and_a_label(tmp_path, monkeypatch) -> None:
+    """The CSV read with numpy's parser: pixels scaled to [0, 1] as 28×28 images, the last column
+    the label; a file of other rows is one clear error, not a reshape traceback."""
+    import gzip
+
+    import pytest
+
+    from dpaudit_mix.data import images
+    from dpaudit_mix.errors import InputError
+
+    rows = np.zeros((2, 785))
+    rows[0, :784], rows[:, 784] = np.arange(784) % 256, [7, 3]
+    good, bad = tmp_path / "good.csv.gz", tmp_path / "bad.csv.gz"
+    with gzip.open(good, "wt") as f:
+        np.savetxt(f, rows, delimiter=",", fmt="%d")
+    with gzip.open(bad, "wt") as f:
+        f.write("1,2,3\n4,5,6\n")
+    try:
+        for path in (good, bad):
+            monkeypatch.setattr(images, "_mnist_csv", lambda path=path: path)
+            images._parsed_mnist.cache_clear()
+            if path is bad:
+                with pytest.raises(InputError, match="not MNIST rows of 784 pixels and a label"):
+                    images._parsed_mnist()
+                continue
+            x, y = images._parsed_mnist()
+            assert x.shape == (2, 28, 28) and x.dtype == np.float32 and y.tolist() == [7, 3]
+            np.testing.assert_allclose(x[0].ravel(), (np.arange(784) % 256) / 255.0, rtol=1e-6)
+    finally:  # no other test may see these rows as MNIST
+        images._parsed_mnist.cache_clear()

