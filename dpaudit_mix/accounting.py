@@ -132,20 +132,7 @@ class LibraryAccountant:
     name: str
 
     def epsilon(self, phases: Sequence[GaussianPhase], delta: float) -> float:
-        return self.epsilons([phases], delta)[0]
-
-    def epsilons(self, requests: Sequence[Sequence[GaussianPhase]], delta: float) -> list[float]:
-        """:meth:`epsilon` of each composition in ``requests``, the children side by side."""
-        import dp_accounting  # noqa: F401  (loaded here, so each bounded child finds it loaded)
-
-        if self.name in ("rdp", "prv"):
-            import opacus.accountants  # noqa: F401
-        return bounded_all(
-            _library_epsilon,
-            [(phases, delta, self.name) for phases in requests],
-            what=[_what(self.name, phases, delta) for phases in requests],
-            errors=(DegenerateRequest,),
-        )
+        return _library_epsilons([(tuple(phases), delta, self.name)])[0]
 
 
 def _check_accountant(name: str, obj: Accountant) -> None:
@@ -213,14 +200,40 @@ def _checked_epsilon(value: object, phases: Sequence[GaussianPhase], delta: floa
     return number
 
 
-def _epsilons(requests: list[tuple[GaussianPhase, ...]], delta: float, accountant: str) -> list[float]:
-    """:func:`epsilon` of each request; a library accountant answers them side by side."""
-    own = ACCOUNTANTS.get(accountant)
-    if not isinstance(own, LibraryAccountant):
-        return [epsilon(phases, delta, accountant) for phases in requests]
-    with _library_failures(accountant, [list(p) for p in requests], delta):
-        values = own.epsilons(requests, delta)
-    return [_checked_epsilon(v, p, delta, accountant) for v, p in zip(values, requests, strict=True)]
+def epsilon_each(requests: Sequence[tuple[Sequence[GaussianPhase], float, str]]) -> list[float]:
+    """:func:`epsilon` of each ``(phases, delta, accountant)`` request. The library accountants'
+    are answered side by side (:func:`~.resources.bounded_all`: one child per CPU), each distinct
+    request once; an accountant of the user's is asked one request at a time."""
+    asked = []
+    for phases, delta, accountant in requests:
+        check_accountant(accountant)
+        asked.append((*_request(phases, delta), accountant))
+    distinct = list(dict.fromkeys(asked))
+    library = [r for r in distinct if isinstance(ACCOUNTANTS.get(r[2]), LibraryAccountant)]
+    try:
+        values = _library_epsilons(library)
+        answers = {r: _checked_epsilon(v, *r) for v, r in zip(values, library, strict=True)}
+    except (ValueError, ArithmeticError) as exc:  # a library's failure: asked alone, so it is named
+        if isinstance(exc, InputError):
+            raise
+        answers = {r: epsilon(*r) for r in library}
+    answers.update({r: epsilon(*r) for r in distinct if r not in answers})
+    return [answers[r] for r in asked]
+
+
+def _library_epsilons(requests: Sequence[tuple[tuple[GaussianPhase, ...], float, str]]) -> list[float]:
+    """Library accountants' answers to checked requests, each in a guarded child, side by side."""
+    import dp_accounting  # noqa: F401  (loaded here, so each bounded child finds it loaded)
+
+    if any(accountant in ("rdp", "prv") for _, _, accountant in requests):
+        import opacus.accountants  # noqa: F401
+    values = bounded_all(
+        _library_epsilon,
+        requests,
+        what=[_what(accountant, phases, delta) for phases, delta, accountant in requests],
+        errors=(DegenerateRequest,),
+    )
+    return [float(v) for v in values]
 
 
 def clear_caches() -> None:
@@ -343,7 +356,9 @@ def _google_rdp(phases: Sequence[GaussianPhase], delta: float) -> float:
 
 def epsilons(phases: Sequence[GaussianPhase], delta: float) -> dict[str, float]:
     """ε under every built-in (library) accountant, keyed by name: their cross-check."""
-    return {name: epsilon(phases, delta, name) for name in BUILTIN_ACCOUNTANTS}
+    return dict(
+        zip(BUILTIN_ACCOUNTANTS, epsilon_each([(phases, delta, name) for name in BUILTIN_ACCOUNTANTS]), strict=True)
+    )
 
 
 def calibrate(
@@ -415,7 +430,7 @@ def _calibrate(
     # calibrate afresh.
     if remembered is not None:
         candidates = [(*prior, GaussianPhase(s, sample_rate, steps)) for s in (remembered, remembered / (1 + rel_tol))]
-        spent, smaller = _epsilons(candidates, delta, accountant)
+        spent, smaller = epsilon_each([(phases, delta, accountant) for phases in candidates])
         if spent <= target_epsilon < smaller:
             return remembered
     sigma = _search(excess, target_epsilon, delta, sample_rate, steps, accountant, rel_tol)

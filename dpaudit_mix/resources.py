@@ -9,6 +9,7 @@ import select
 import signal
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
@@ -122,8 +123,10 @@ def bounded_all(
 ) -> list[T]:
     """:func:`bounded` for each argument tuple of ``calls`` (``what[i]`` names call i), as many
     children side by side as there are CPUs, each with its share of the memory bound and its own
-    deadline; the answers in the order of ``calls``. A child past its deadline is an InputError at
-    once; else the first failure in the order of ``calls`` is raised."""
+    deadline; a lane that finishes starts the next call at once (calls of uneven length do not wait
+    for each other). The answers come in the order of ``calls``. A child past its deadline is an
+    InputError at once; else the first failure in the order of ``calls`` is raised: after a
+    failure no call starts, the earlier calls still running are collected and the later stopped."""
     if not hasattr(os, "fork"):  # pragma: no cover - not Linux: run unguarded
         return [fn(*args) for args in calls]
     require(len(what) == len(calls), "bounded_all: one name per call")
@@ -131,20 +134,41 @@ def bounded_all(
     lanes = max(1, min(len(calls), cpus))
     have = available_bytes()
     budget = (BOUNDED_BYTES if have is None else min(BOUNDED_BYTES, have // 2)) // lanes
-    answers: list[tuple[bytes, bytes]] = []
-    for first in range(0, len(calls), lanes):
-        batch = range(first, min(first + lanes, len(calls)))
-        children = [(*_fork(fn, calls[i], budget, errors), time.monotonic() + seconds) for i in batch]
-        collected = 0
-        try:
-            for i, (pid, pipe, deadline) in zip(batch, children, strict=True):
-                collected += 1  # _collect closes the pipe and reaps (or kills) the child, whatever happens
-                answers.append(_collect(pid, pipe, deadline, seconds, what[i]))
-        finally:  # the children a failure left behind: stopped, reaped, their pipes closed
-            for pid, pipe, _ in children[collected:]:
-                os.close(pipe)
-                _stop(pid)
-    return [_decode(kind, body, name, budget, errors) for (kind, body), name in zip(answers, what, strict=True)]
+    answers: dict[int, tuple[bytes, bytes]] = {}
+    running: dict[int, _Running] = {}  # read end of its pipe → the child
+    started, first_failure = 0, len(calls)
+    try:
+        while True:
+            while first_failure == len(calls) and len(running) < lanes and started < len(calls):
+                pid, pipe = _fork(fn, calls[started], budget, errors)
+                running[pipe] = _Running(started, pid, time.monotonic() + seconds)
+                started += 1
+            awaited = {pipe: child for pipe, child in running.items() if child.index < first_failure}
+            if not awaited:
+                break
+            for pipe in _ready(awaited, seconds, what):
+                child = running.pop(pipe)
+                answers[child.index] = _finish(child, pipe)
+                if answers[child.index][0] != b"ok":
+                    first_failure = min(first_failure, child.index)
+    finally:  # the children a failure left behind: stopped, reaped, their pipes closed
+        for pipe, child in running.items():
+            os.close(pipe)
+            _stop(child.pid)
+    if first_failure < len(calls):
+        _decode(*answers[first_failure], what[first_failure], budget, errors)  # raises
+    return [_decode(*answers[i], what[i], budget, errors) for i in range(len(calls))]
+
+
+@dataclass
+class _Running:
+    """A child of :func:`bounded_all`: which call it computes, its pid, its deadline, what it has
+    written so far."""
+
+    index: int
+    pid: int
+    deadline: float
+    chunks: list[bytes] = field(default_factory=list)
 
 
 def _fork(
@@ -166,23 +190,33 @@ def _stop(pid: int) -> None:
     os.waitpid(pid, 0)
 
 
-def _collect(pid: int, read_end: int, deadline: float, seconds: float, what: str) -> tuple[bytes, bytes]:
-    """The child's answer, (kind, body), read until it closes its pipe, then the child reaped;
-    at ``deadline`` (its start plus ``seconds``) it is killed instead."""
-    chunks: list[bytes] = []
-    with os.fdopen(read_end, "rb", buffering=0) as pipe:
-        while True:
-            left = deadline - time.monotonic()
-            ready = select.select([pipe], [], [], max(0.0, left))[0] if left > 0 else []
-            if not ready:
-                _stop(pid)
-                raise InputError(f"{what} did not finish in {seconds:g} s; the request is degenerate or too large")
-            data = pipe.read(1 << 20)
-            if not data:
-                break
-            chunks.append(data)
-    os.waitpid(pid, 0)
-    kind, _, body = b"".join(chunks).partition(b"\n")
+def _ready(running: dict[int, _Running], seconds: float, what: Sequence[str]) -> list[int]:
+    """The pipes whose child has closed them (its answer read whole), after reading what the
+    running children have written; a child past its deadline is killed and an InputError."""
+    while True:
+        now = time.monotonic()
+        late = min(running.values(), key=lambda c: c.deadline)
+        if late.deadline <= now:
+            raise InputError(
+                f"{what[late.index]} did not finish in {seconds:g} s; the request is degenerate or too large"
+            )
+        readable = select.select(list(running), [], [], late.deadline - now)[0]
+        done = []
+        for pipe in readable:
+            data = os.read(pipe, 1 << 20)
+            if data:
+                running[pipe].chunks.append(data)
+            else:
+                done.append(pipe)
+        if done:
+            return done
+
+
+def _finish(child: _Running, pipe: int) -> tuple[bytes, bytes]:
+    """A child that closed its pipe: the pipe closed here, the child reaped, its (kind, body)."""
+    os.close(pipe)
+    os.waitpid(child.pid, 0)
+    kind, _, body = b"".join(child.chunks).partition(b"\n")
     return kind, body
 
 

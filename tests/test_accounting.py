@@ -166,9 +166,32 @@ def test_bounded_all_answers_in_order_and_leaves_no_child_behind(monkeypatch) ->
         resources.bounded_all(slow_or_fail, [(0.0,), (-1.0,), (0.0,)], what=["a", "b", "c"])
     with pytest.raises(InputError, match=r"^b did not finish in 0\.5 s"):
         resources.bounded_all(slow_or_fail, [(0.0,), (30.0,), (30.0,)], what=["a", "b", "c"], seconds=0.5)
-    assert len(forked) >= 8 and all(reaped(pid) for pid in forked)
+    # a failure stops the later calls still running at once, and starts none
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="negative -1"):
+        resources.bounded_all(slow_or_fail, [(-1.0,), (30.0,), (30.0,)], what=["a", "b", "c"])
+    assert time.monotonic() - start < 10
+    assert len(forked) >= 10 and all(reaped(pid) for pid in forked)
     with pytest.raises(InputError, match="one name per call"):
         resources.bounded_all(slow_or_fail, [(0.0,)], what=[])
+
+
+def test_bounded_all_starts_the_next_call_when_a_lane_frees(monkeypatch) -> None:
+    """Uneven calls share the lanes as a queue: on two lanes, a long call beside three short
+    ones takes the long call's time, not two rounds of it (batches of two would wait twice)."""
+    import time
+
+    from dpaudit_mix import resources
+
+    monkeypatch.setattr(resources.os, "sched_getaffinity", lambda _: {0, 1})
+
+    def sleep(x: float) -> float:
+        time.sleep(x)
+        return x
+
+    start = time.monotonic()
+    assert resources.bounded_all(sleep, [(2.0,), (0.0,), (0.0,), (2.0,)], what=list("abcd")) == [2.0, 0.0, 0.0, 2.0]
+    assert time.monotonic() - start < 3.5
 
 
 @pytest.mark.parametrize("bad", [{"delta": "1e-5"}, {"delta": float("nan")}, {"delta": True}])
@@ -178,3 +201,58 @@ def test_every_public_function_checks_its_types(bad: dict) -> None:
         epsilon([GaussianPhase(1.0, 0.1, 10)], **args)
     with pytest.raises(InputError, match="phases must be GaussianPhase"):
         epsilon([(1.0, 0.1, 10)], 1e-5)  # type: ignore[list-item]
+
+
+def test_epsilon_each_answers_as_epsilon_does_each_request_once(monkeypatch) -> None:
+    """Requests of several accountants and δs in one call: every answer is :func:`epsilon`'s,
+    the library accountants' distinct requests go to their children once and together, and an
+    accountant of the user's is asked in this process."""
+    from dataclasses import dataclass
+
+    from dpaudit_mix import accounting
+
+    @dataclass(frozen=True)
+    class Doubled:
+        name: str = "test-doubled-pld"
+
+        def epsilon(self, phases, delta):  # type: ignore[no-untyped-def]
+            return 2 * accounting.epsilon(phases, delta, "pld")
+
+    batches: list[int] = []
+    real = accounting._library_epsilons
+
+    def counting(requests):  # type: ignore[no-untyped-def]
+        batches.append(len(requests))
+        return real(requests)
+
+    a, b = [GaussianPhase(1.0, 0.1, 50)], [GaussianPhase(2.0, 1.0, 10), GaussianPhase(1.5, 0.5, 4)]
+    requests = [(a, 1e-5, "pld"), (a, 1e-6, "prv"), (b, 1e-5, "rdp"), (a, 1e-5, "pld"), (b, 1e-5, "test-doubled-pld")]
+    accounting.register_accountant(Doubled())
+    try:
+        expected = [epsilon(phases, delta, name) for phases, delta, name in requests]
+        monkeypatch.setattr(accounting, "_library_epsilons", counting)
+        assert accounting.epsilon_each(requests) == expected
+    finally:
+        accounting.ACCOUNTANTS.unregister("test-doubled-pld")
+    assert batches[0] == 3  # the three distinct library requests, together; a at 1e-5 under pld once
+    with pytest.raises(InputError, match="unknown accountant 'test-doubled-pld'"):
+        accounting.epsilon_each([(a, 1e-5, "test-doubled-pld")])
+
+
+def test_epsilon_each_names_the_request_a_library_fails_on(monkeypatch) -> None:
+    """A library's own ValueError in one child of the side-by-side call is asked again alone, so
+    the one InputError line names that request, as :func:`epsilon` would."""
+    from dpaudit_mix import accounting
+
+    real = accounting._library_epsilon
+
+    def failing(phases, delta, name):  # type: ignore[no-untyped-def]
+        if phases[0].steps == 7:
+            raise ValueError("the library's own complaint")
+        return real(phases, delta, name)
+
+    monkeypatch.setattr(accounting, "_library_epsilon", failing)
+    accounting.clear_caches()
+    requests = [([GaussianPhase(1.0, 1.0, steps)], 1e-5, "pld") for steps in (5, 7, 9)]
+    with pytest.raises(InputError, match=r"the pld accountant failed on \[GaussianPhase.*steps=7.*the library's own"):
+        accounting.epsilon_each(requests)

@@ -24,13 +24,13 @@ def own_cache(monkeypatch, tmp_path: Path) -> None:
 def _counted(monkeypatch) -> list[int]:
     """The accountant's answers, by the number asked at once (each in a bounded child)."""
     calls: list[int] = []
-    real = accounting.LibraryAccountant.epsilons
+    real = accounting._library_epsilons
 
-    def counting(self, requests, delta):
+    def counting(requests):
         calls.append(len(requests))
-        return real(self, requests, delta)
+        return real(requests)
 
-    monkeypatch.setattr(accounting.LibraryAccountant, "epsilons", counting)
+    monkeypatch.setattr(accounting, "_library_epsilons", counting)
     return calls
 
 

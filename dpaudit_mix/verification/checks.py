@@ -31,6 +31,7 @@ from ..learner import LearnerConfig, fit
 from ..models import cnn, userdp
 from ..problem import Problem
 from ..randomness import stream
+from ..resources import BOUNDED_SECONDS, bounded_all
 from .variants import ACCOUNTANT, LEARNER, OPACUS, USER_DPSGD, WIRING, Variant
 
 #: δ of every calibrated claim below.
@@ -206,19 +207,43 @@ def _result(name: str, cases: list[dict[str, Any]], summary: str) -> CheckResult
     return CheckResult(name, not failed, summary, tuple(cases))
 
 
+def _grid_epsilons(
+    variant: Variant, grid: tuple[tuple[float, float, int, float], ...]
+) -> list[dict[str, float] | InputError]:
+    """Each grid point's ε under every built-in accountant (as ``variant`` runs it), all asked side
+    by side; where the package refuses one, the points are asked one at a time, so that a refusal
+    fails its own point only."""
+
+    def requests(point: tuple[float, float, int, float]) -> list[tuple[list[accounting.GaussianPhase], float, str]]:
+        sigma, q, steps, delta = point
+        phases = [accounting.GaussianPhase(sigma, q, steps)]
+        return [(phases, delta, variant.accountant(name)) for name in accounting.BUILTIN_ACCOUNTANTS]
+
+    def named(values: list[float]) -> dict[str, float]:
+        return dict(zip(accounting.BUILTIN_ACCOUNTANTS, values, strict=True))
+
+    try:
+        values = accounting.epsilon_each([r for point in grid for r in requests(point)])
+    except InputError:
+        answers: list[dict[str, float] | InputError] = []
+        for point in grid:
+            try:
+                answers.append(named(accounting.epsilon_each(requests(point))))
+            except InputError as exc:
+                answers.append(exc)
+        return answers
+    width = len(accounting.BUILTIN_ACCOUNTANTS)
+    return [named(values[i : i + width]) for i in range(0, len(values), width)]
+
+
 def cross_accountant(variant: Variant, level: Level) -> CheckResult:
     """opacus RDP and PRV, dp_accounting PLD and RDP, and (q = 1) exact GDP agree within slack."""
     cases = []
     worst = {"prv_vs_pld": 0.0, "rdp_over_pld": 0.0, "pld_vs_gdp": 0.0}
-    for sigma, q, steps, delta in level.grid:
+    for (sigma, q, steps, delta), answer in zip(level.grid, _grid_epsilons(variant, level.grid), strict=True):
         phases = [accounting.GaussianPhase(sigma, q, steps)]
         point = f"σ={sigma:g} q={q:g} T={steps} δ={delta:g}"
-        try:
-            eps = {
-                name: accounting.epsilon(phases, delta, variant.accountant(name))
-                for name in accounting.BUILTIN_ACCOUNTANTS
-            }
-        except InputError as exc:  # the package refuses an answer that is no ε >= 0
+        if isinstance(answer, InputError):  # the package refuses an answer that is no ε >= 0
             cases.append(
                 {
                     "noise_multiplier": sigma,
@@ -226,10 +251,11 @@ def cross_accountant(variant: Variant, level: Level) -> CheckResult:
                     "steps": steps,
                     "delta": delta,
                     "passed": False,
-                    "why": f"{point}: {exc}",
+                    "why": f"{point}: {answer}",
                 }
             )
             continue
+        eps = dict(answer)
         eps["rdp_google"] = accounting.google_rdp_epsilon(phases, delta)
         if q == 1.0:
             eps["gdp"] = accounting.gdp_epsilon(sigma, steps, delta)
@@ -266,28 +292,48 @@ def cross_accountant(variant: Variant, level: Level) -> CheckResult:
     return _result("cross_accountant", cases, summary)
 
 
+def _round_trip(target: float, sample_rate: float, steps: int, accountant: str) -> tuple[float, float]:
+    """σ calibrated for ``target``, and the ε that σ spends: one case, in its own child, so that
+    the cases' searches (each a sequence of accountant calls) run side by side."""
+    sigma = accounting.calibrate(target, DELTA, sample_rate, steps, accountant)
+    return sigma, accounting.epsilon([accounting.GaussianPhase(sigma, sample_rate, steps)], DELTA, accountant)
+
+
 def calibration_round_trip(variant: Variant, level: Level) -> CheckResult:
     """σ calibrated for ε gives ε(σ) ≤ ε (no overshoot) and not far below it, every accountant."""
+    # the slow searches first (PLD under Poisson sampling at a large ε took 9 of the 20 s), so
+    # that the lanes finish together; the cases keep this order
+    trips = sorted(
+        (
+            (target, q, steps, name)
+            for name in accounting.BUILTIN_ACCOUNTANTS
+            for q, steps in level.calibration_settings
+            for target in level.calibration_targets
+        ),
+        key=lambda trip: (trip[3] != "pld", trip[1], -trip[0]),
+    )
+    answers = bounded_all(
+        _round_trip,
+        [(target, q, steps, variant.accountant(name)) for target, q, steps, name in trips],
+        what=[f"calibrating ε={target:g} at q={q:g}, T={steps} with {name}" for target, q, steps, name in trips],
+        seconds=accounting.CALIBRATE_SECONDS + BOUNDED_SECONDS,
+    )
     cases = []
-    for name in accounting.BUILTIN_ACCOUNTANTS:
-        for q, steps in level.calibration_settings:
-            for target in level.calibration_targets:
-                used = variant.accountant(name)
-                sigma = accounting.calibrate(target, DELTA, q, steps, used)
-                spent = accounting.epsilon([accounting.GaussianPhase(sigma, q, steps)], DELTA, used)
-                ok = (1 - CALIBRATION_UNDERSHOOT) * target <= spent <= target
-                cases.append(
-                    {
-                        "accountant": name,
-                        "target_epsilon": target,
-                        "sample_rate": q,
-                        "steps": steps,
-                        "noise_multiplier": sigma,
-                        "epsilon": spent,
-                        "passed": ok,
-                        "why": f"{name} q={q:g} T={steps}: calibrated for ε={target:g}, spends {spent:.5g}",
-                    }
-                )
+    for (target, q, steps, name), (sigma, spent) in zip(trips, answers, strict=True):
+        sigma, spent = float(sigma), float(spent)
+        ok = (1 - CALIBRATION_UNDERSHOOT) * target <= spent <= target
+        cases.append(
+            {
+                "accountant": name,
+                "target_epsilon": target,
+                "sample_rate": q,
+                "steps": steps,
+                "noise_multiplier": sigma,
+                "epsilon": spent,
+                "passed": ok,
+                "why": f"{name} q={q:g} T={steps}: calibrated for ε={target:g}, spends {spent:.5g}",
+            }
+        )
     return _result(
         "calibration_round_trip", cases, f"{len(cases)} calibrations land in [{1 - CALIBRATION_UNDERSHOOT:g}·ε, ε]"
     )
@@ -298,29 +344,37 @@ _MONOTONE_BASE = (1.0, 0.1, 100)
 _MONOTONE_DIRECTION = {"noise_multiplier": -1, "steps": +1, "sample_rate": +1}
 
 
+def _swept(axis: str, value: float) -> accounting.GaussianPhase:
+    """The base point (σ, q, T) with ``axis`` set to ``value``."""
+    sigma, q, steps = _MONOTONE_BASE
+    point = {"noise_multiplier": sigma, "sample_rate": q, "steps": steps, axis: value}
+    return accounting.GaussianPhase(point["noise_multiplier"], point["sample_rate"], int(point["steps"]))
+
+
 def monotonicity(variant: Variant, level: Level) -> CheckResult:
     """ε falls strictly as σ grows, and rises strictly with T and with q, every accountant."""
+    sweeps = [
+        (name, axis, values) for name in accounting.BUILTIN_ACCOUNTANTS for axis, values in level.monotone.items()
+    ]
+    requests = [
+        ([_swept(axis, value)], DELTA, variant.accountant(name)) for name, axis, values in sweeps for value in values
+    ]
+    answers = iter(accounting.epsilon_each(requests))  # all sweeps side by side, in this order
     cases = []
-    for name in accounting.BUILTIN_ACCOUNTANTS:
-        for axis, values in level.monotone.items():
-            direction = _MONOTONE_DIRECTION[axis]
-            eps = []
-            for value in values:
-                sigma, q, steps = _MONOTONE_BASE
-                point = {"noise_multiplier": sigma, "sample_rate": q, "steps": steps, axis: value}
-                phase = accounting.GaussianPhase(point["noise_multiplier"], point["sample_rate"], int(point["steps"]))
-                eps.append(accounting.epsilon([phase], DELTA, variant.accountant(name)))
-            ok = bool(np.all(direction * np.diff(eps) > 0))
-            cases.append(
-                {
-                    "accountant": name,
-                    "axis": axis,
-                    "values": list(values),
-                    "epsilon": eps,
-                    "passed": ok,
-                    "why": f"{name}: ε over {axis} {list(values)} is {[round(e, 4) for e in eps]}",
-                }
-            )
+    for name, axis, values in sweeps:
+        direction = _MONOTONE_DIRECTION[axis]
+        eps = [next(answers) for _ in values]
+        ok = bool(np.all(direction * np.diff(eps) > 0))
+        cases.append(
+            {
+                "accountant": name,
+                "axis": axis,
+                "values": list(values),
+                "epsilon": eps,
+                "passed": ok,
+                "why": f"{name}: ε over {axis} {list(values)} is {[round(e, 4) for e in eps]}",
+            }
+        )
     return _result("monotonicity", cases, f"{len(cases)} sweeps are strictly monotone")
 
 
