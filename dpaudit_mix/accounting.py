@@ -12,6 +12,7 @@ The neighbouring relation is add/remove of one example (or one user).
 from __future__ import annotations
 
 import math
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -25,7 +26,7 @@ import numpy as np
 from . import calibrations
 from .errors import InputError, is_real, require
 from .registry import Registry
-from .resources import bounded, bounded_all
+from .resources import BOUNDED_SECONDS, bounded, bounded_all
 from .specfile import check_fields
 
 if TYPE_CHECKING:
@@ -182,11 +183,45 @@ def _library_failures(accountant: str, asked: object, delta: float) -> Iterator[
         raise InputError(f"the {accountant} accountant failed on {asked} at delta {delta:g}: {exc}") from None
 
 
-@lru_cache(maxsize=4096)
+class _Answers:
+    """Answers kept in this process by request, at most ``size`` (the oldest dropped first),
+    until the registered accountants change; unlike an lru_cache, it also takes the answers that
+    :func:`epsilon_each` and :func:`calibrate_each` got from their children."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._entries: dict[Any, float] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Any) -> float | None:
+        with self._lock:
+            return self._entries.get(key)
+
+    def put(self, key: Any, value: float) -> float:
+        with self._lock:
+            self._entries[key] = value
+            while len(self._entries) > self.size:
+                del self._entries[next(iter(self._entries))]
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+#: ε by (phases, δ, accountant), and σ by calibration request (:func:`_calibrate`'s arguments).
+_EPSILONS = _Answers(4096)
+_SIGMAS = _Answers(1024)
+
+
 def _epsilon(phases: tuple[GaussianPhase, ...], delta: float, accountant: str) -> float:
     """:func:`epsilon` once per request (an audit asks the same of every result, calibration of
     every σ it tries twice)."""
-    return _checked_epsilon(ACCOUNTANTS.get(accountant).epsilon(phases, delta), phases, delta, accountant)
+    known = _EPSILONS.get((phases, delta, accountant))
+    if known is not None:
+        return known
+    value = _checked_epsilon(ACCOUNTANTS.get(accountant).epsilon(phases, delta), phases, delta, accountant)
+    return _EPSILONS.put((phases, delta, accountant), value)
 
 
 def _checked_epsilon(value: object, phases: Sequence[GaussianPhase], delta: float, accountant: str) -> float:
@@ -203,22 +238,22 @@ def _checked_epsilon(value: object, phases: Sequence[GaussianPhase], delta: floa
 def epsilon_each(requests: Sequence[tuple[Sequence[GaussianPhase], float, str]]) -> list[float]:
     """:func:`epsilon` of each ``(phases, delta, accountant)`` request. The library accountants'
     are answered side by side (:func:`~.resources.bounded_all`: one child per CPU), each distinct
-    request once; an accountant of the user's is asked one request at a time."""
+    request not already answered in this process once; an accountant of the user's is asked one
+    request at a time."""
     asked = []
     for phases, delta, accountant in requests:
         check_accountant(accountant)
         asked.append((*_request(phases, delta), accountant))
-    distinct = list(dict.fromkeys(asked))
+    distinct = [r for r in dict.fromkeys(asked) if _EPSILONS.get(r) is None]
     library = [r for r in distinct if isinstance(ACCOUNTANTS.get(r[2]), LibraryAccountant)]
     try:
-        values = _library_epsilons(library)
-        answers = {r: _checked_epsilon(v, *r) for v, r in zip(values, library, strict=True)}
+        values = _library_epsilons(library) if library else []
+        for v, r in zip(values, library, strict=True):
+            _EPSILONS.put(r, _checked_epsilon(v, *r))
     except (ValueError, ArithmeticError) as exc:  # a library's failure: asked alone, so it is named
         if isinstance(exc, InputError):
             raise
-        answers = {r: epsilon(*r) for r in library}
-    answers.update({r: epsilon(*r) for r in distinct if r not in answers})
-    return [answers[r] for r in asked]
+    return [epsilon(*r) for r in asked]  # each now known, but for the failure asked again and the user's
 
 
 def _library_epsilons(requests: Sequence[tuple[tuple[GaussianPhase, ...], float, str]]) -> list[float]:
@@ -239,7 +274,9 @@ def _library_epsilons(requests: Sequence[tuple[tuple[GaussianPhase, ...], float,
 def clear_caches() -> None:
     """Forget every cached answer: what verify-accountant calls around a mutant, and what any
     change to the registered accountants triggers, so that no answer outlives its accountant."""
-    for cached_function in (_epsilon, _calibrate, _optimistic, _replace_one_epsilon, _profile_curve):
+    _EPSILONS.clear()
+    _SIGMAS.clear()
+    for cached_function in (_optimistic, _replace_one_epsilon, _profile_curve):
         cached_function.cache_clear()
 
 
@@ -377,18 +414,74 @@ def calibrate(
     (experiments and verification ask for the same σ again and again; a PLD calibration under
     Poisson sampling takes seconds) until the registered accountants change.
     """
+    return _calibrate(*_calibration(target_epsilon, delta, sample_rate, steps, accountant, rel_tol, prior))
+
+
+#: a checked calibration request: (ε, δ, q, T, accountant, rel_tol, prior), as :func:`_calibrate` takes it.
+Calibration = tuple[float, float, float, int, str, float, tuple[GaussianPhase, ...]]
+
+
+def _calibration(
+    target_epsilon: float,
+    delta: float,
+    sample_rate: float,
+    steps: int,
+    accountant: str = DEFAULT_ACCOUNTANT,
+    rel_tol: float = 1e-3,
+    prior: Sequence[GaussianPhase] = (),
+) -> Calibration:
+    """A calibration request checked (as :func:`calibrate` documents it) and made a key."""
     check_epsilon(target_epsilon)
     check_delta(delta)
     check_accountant(accountant)
     GaussianPhase(1.0, sample_rate, steps)  # validates q and T
     require(all(isinstance(p, GaussianPhase) for p in prior), f"prior must be GaussianPhase values, got {prior!r}")
-    return _calibrate(
-        float(target_epsilon), float(delta), float(sample_rate), int(steps), accountant, rel_tol, tuple(prior)
-    )
+    return float(target_epsilon), float(delta), float(sample_rate), int(steps), accountant, rel_tol, tuple(prior)
 
 
-@lru_cache(maxsize=1024)
+def calibrate_each(requests: Sequence[tuple[float, float, float, int, str]]) -> list[float]:
+    """:func:`calibrate` of each ``(target_epsilon, delta, sample_rate, steps, accountant)``
+    request. Those not already answered in this process run side by side, each search in its own
+    :func:`~.resources.bounded_all` child (a search is a sequence of accountant calls), and their
+    σ, with the ε each spends, are kept here as if found here; list the slow ones first."""
+    asked = [_calibration(*request) for request in requests]
+    missing = [key for key in dict.fromkeys(asked) if _SIGMAS.get(key) is None]
+    if len(missing) > 1:
+        found = bounded_all(
+            _calibrated,
+            missing,
+            what=[
+                f"calibrating epsilon {k[0]:g} at delta {k[1]:g}, q = {k[2]:g}, T = {k[3]} with {k[4]}" for k in missing
+            ],
+            seconds=CALIBRATE_SECONDS + BOUNDED_SECONDS,
+        )
+        for key, (sigma, spent) in zip(missing, found, strict=True):
+            _SIGMAS.put(key, float(sigma))
+            _EPSILONS.put(((*key[6], GaussianPhase(float(sigma), key[2], key[3])), key[1], key[4]), float(spent))
+    return [_calibrate(*key) for key in asked]
+
+
+def _calibrated(*key: Any) -> tuple[float, float]:
+    """A :func:`calibrate_each` child's answer: σ, and the ε it spends (known from the search)."""
+    sigma = _calibrate(*key)
+    return sigma, _epsilon((*key[6], GaussianPhase(sigma, key[2], key[3])), key[1], key[4])
+
+
 def _calibrate(
+    target_epsilon: float,
+    delta: float,
+    sample_rate: float,
+    steps: int,
+    accountant: str,
+    rel_tol: float,
+    prior: tuple[GaussianPhase, ...],
+) -> float:
+    key = (target_epsilon, delta, sample_rate, steps, accountant, rel_tol, prior)
+    known = _SIGMAS.get(key)
+    return known if known is not None else _SIGMAS.put(key, _calibrate_afresh(*key))
+
+
+def _calibrate_afresh(
     target_epsilon: float,
     delta: float,
     sample_rate: float,

@@ -230,6 +230,7 @@ def test_epsilon_each_answers_as_epsilon_does_each_request_once(monkeypatch) -> 
     accounting.register_accountant(Doubled())
     try:
         expected = [epsilon(phases, delta, name) for phases, delta, name in requests]
+        accounting.clear_caches()  # asked afresh below
         monkeypatch.setattr(accounting, "_library_epsilons", counting)
         assert accounting.epsilon_each(requests) == expected
     finally:
@@ -256,3 +257,25 @@ def test_epsilon_each_names_the_request_a_library_fails_on(monkeypatch) -> None:
     requests = [([GaussianPhase(1.0, 1.0, steps)], 1e-5, "pld") for steps in (5, 7, 9)]
     with pytest.raises(InputError, match=r"the pld accountant failed on \[GaussianPhase.*steps=7.*the library's own"):
         accounting.epsilon_each(requests)
+
+
+def test_calibrate_each_searches_side_by_side_and_this_process_learns_the_answers(monkeypatch) -> None:
+    """Each σ is :func:`calibrate`'s; the searches ran in children, yet afterwards this process
+    answers the same calibrations, and the ε each σ spends, without asking any accountant."""
+    from dpaudit_mix import accounting
+
+    requests = [(1.0, 1e-5, 0.1, 50, "pld"), (2.0, 1e-5, 1.0, 10, "prv"), (1.0, 1e-5, 0.1, 50, "pld")]
+    accounting.clear_caches()
+    alone = [calibrate(*r) for r in requests]
+    accounting.clear_caches()
+    assert accounting.calibrate_each(requests) == alone
+
+    def no_library(requests):  # type: ignore[no-untyped-def]
+        raise AssertionError(f"asked the library {requests}")
+
+    monkeypatch.setattr(accounting, "_library_epsilons", no_library)
+    assert [calibrate(*r) for r in requests] == alone
+    spent = accounting.epsilon_each(
+        [([GaussianPhase(s, r[2], r[3])], r[1], r[4]) for s, r in zip(alone, requests, strict=True)]
+    )
+    assert all(e <= r[0] for e, r in zip(spent, requests, strict=True))

@@ -17,7 +17,7 @@ REQUEST = (1.0, 1e-5, 0.1, 50)  # ε, δ, q, T
 @pytest.fixture(autouse=True)
 def own_cache(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setenv("DPAUDIT_MIX_CACHE", str(tmp_path))
-    accounting._calibrate.cache_clear()
+    accounting.clear_caches()
     cnn.opacus_sigma.cache_clear()
 
 
@@ -44,7 +44,7 @@ def test_a_rerun_confirms_its_remembered_sigma_with_two_accountant_calls(monkeyp
     sigma = accounting.calibrate(*REQUEST)
     fresh = sum(calls)
     assert fresh > 4 and len(_hint_files(tmp_path)) == 1
-    accounting._calibrate.cache_clear()  # a new process
+    accounting.clear_caches()  # a new process
     calls.clear()
     assert accounting.calibrate(*REQUEST) == sigma
     assert calls == [2]
@@ -56,7 +56,7 @@ def test_a_hint_the_accountant_does_not_confirm_is_calibrated_afresh(tmp_path: P
     sigma = accounting.calibrate(*REQUEST)
     (path,) = _hint_files(tmp_path)
     path.write_text(json.dumps({"noise_multiplier": sigma * factor}))
-    accounting._calibrate.cache_clear()
+    accounting._SIGMAS.clear()  # σ forgotten; the accountant's answers kept
     again = accounting.calibrate(*REQUEST)
     assert again == sigma and accounting.epsilon([accounting.GaussianPhase(again, 0.1, 50)], 1e-5) <= 1.0
     assert json.loads(path.read_text())["noise_multiplier"] == sigma  # the bad hint was replaced
@@ -67,7 +67,7 @@ def test_an_unreadable_hint_is_ignored(tmp_path: Path, content: str) -> None:
     sigma = accounting.calibrate(*REQUEST)
     (path,) = _hint_files(tmp_path)
     path.write_text(content)
-    accounting._calibrate.cache_clear()
+    accounting._SIGMAS.clear()
     assert accounting.calibrate(*REQUEST) == sigma
 
 

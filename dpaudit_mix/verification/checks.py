@@ -31,7 +31,6 @@ from ..learner import LearnerConfig, fit
 from ..models import cnn, userdp
 from ..problem import Problem
 from ..randomness import stream
-from ..resources import BOUNDED_SECONDS, bounded_all
 from .variants import ACCOUNTANT, LEARNER, OPACUS, USER_DPSGD, WIRING, Variant
 
 #: δ of every calibrated claim below.
@@ -292,13 +291,6 @@ def cross_accountant(variant: Variant, level: Level) -> CheckResult:
     return _result("cross_accountant", cases, summary)
 
 
-def _round_trip(target: float, sample_rate: float, steps: int, accountant: str) -> tuple[float, float]:
-    """σ calibrated for ``target``, and the ε that σ spends: one case, in its own child, so that
-    the cases' searches (each a sequence of accountant calls) run side by side."""
-    sigma = accounting.calibrate(target, DELTA, sample_rate, steps, accountant)
-    return sigma, accounting.epsilon([accounting.GaussianPhase(sigma, sample_rate, steps)], DELTA, accountant)
-
-
 def calibration_round_trip(variant: Variant, level: Level) -> CheckResult:
     """σ calibrated for ε gives ε(σ) ≤ ε (no overshoot) and not far below it, every accountant."""
     # the slow searches first (PLD under Poisson sampling at a large ε took 9 of the 20 s), so
@@ -312,15 +304,17 @@ def calibration_round_trip(variant: Variant, level: Level) -> CheckResult:
         ),
         key=lambda trip: (trip[3] != "pld", trip[1], -trip[0]),
     )
-    answers = bounded_all(
-        _round_trip,
-        [(target, q, steps, variant.accountant(name)) for target, q, steps, name in trips],
-        what=[f"calibrating ε={target:g} at q={q:g}, T={steps} with {name}" for target, q, steps, name in trips],
-        seconds=accounting.CALIBRATE_SECONDS + BOUNDED_SECONDS,
+    sigmas = accounting.calibrate_each(
+        [(target, DELTA, q, steps, variant.accountant(name)) for target, q, steps, name in trips]
+    )
+    spent_each = accounting.epsilon_each(
+        [
+            ([accounting.GaussianPhase(sigma, q, steps)], DELTA, variant.accountant(name))
+            for sigma, (_, q, steps, name) in zip(sigmas, trips, strict=True)
+        ]
     )
     cases = []
-    for (target, q, steps, name), (sigma, spent) in zip(trips, answers, strict=True):
-        sigma, spent = float(sigma), float(spent)
+    for (target, q, steps, name), sigma, spent in zip(trips, sigmas, spent_each, strict=True):
         ok = (1 - CALIBRATION_UNDERSHOOT) * target <= spent <= target
         cases.append(
             {
