@@ -12,6 +12,7 @@ The neighbouring relation is add/remove of one example (or one user).
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 import warnings
@@ -191,6 +192,11 @@ class _Answers:
     def __init__(self, size: int) -> None:
         self.size = size
         self._entries: dict[Any, float] = {}
+        self._lock = threading.Lock()
+        # a bounded child forked while another thread held the lock would wait for it forever
+        os.register_at_fork(after_in_child=self._unlock)
+
+    def _unlock(self) -> None:
         self._lock = threading.Lock()
 
     def get(self, key: Any) -> float | None:

@@ -279,3 +279,27 @@ def test_calibrate_each_searches_side_by_side_and_this_process_learns_the_answer
         [([GaussianPhase(s, r[2], r[3])], r[1], r[4]) for s, r in zip(alone, requests, strict=True)]
     )
     assert all(e <= r[0] for e, r in zip(spent, requests, strict=True))
+
+
+def test_a_child_forked_while_a_thread_holds_the_answers_lock_does_not_wait_for_it() -> None:
+    """The memos' lock is made anew in every forked child: one copied while held would block the
+    child's first lookup until its deadline."""
+    import threading
+
+    from dpaudit_mix import accounting, resources
+
+    memo, held, done = accounting._EPSILONS, threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with memo._lock:
+            held.set()
+            done.wait(30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    held.wait()
+    try:
+        assert resources.bounded(lambda: float(memo.get("unknown") is None), what="a lookup", seconds=5) == 1.0
+    finally:
+        done.set()
+        thread.join()
