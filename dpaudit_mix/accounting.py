@@ -420,37 +420,30 @@ def calibrate(
     (experiments and verification ask for the same σ again and again; a PLD calibration under
     Poisson sampling takes seconds) until the registered accountants change.
     """
-    return _calibrate(*_calibration(target_epsilon, delta, sample_rate, steps, accountant, rel_tol, prior))
+    return calibrate_each([(target_epsilon, delta, sample_rate, steps, accountant)], rel_tol, prior)[0]
 
 
 #: a checked calibration request: (ε, δ, q, T, accountant, rel_tol, prior), as :func:`_calibrate` takes it.
 Calibration = tuple[float, float, float, int, str, float, tuple[GaussianPhase, ...]]
 
 
-def _calibration(
-    target_epsilon: float,
-    delta: float,
-    sample_rate: float,
-    steps: int,
-    accountant: str = DEFAULT_ACCOUNTANT,
+def calibrate_each(
+    requests: Sequence[tuple[float, float, float, int, str]],
     rel_tol: float = 1e-3,
     prior: Sequence[GaussianPhase] = (),
-) -> Calibration:
-    """A calibration request checked (as :func:`calibrate` documents it) and made a key."""
-    check_epsilon(target_epsilon)
-    check_delta(delta)
-    check_accountant(accountant)
-    GaussianPhase(1.0, sample_rate, steps)  # validates q and T
-    require(all(isinstance(p, GaussianPhase) for p in prior), f"prior must be GaussianPhase values, got {prior!r}")
-    return float(target_epsilon), float(delta), float(sample_rate), int(steps), accountant, rel_tol, tuple(prior)
-
-
-def calibrate_each(requests: Sequence[tuple[float, float, float, int, str]]) -> list[float]:
+) -> list[float]:
     """:func:`calibrate` of each ``(target_epsilon, delta, sample_rate, steps, accountant)``
     request. Those not already answered in this process run side by side, each search in its own
     :func:`~.resources.bounded_all` child (a search is a sequence of accountant calls), and their
     σ, with the ε each spends, are kept here as if found here; list the slow ones first."""
-    asked = [_calibration(*request) for request in requests]
+    require(all(isinstance(p, GaussianPhase) for p in prior), f"prior must be GaussianPhase values, got {prior!r}")
+    asked: list[Calibration] = []
+    for eps, delta, q, steps, accountant in requests:
+        check_epsilon(eps)
+        check_delta(delta)
+        check_accountant(accountant)
+        GaussianPhase(1.0, q, steps)  # validates q and T
+        asked.append((float(eps), float(delta), float(q), int(steps), accountant, rel_tol, tuple(prior)))
     missing = [key for key in dict.fromkeys(asked) if _SIGMAS.get(key) is None]
     if len(missing) > 1:
         found = bounded_all(
@@ -463,28 +456,25 @@ def calibrate_each(requests: Sequence[tuple[float, float, float, int, str]]) -> 
         )
         for key, (sigma, spent) in zip(missing, found, strict=True):
             _SIGMAS.put(key, float(sigma))
-            _EPSILONS.put(((*key[6], GaussianPhase(float(sigma), key[2], key[3])), key[1], key[4]), float(spent))
-    return [_calibrate(*key) for key in asked]
+            _EPSILONS.put(_spent(key, float(sigma)), float(spent))
+    return [_calibrate(key) for key in asked]
 
 
 def _calibrated(*key: Any) -> tuple[float, float]:
     """A :func:`calibrate_each` child's answer: σ, and the ε it spends (known from the search)."""
-    sigma = _calibrate(*key)
-    return sigma, _epsilon((*key[6], GaussianPhase(sigma, key[2], key[3])), key[1], key[4])
+    sigma = _calibrate(key)  # bounded_all hands the fields of a Calibration
+    return sigma, _epsilon(*_spent(key, sigma))
 
 
-def _calibrate(
-    target_epsilon: float,
-    delta: float,
-    sample_rate: float,
-    steps: int,
-    accountant: str,
-    rel_tol: float,
-    prior: tuple[GaussianPhase, ...],
-) -> float:
-    key = (target_epsilon, delta, sample_rate, steps, accountant, rel_tol, prior)
+def _calibrate(key: Calibration) -> float:
+    """:func:`calibrate` of a checked request, once per process."""
     known = _SIGMAS.get(key)
     return known if known is not None else _SIGMAS.put(key, _calibrate_afresh(*key))
+
+
+def _spent(key: Calibration, sigma: float) -> tuple[tuple[GaussianPhase, ...], float, str]:
+    """The ε request of a calibration's answer: the prior phases, then σ's, at its δ and accountant."""
+    return (*key[6], GaussianPhase(sigma, key[2], key[3])), key[1], key[4]
 
 
 def _calibrate_afresh(
