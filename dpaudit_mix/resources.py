@@ -1,14 +1,18 @@
-"""Up-front memory checks: a request that cannot fit is refused with its size, not a MemoryError."""
+"""Up-front memory checks (a request that cannot fit is refused with its size, not a
+MemoryError), and forked children: bounded library calls, and work done alongside."""
 
 from __future__ import annotations
 
+import ctypes
 import io
 import os
 import resource
 import select
 import signal
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -240,3 +244,47 @@ def _decode(kind: bytes, body: bytes, what: str, budget: int, errors: tuple[type
     if kind == b"arith":
         raise ArithmeticError(text)
     raise InputError(f"{what} failed: {text or 'the computation died'}")
+
+
+#: prctl's option that sends the child a signal when its parent thread dies (Linux).
+PR_SET_PDEATHSIG = 1
+
+
+@contextmanager
+def alongside(fn: Callable[..., object], *args: Any, **kwargs: Any) -> Iterator[None]:
+    """``fn(*args, **kwargs)`` in a forked child while the with-block runs in this process, for what it
+    leaves on disk (an audit's checksummed chunks); the block's end waits for the child, and an
+    exception out of the block kills it first. Nothing comes back, not even a failure: the caller
+    then does the same work itself, finds the child's finished pieces and does (and reports on)
+    the rest. Fork before the block starts threads of its own: the child inherits no lock they hold."""
+    if not hasattr(os, "fork"):  # pragma: no cover - not Linux: the caller does all the work after
+        yield
+        return
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(_side_work(fn, args, kwargs, parent))
+    try:
+        yield
+        os.waitpid(pid, 0)
+    except BaseException:
+        _stop(pid)
+        raise
+
+
+def _side_work(fn: Callable[..., object], args: tuple[Any, ...], kwargs: dict[str, Any], parent: int) -> int:
+    """An :func:`alongside` child's life: silent (the caller redoes and reports any failure),
+    killed with its parent (a killed release leaves no audit running), the exit status to leave with."""
+    try:
+        with suppress(OSError, AttributeError):  # no prctl: it ends with its work
+            ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            return 1
+        quiet = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(quiet, 1)
+        os.dup2(quiet, 2)
+        sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - the child's until os._exit
+        fn(*args, **kwargs)
+    except BaseException:
+        return 1
+    return 0

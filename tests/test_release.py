@@ -69,6 +69,25 @@ def test_honest_release_passes_and_checks(tmp_path: Path, problem_file: Path, ca
     assert main(["check-release", str(out / "release.json")]) == 0
 
 
+def test_the_release_audit_runs_alongside_the_verification(tmp_path: Path, problem_file: Path, monkeypatch) -> None:
+    """A child computes the audit's runs while the verification runs: once the verification has
+    passed, the audit in this process finds every chunk done and computes none itself."""
+    from dpaudit_mix.audit import engine
+
+    verify = gate.verify
+
+    def verify_then_forbid_runs(*args, **kwargs):
+        result = verify(*args, **kwargs)
+        # from here on (after the child was forked) this process may not compute a chunk
+        monkeypatch.setattr(engine, "_collect_chunk", lambda *a: pytest.fail("the audit ran after the verification"))
+        return result
+
+    monkeypatch.setattr(gate, "verify", verify_then_forbid_runs)
+    out = tmp_path / "r"
+    assert main(["release", str(write_spec(tmp_path, problem_file)), "--out", str(out)]) == 0
+    assert json.loads((out / "release.json").read_text())["audit"]["results"][0]["runs"] == 2000
+
+
 def test_tampering_is_detected(tmp_path: Path, problem_file: Path, capsys) -> None:
     out = tmp_path / "r"
     assert main(["release", str(write_spec(tmp_path, problem_file)), "--out", str(out)]) == 0

@@ -33,6 +33,7 @@ from ..data.manifest import is_manifest
 from ..errors import EXIT_BAD_INPUT, EXIT_VIOLATION, InputError, require
 from ..learner import LearnerConfig, fit
 from ..problem import Problem
+from ..resources import alongside
 from ..specfile import parse_spec, read_spec_bytes
 from ..verification.checks import QUICK
 from ..verification.suite import Verification, verify
@@ -213,10 +214,14 @@ def _checked_release(
     # the audit's own input checks (a natural canary needs held-out rows, …) cost milliseconds:
     # they come before the verification's minute, so a refusal is not a minute late
     mechanism(audited.mechanism).plan(audited, prob, mixing_data(prob, audited), sigma)
-    verification = verify(VERIFY_LEVEL, progress=progress, parts=LAMBDA_PARTS)
-    if verification.failures():
-        raise Refused("verify", "verify-accountant failed: " + "; ".join(verification.failures()))
     work = work_folder(inputs)
+    # The audit's runs go alongside the verification (its accountant calls leave cores idle): a
+    # child fills the work folder's chunks, and the audit below resumes from them once the
+    # verification has passed. A refusal kills the child; nothing it wrote is published.
+    with alongside(run_audit, audited, work, noise_multiplier=sigma, progress=False, problem=prob):
+        verification = verify(VERIFY_LEVEL, progress=progress, parts=LAMBDA_PARTS)
+        if verification.failures():
+            raise Refused("verify", "verify-accountant failed: " + "; ".join(verification.failures()))
     outcome = run_audit(
         audited,
         work,
