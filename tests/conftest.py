@@ -8,7 +8,7 @@ import tempfile
 
 # With a pytest-xdist worker on every core, each worker computes on one thread: torch's (and
 # OpenBLAS') OpenMP pools of one thread per core, in every worker, oversubscribed the cores and
-# spun (the run-once and model-release tests: 1.19× the CPU). Read before either library loads.
+# spun (the run-once and model-release tests took 1.16-1.31× the CPU). Read before either loads.
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) >= len(os.sched_getaffinity(0)):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
