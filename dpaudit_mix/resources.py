@@ -256,7 +256,8 @@ def alongside(fn: Callable[..., object], *args: Any, **kwargs: Any) -> Iterator[
     leaves on disk (an audit's checksummed chunks); the block's end waits for the child, and an
     exception out of the block kills it first. Nothing comes back, not even a failure: the caller
     then does the same work itself, finds the child's finished pieces and does (and reports on)
-    the rest. Enter it while this process runs no other thread: the child inherits no lock one holds."""
+    the rest. Enter it while no other thread of this process computes: the child inherits no lock
+    one holds."""
     if not hasattr(os, "fork"):  # pragma: no cover - not Linux: the caller does all the work after
         yield
         return
