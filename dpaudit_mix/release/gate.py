@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -216,20 +217,14 @@ def _checked_release(
     mechanism(audited.mechanism).plan(audited, prob, mixing_data(prob, audited), sigma)
     work = work_folder(inputs)
     # The audit's runs go alongside the verification (its accountant calls leave cores idle): a
-    # child fills the work folder's chunks, and the audit below resumes from them once the
+    # child fills the work folder's chunks, and the same audit below resumes from them once the
     # verification has passed. A refusal kills the child; nothing it wrote is published.
-    with alongside(run_audit, audited, work, noise_multiplier=sigma, progress=False, problem=prob):
+    audit_run = partial(run_audit, audited, work, noise_multiplier=sigma, problem=prob)
+    with alongside(audit_run, progress=False):
         verification = verify(VERIFY_LEVEL, progress=progress, parts=LAMBDA_PARTS)
         if verification.failures():
             raise Refused("verify", "verify-accountant failed: " + "; ".join(verification.failures()))
-    outcome = run_audit(
-        audited,
-        work,
-        noise_multiplier=sigma,
-        progress=progress,
-        problem=prob,
-        report=write_report,
-    )
+    outcome = audit_run(progress=progress, report=write_report)
     write_bytes(out / "tradeoff.png", (work / "tradeoff.png").read_bytes())  # counts only: publishable
     audit = outcome.summary
     if audit.violation:
