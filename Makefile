@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test selftest lint bench clean fashion-mnist
+.PHONY: demo test selftest full lint bench clean fashion-mnist
 
 # torch==2.13.0 is named in the same pip call, so pip takes the local CPU wheel, never a CUDA build.
 # constraints.txt pins every package to the versions the tests ran with; pyproject.toml keeps ranges.
@@ -34,12 +34,17 @@ demo: $(STAMP)
 	$(PY) -m dpaudit_mix.demo
 
 # One pytest worker per core (pytest-xdist): most tests compute on one thread. The verify
-# self-test (about 4 minutes) is a step of its own: `make selftest`, which .ci/run runs too.
+# self-test (about 4 minutes) is a step of its own: `make selftest`, which .ci/run runs too; so
+# are the statistical and end-to-end checks at their full sizes (`make full`), which `make test`
+# runs at smaller ones.
 test: $(STAMP)
-	$(PY) -m pytest -q -n auto --dist worksteal -m "not selftest"
+	$(PY) -m pytest -q -n auto --dist worksteal -m "not selftest and not full"
 
 selftest: $(STAMP)
 	$(PY) -m pytest -q -m selftest
+
+full: $(STAMP)
+	$(PY) -m pytest -q -n auto --dist worksteal -m full
 
 # ruff (lint and format) on everything, mypy on the package (strict on the core; see pyproject.toml).
 lint: $(STAMP)

@@ -1,5 +1,8 @@
+import math
+
 import pytest
 
+from dpaudit_mix import accounting
 from dpaudit_mix.accounting import (
     BUILTIN_ACCOUNTANTS,
     GaussianPhase,
@@ -39,6 +42,43 @@ def test_calibration_round_trip(accountant: str) -> None:
     sigma = calibrate(1.0, 1e-5, 0.2, 100, accountant)
     spent = epsilon([GaussianPhase(sigma, 0.2, 100)], 1e-5, accountant)
     assert 0.98 <= spent <= 1.0
+
+
+def _searched(curve, target: float, rel_tol: float = 1e-3) -> tuple[float, int]:
+    """σ from the calibration search on ε = curve(σ) (no accountant), and the σs it asked."""
+    asked: set[float] = set()
+
+    def excess(sigma: float) -> float:
+        asked.add(sigma)
+        return curve(sigma) - target
+
+    return accounting._search(excess, target, 1e-5, 0.5, 10, "toy", rel_tol), len(asked)
+
+
+@pytest.mark.parametrize("power", [0.5, 1.0, 2.0, 4.0])
+@pytest.mark.parametrize("offset", [0.5, 0.9, 1.0, 1.1, 1.45, 20.0])
+def test_the_search_returns_a_minimal_sigma_in_few_questions(power: float, offset: float) -> None:
+    """The search's contract on smooth curves ε = (σ★/σ)^p, σ★ the search's start times
+    ``offset``: σ within the target, and σ one tolerance smaller above it. From a start within
+    half to 1.5 times the root (where the accountants' starts fall), at most 6 accountant
+    questions (Brent's method from a bracket of fixed steps asked 6 to 8 of PLD)."""
+    root = accounting._start_sigma(1.0, 1e-5, 0.5, 10) * offset
+    sigma, asked = _searched(lambda s: (root / s) ** power, 1.0)
+    assert (root / sigma) ** power <= 1.0 < (root / (sigma / 1.001)) ** power
+    assert asked <= 6 or offset == 20.0
+
+
+@pytest.mark.parametrize(
+    "curve",
+    [
+        lambda s: math.ceil(100 / s) / 100,  # a staircase, as a discretised accountant's
+        lambda s: 5.0 if s < 2.0 else 1.0 / s,  # flat, then a cliff: the line through two points says nothing
+        lambda s: 2.0 / s + 0.3 * math.sin(40 * s) ** 2 / s,  # wiggles
+    ],
+)
+def test_the_search_keeps_its_contract_on_curves_no_line_fits(curve) -> None:
+    sigma, _ = _searched(curve, 0.4, rel_tol=1e-3)
+    assert curve(sigma) <= 0.4 < curve(sigma / 1.001)
 
 
 def test_sequential_composition_costs_more_than_parallel() -> None:

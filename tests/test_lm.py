@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,6 +11,7 @@ import pytest
 import torch
 
 from dpaudit_mix.alphabet import V
+from dpaudit_mix.cli import main
 from dpaudit_mix.errors import InputError
 from dpaudit_mix.lm.run import TextTrack, build_text_world
 from dpaudit_mix.lm.spec import TextPipelineSpec, load_text_pipeline_spec
@@ -169,9 +168,11 @@ def test_text_spec_refuses_bad_values(keys: dict, message: str) -> None:
 
 
 @pytest.mark.long
-def test_text_pipeline_end_to_end(tmp_path: Path) -> None:
-    """A tiny run through the CLI: report with perplexities and λ★; a rerun recomputes nothing.
-    (Half the users a step: a Poisson PLD calibration at q = 0.07 takes twice as long as at 0.5.)"""
+def test_text_pipeline_end_to_end(capsys, tmp_path: Path) -> None:
+    """A tiny run through the CLI's ``main`` (in this process, which has imported torch already:
+    a child process would import it twice more): report with perplexities and λ★; a rerun
+    recomputes nothing. (Half the users a step: a Poisson PLD calibration at q = 0.07 takes twice
+    as long as at 0.5.)"""
     spec = tmp_path / "tiny.toml"
     spec.write_text(
         'world = "shakespeare-users"\nepsilons = [2.0]\nseeds = 2\n'
@@ -180,9 +181,9 @@ def test_text_pipeline_end_to_end(tmp_path: Path) -> None:
         "windows_per_user = 2\nmix_steps = 20\nfinetune_learning_rates = [3e-4, 3e-3]\n"
     )
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "dpaudit_mix.cli", "pipeline", str(spec), "--out", str(out)]
-    first = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    summary = json.loads(first.stdout)
+    argv = ["pipeline", str(spec), "--out", str(out)]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
     assert summary["runs"] == 8 and "uniform" in summary["dpmixmin_perplexity_reduction_vs"]
     report = (out / "report.md").read_text()
     assert "λ★ (non-private)" in report and "test perplexity" in report
@@ -212,7 +213,7 @@ def test_text_pipeline_end_to_end(tmp_path: Path) -> None:
     assert lm.perplexity(lm.load_model(out / "models" / entry["file"]), world.test_windows) == entry["perplexity"]
     stamps = {p: p.stat().st_mtime_ns for p in (out / "cache").rglob("*.*")}
     (out / ".pipeline.finished").unlink()  # without the finished run's stamp: the stage cache's rerun
-    subprocess.run(cmd, capture_output=True, text=True, check=True)
+    assert main(argv) == 0
     assert {p: p.stat().st_mtime_ns for p in (out / "cache").rglob("*.*")} == stamps
 
 

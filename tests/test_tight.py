@@ -155,10 +155,11 @@ def test_delong_interval_covers_the_true_auroc_at_its_level() -> None:
 CLAIMS = ((1.0, 1.0, 2), (4.0, 1.0, 5), (1.0, 0.5, 2), (1.0, 0.5, 5), (1.0, 0.2, 5), (4.0, 0.5, 5))
 
 
-@pytest.mark.long
-def test_engine_profile_verdict_over_50_honest_configurations(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("configurations", [15, pytest.param(50, marks=[pytest.mark.full, pytest.mark.long])])
+def test_engine_profile_verdict_over_honest_configurations(tmp_path, monkeypatch, configurations: int) -> None:
     """Random honest configurations, Poisson included: the profile verdict fires no more often than
-    α = 5% allows, and every result carries the GDP numbers. (Claims come from six (ε, q, T),
+    α = 5% allows, and every result carries the GDP numbers (15 configurations here, the first 15
+    of the 50 that `make full` runs). (Claims come from six (ε, q, T),
     calibrated once each, to keep the test fast: full batch and Poisson, small and large ε, the
     smallest σ among them 1.5, since a Poisson PLD call at σ < 1 takes seconds; problems, C,
     seeds and strategies vary.)"""
@@ -166,7 +167,7 @@ def test_engine_profile_verdict_over_50_honest_configurations(tmp_path, monkeypa
     monkeypatch.setattr(engine, "claimed_tradeoff", functools.cache(engine.claimed_tradeoff))
     rng = np.random.default_rng(0)
     fired = results = 0
-    for i in range(50):
+    for i in range(configurations):
         prob = random_problem(int(rng.integers(10, 60)), int(rng.integers(2, 6)), seed=200 + i)
         epsilon, sample_rate, steps = CLAIMS[int(rng.integers(len(CLAIMS)))]
         path = tmp_path / f"p{i}.npz"
