@@ -179,7 +179,7 @@ def _spec_file(path: Path, **keys: object) -> Path:
 def test_tiny_factorial_runs_every_cell_and_tests_its_endpoints_across_rows(capsys, tmp_path: Path) -> None:
     """pipeline/factorial.toml at toy sizes: proxy × protocol rows, per-task λ for every digit in
     mixtures.json, and the three endpoints per row, Holm-corrected across the four rows."""
-    keys = {**TINY, "epsilons": (1.0,), "seeds": 2, "pretrain_examples": 200}
+    keys = {**TINY, "epsilons": (1.0,), "seeds": 2, "pretrain_examples": 200, "finetune_rows": 512}
     spec = _spec_file(
         tmp_path / "factorial.toml",
         world="mnist-shift",
