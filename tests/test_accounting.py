@@ -61,7 +61,7 @@ def test_the_search_returns_a_minimal_sigma_in_few_questions(power: float, offse
     """The search's contract on smooth curves ε = (σ★/σ)^p, σ★ the search's start times
     ``offset``: σ within the target, and σ one tolerance smaller above it. From a start within
     half to 1.5 times the root (where the accountants' starts fall), at most 6 accountant
-    questions (Brent's method from a bracket of fixed steps asked PLD 3 to 8)."""
+    questions (Brent's method from a bracket of fixed steps asked PLD 3 to 7)."""
     root = accounting._start_sigma(1.0, 1e-5, 0.5, 10) * offset
     sigma, asked = _searched(lambda s: (root / s) ** power, 1.0)
     assert (root / sigma) ** power <= 1.0 < (root / (sigma / 1.001)) ** power
