@@ -81,3 +81,25 @@ def test_the_mnist_csv_is_parsed_by_rows_of_784_pixels_and_a_label(tmp_path, mon
             np.testing.assert_allclose(x[0].ravel(), (np.arange(784) % 256) / 255.0, rtol=1e-6)
     finally:  # no other test may see these rows as MNIST
         images._parsed_mnist.cache_clear()
+
+
+def test_an_embedded_problem_is_the_same_bytes_on_any_number_of_blas_threads(tmp_path, monkeypatch) -> None:
+    """``check-release`` rebuilds an embedded problem and compares its sha256. Its logistic proxies
+    trained with OpenBLAS on 2 threads (a 2-core machine's CLI) and on 1 (the tests' workers, and
+    ``check-release``) differed by up to 4.4 in a log-probability on mnist/digit-0, so an honest
+    release failed its check on a fresh cache; built on one thread, it is one problem."""
+    from threadpoolctl import threadpool_limits
+
+    from dpaudit_mix import problem as problem_io
+    from dpaudit_mix.cache import sha256_bytes
+
+    digests = []
+    try:
+        for threads in (2, 1):
+            monkeypatch.setenv("DPAUDIT_MIX_CACHE", str(tmp_path / f"cache-{threads}"))
+            registry.world_probabilities.cache_clear()
+            with threadpool_limits(threads):
+                digests.append(sha256_bytes(problem_io.dumps(registry.build("mnist", "digit-0"))))
+    finally:
+        registry.world_probabilities.cache_clear()  # no entry of these caches outlives the test
+    assert digests[0] == digests[1]

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
 
@@ -27,6 +27,7 @@ from ..models import DEFAULT_NETWORK
 from ..problem import Problem
 from ..randomness import Key, stream
 from ..registry import Registry
+from ..threads import one_thread
 from . import fashion
 from .file_world import FileImageWorld, FileTextWorld
 from .manifest import is_manifest
@@ -63,6 +64,7 @@ Probabilities = tuple[
     tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray
 ]
 PARTS = ("train", "train_y", "test", "test_y", "public", "public_y", "epochs")
+T = TypeVar("T")
 
 
 class World(Protocol):
@@ -272,6 +274,18 @@ def _load(path: Path) -> Probabilities:
     return cast(Probabilities, (tuple(str(n) for n in arrays["names"]), *(arrays[part] for part in PARTS)))
 
 
+def on_one_thread(compute: Callable[..., T], *args: Any, torch: bool = False) -> Callable[[], T]:
+    """``compute(*args)`` on one thread (:func:`..threads.one_thread`; ``torch``: a CNN proxy
+    trains): a problem's bytes are cached, released and compared by digest (``check-release``
+    rebuilds an embedded problem), so they must not follow the machine's core count."""
+
+    def pinned() -> T:
+        with one_thread(torch=torch):
+            return compute(*args)
+
+    return pinned
+
+
 @lru_cache(maxsize=4)
 def world_probabilities(name: str, seed: int, shards: int = 0, proxy: ProxySpec = LOGISTIC) -> Probabilities:
     """Every proxy's class probabilities on the sensitive splits: training the proxies is most of
@@ -279,7 +293,8 @@ def world_probabilities(name: str, seed: int, shards: int = 0, proxy: ProxySpec 
     a key that names the proxies."""
     name = canonical(name)
     path = user_cache_dir() / "problems" / f"{identity(name)}-{_cache_key(name, seed, shards, proxy)}.npz"
-    return cached(path, lambda: _compute_probabilities(name, seed, shards, proxy), _save, _load)
+    compute = on_one_thread(_compute_probabilities, name, seed, shards, proxy, torch=proxy.kind == "cnn")
+    return cached(path, compute, _save, _load)
 
 
 def proxy_meta(proxy: ProxySpec, public: np.ndarray, public_y: np.ndarray, epochs: np.ndarray) -> dict[str, str]:
@@ -305,9 +320,8 @@ def _text_problem(seed: int) -> dict[str, np.ndarray]:
 def text_problem(name: str, seed: int, compute: Callable[[], dict[str, np.ndarray]]) -> Problem:
     """A text world's problem: its arrays cached on disk under its identity and content; users are
     the documents' users (speakers), held-out rows the test users' documents."""
-    arrays = cached(
-        user_cache_dir() / "problems" / f"{identity(name)}-{_cache_key(name, seed, 0)}.npz", compute, save_npz, load_npz
-    )
+    path = user_cache_dir() / "problems" / f"{identity(name)}-{_cache_key(name, seed, 0)}.npz"
+    arrays = cached(path, on_one_thread(compute), save_npz, load_npz)
     return Problem(
         arrays["logp"],
         tuple(str(n) for n in arrays["names"]),

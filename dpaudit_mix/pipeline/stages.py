@@ -13,9 +13,7 @@ import json
 import math
 import sys
 import tempfile
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
@@ -33,6 +31,7 @@ from ..errors import InputError, present
 from ..models import device
 from ..problem import Problem
 from ..randomness import Key, Stream, stream
+from ..threads import one_thread
 from ..tuning import rehearse
 from .methods import LOSS_BOUND, PRIVATE_METHODS, MixingSpec, Mixture, choose, mix_epsilon, mixing_phase
 
@@ -268,29 +267,6 @@ def preflight(track: Track, epsilons: Sequence[float]) -> None:
             priors += [(phase,) for phase in phases]
         for prior in priors:
             track.calibrate(eps, prior)
-
-
-#: held while a process computes stages: torch's thread count is process-wide, so two stage
-#: computations in one process's threads (a Dask worker's) would reset it under each other.
-_ONE_THREAD = threading.Lock()
-
-
-@contextmanager
-def one_thread() -> Iterator[None]:
-    """Stages compute on one thread (torch and BLAS): how a reduction is split across threads
-    changes the last bits of its sum, which a λ-drawn sample or a DP step then amplifies, so only
-    a fixed thread count gives one process and several workers the same numbers."""
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    with _ONE_THREAD:
-        before = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            with threadpool_limits(1):
-                yield
-        finally:
-            torch.set_num_threads(before)
 
 
 def _prior(track: Track, mixture: Mixture) -> tuple[accounting.GaussianPhase, ...]:
