@@ -31,6 +31,7 @@ LAYERS: dict[str, int] = {
             "alphabet",
             "randomness",
             "backend",
+            "threads",
             "registry",
             "calibrations",
         ],
