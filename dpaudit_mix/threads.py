@@ -28,16 +28,14 @@ def one_thread(torch: bool = True) -> Iterator[None]:
     from threadpoolctl import threadpool_limits
 
     with _ONE_THREAD:
-        if not torch:
-            with threadpool_limits(1):
-                yield
-            return
-        import torch as torch_module
+        if torch:
+            import torch as torch_module
 
-        before = torch_module.get_num_threads()
-        torch_module.set_num_threads(1)
+            before = torch_module.get_num_threads()
+            torch_module.set_num_threads(1)
         try:
             with threadpool_limits(1):
                 yield
         finally:
-            torch_module.set_num_threads(before)
+            if torch:
+                torch_module.set_num_threads(before)
