@@ -84,8 +84,10 @@ def stages(scale: float) -> dict[str, Callable[[str], object]]:
             _count(text.pretrain_epochs, scale),
             text.pretrain_learning_rate,
             key,
-            device=d,
-            cooldown=text.pretrain_cooldown,
+            text.pretrain_batch,
+            d,
+            text.pretrain_cooldown,
+            text.pretrain_length,
         ),
         "text user-level DP finetune": lambda d: userdp.train(
             chargru.new_model(key), users, user_config, key, device=d

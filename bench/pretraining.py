@@ -5,8 +5,9 @@ held-out speakers (public text the sensitive speakers never enter), with its CPU
 Every setting sees the same draws per seed (a seed's windows and initial weights are named by
 the seed, not by the setting), so settings are compared paired by seed: per setting, mean ± std
 over seeds of perplexity and seconds, and its paired difference from the first setting with a
-two-sided paired t-test (statsmodels). A setting is BATCH:RATE:COOLDOWN[:WINDOWS].
-Usage: python bench/pretraining.py [--seeds 4] [--settings 64:1.5e-2:0.2 128:2e-2:0.2 ...]
+two-sided paired t-test (statsmodels). A setting is BATCH:RATE:COOLDOWN[:WINDOWS[:LENGTH]]
+(LENGTH: characters per pretraining sequence, ``pretrain_length``).
+Usage: python bench/pretraining.py [--seeds 4] [--settings 64:1.5e-2:0.2 192:3e-2:0.2:24000:16 ...]
 """
 
 from __future__ import annotations
@@ -26,16 +27,24 @@ from dpaudit_mix.pipeline.stages import mixture_draw
 from dpaudit_mix.randomness import Key
 
 
-def _setting(text: str, windows: int) -> tuple[int, float, float, int]:
+def _setting(text: str, windows: int) -> tuple[int, float, float, int, int]:
     parts = text.split(":")
-    return int(parts[0]), float(parts[1]), float(parts[2]), int(parts[3]) if len(parts) > 3 else windows
+    return (
+        int(parts[0]),
+        float(parts[1]),
+        float(parts[2]),
+        int(parts[3]) if len(parts) > 3 else windows,
+        int(parts[4]) if len(parts) > 4 else lm.WINDOW,
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--spec", default="pipeline/shakespeare-users.toml")
     parser.add_argument("--seeds", type=int, default=4)
-    parser.add_argument("--settings", nargs="+", default=["64:1.5e-2:0.2", "128:1.5e-2:0.2", "128:2e-2:0.2"])
+    parser.add_argument(
+        "--settings", nargs="+", default=["128:3e-2:0.2:24000:24", "64:1.5e-2:0.2", "192:3e-2:0.2:24000:16"]
+    )
     args = parser.parse_args()
     spec = load_text_pipeline_spec(args.spec)
     world = build_text_world(spec)
@@ -47,11 +56,11 @@ def main() -> None:
     with threadpool_limits(1):
         for seed in range(args.seeds):
             key = Key(spec.seed).child(bench="pretraining", seed=seed)
-            for i, (batch, rate, cooldown, windows) in enumerate(settings):
+            for i, (batch, rate, cooldown, windows, length) in enumerate(settings):
                 picks = mixture_draw(sizes, [1.0] * len(sizes), windows, key.stream("pretrain-sample").numpy())
                 data = np.concatenate([w[p] for w, p in zip(world.source_windows, picks, strict=True)])
                 start = time.process_time()
-                model = lm.pretrain(data, 1, rate, key, batch, cooldown=cooldown)
+                model = lm.pretrain(data, 1, rate, key, batch, cooldown=cooldown, length=length)
                 seconds[i, seed] = time.process_time() - start
                 perplexity[i, seed] = lm.perplexity(model, world.rehearsal_test)
                 print(f"seed {seed} {args.settings[i]}: perplexity {perplexity[i, seed]:.4f}, {seconds[i, seed]:.1f} s")

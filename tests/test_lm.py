@@ -18,6 +18,7 @@ from dpaudit_mix.lm.spec import TextPipelineSpec, load_text_pipeline_spec
 from dpaudit_mix.models import chargru as lm
 from dpaudit_mix.models.cnn import state_arrays
 from dpaudit_mix.models.userdp import UserLevelSGD, clip_rows, noisy_mean, released_step, train, user_gradient
+from dpaudit_mix.pipeline.methods import Mixture
 from dpaudit_mix.pipeline.stages import KINDS, Job
 from dpaudit_mix.randomness import Key, stream
 
@@ -148,6 +149,35 @@ def test_pretraining_runs_its_cooldown_at_a_tenth_of_the_rate(monkeypatch) -> No
     assert rates == [1e-2] * 6 + [1e-3] * 2
 
 
+def test_pretraining_pieces_predict_every_character_once_after_the_code_before_them() -> None:
+    data = lm.all_windows(["to be or not to be, that is the question. " * 3, "ay"])
+    for length in (lm.WINDOW, 24, 16, 1):
+        cut = lm.pieces(data, length)
+        count = lm.WINDOW // length
+        assert cut.shape == (len(data) * count, length + 1)
+        for w, window in enumerate(data):
+            own = [cut[i * len(data) + w] for i in range(count)]  # piece i of every window, then i + 1
+            assert np.array_equal(np.concatenate([piece[1:] for piece in own]), window[1:])
+            assert [piece[0] for piece in own] == [window[i * length] for i in range(count)]
+    with pytest.raises(InputError, match="must divide the 48-character window"):
+        lm.pieces(data, 20)
+
+
+def test_the_pretraining_key_names_a_sequence_length_other_than_the_window() -> None:
+    """A cached pretraining on whole windows is never reused for shorter sequences; whole windows
+    keep the keys they had before the length existed."""
+    world = SimpleNamespace(split_b=np.arange(4), source_windows=())
+
+    def key(length: int) -> str:
+        track = TextTrack(TextPipelineSpec(pretrain_length=length), world, secure=False)  # type: ignore[arg-type]
+        stage = track.pretrain(Job("uniform", 1.0, 0, "lm"), Mixture(np.full(10, 0.1), None))
+        assert stage is not None
+        return stage.key
+
+    assert len({key(lm.WINDOW), key(24), key(16)}) == 3
+    assert "length" not in TextTrack(TextPipelineSpec(pretrain_length=lm.WINDOW), world, False).model_ids  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     "keys, message",
     [
@@ -155,6 +185,9 @@ def test_pretraining_runs_its_cooldown_at_a_tenth_of_the_rate(monkeypatch) -> No
         ({"methods": ("warm",)}, "unknown method"),
         ({"finetune_users": 0.0}, "finetune_users"),
         ({"pretrain_batch": 0}, "pretrain_batch must be >= 1"),
+        ({"pretrain_length": 0}, "pretrain_length must be >= 1"),
+        ({"pretrain_length": 20}, "pretrain_length must divide the 48-character window"),
+        ({"pretrain_length": 96}, "pretrain_length must divide"),
         ({"pretrain_cooldown": 1.0}, r"pretrain_cooldown must be in \[0, 1\)"),
         ({"pretrain_cooldown": -0.1}, r"pretrain_cooldown must be in \[0, 1\)"),
         ({"rho": 1.0}, "rho"),

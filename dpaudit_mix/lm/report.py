@@ -136,7 +136,11 @@ def write_text_report(
         f"sees {users['finetune']} users, {spec.composition} composition"
         + (f" (mixture gets {spec.mix_share:g} of ε alone)" if spec.composition == "sequential" else "")
         + f"; the test set is {users['test']} held-out speakers. δ = {spec.delta:g}; seeds: {spec.seeds}. "
-        f"Model: a character GRU pretrained on {spec.pretrain_windows} public windows sampled by λ, then "
+        f"Model: a character GRU pretrained on {spec.pretrain_windows} public windows sampled by λ "
+        f"({spec.pretrain_epochs} epoch(s) of Adam at {spec.pretrain_learning_rate:g}"
+        + (f", its last {spec.pretrain_cooldown:.0%} of steps at a tenth of it" if spec.pretrain_cooldown else "")
+        + f", sequences of "
+        f"{spec.pretrain_length} characters, {spec.pretrain_batch} a step), then "
         f"user-level DP-SGD: {spec.finetune_steps} steps, Poisson sampling of users ({spec.finetune_users:g} "
         f"expected), each user's summed gradient clipped to C = {spec.finetune_clip:g}, accounted per user; "
         + (

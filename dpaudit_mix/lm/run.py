@@ -184,10 +184,11 @@ class TextTrack(MixingTrack):
         self.text_spec, self.world = spec, world
         self.users = finetune_users(spec, world)
         # what the pretraining keys name beyond the shared ones; absent at the values every stage key
-        # before them was trained with (a batch of 64, a constant rate), so those keys stay valid
+        # before them was trained with (a batch of 64, a constant rate, whole windows), so those keys stay valid
         self.model_ids = {
             **({} if spec.pretrain_batch == DEFAULT_PRETRAIN_BATCH else {"batch": str(spec.pretrain_batch)}),
             **({"cooldown": repr(spec.pretrain_cooldown)} if spec.pretrain_cooldown else {}),
+            **({} if spec.pretrain_length == lm.WINDOW else {"length": str(spec.pretrain_length)}),
         }
         self.finetune_kind = "finetuned"  # each run's model is kept with its perplexity, and written
         #: test perplexity per pretraining key: the ε rows that share a pretraining (uniform, λ★)
@@ -221,6 +222,7 @@ class TextTrack(MixingTrack):
                     spec.pretrain_batch,
                     spec.device,
                     spec.pretrain_cooldown,
+                    spec.pretrain_length,
                 )
             )
 

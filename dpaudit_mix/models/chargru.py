@@ -15,11 +15,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..alphabet import V, codes
+from ..alphabet import WINDOW, V, codes
+from ..errors import require
 from ..randomness import Key, torch_scope
-
-#: characters predicted per window; a window holds WINDOW + 1 codes.
-WINDOW = 48
 
 
 class CharGRU(nn.Module):
@@ -95,6 +93,18 @@ def load_model(path: str | Path) -> CharGRU:
     return model
 
 
+def pieces(data: np.ndarray, length: int) -> np.ndarray:
+    """Each window of ``data`` (m, WINDOW + 1) cut into WINDOW / ``length`` sequences of ``length``
+    + 1 codes that overlap by one, (m · WINDOW / length, length + 1): every character is still
+    predicted once, from at most ``length`` characters of context (a shorter backpropagation
+    through time, run from the start state like a window)."""
+    require(
+        1 <= length <= WINDOW and WINDOW % length == 0,
+        f"the pretraining length must divide the {WINDOW}-character window, got {length}",
+    )
+    return np.concatenate([data[:, i * length : (i + 1) * length + 1] for i in range(WINDOW // length)])
+
+
 def pretrain(
     data: np.ndarray,
     epochs: int,
@@ -103,13 +113,15 @@ def pretrain(
     batch: int = 64,
     device: str = "cpu",
     cooldown: float = 0.0,
+    length: int = WINDOW,
 ) -> CharGRU:
-    """Non-private training on λ-sampled public windows (Adam), on ``device``; the last
-    ``cooldown`` share of the steps at a tenth of the rate (a high rate's last iterates are noisy)."""
+    """Non-private training on λ-sampled public windows (Adam), on ``device``, cut into sequences
+    of ``length`` characters (:func:`pieces`), ``batch`` of them a step; the last ``cooldown``
+    share of the steps at a tenth of the rate (a high rate's last iterates are noisy)."""
     model = new_model(key).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
     generator = key.stream("pretrain-shuffle").torch()
-    tensor = torch.from_numpy(data).to(device)
+    tensor = torch.from_numpy(pieces(data, length)).to(device)
     steps = epochs * math.ceil(len(tensor) / batch)
     slow_from = steps - round(cooldown * steps)  # the first step at a tenth of the rate
     step = 0
