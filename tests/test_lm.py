@@ -220,6 +220,7 @@ def test_text_pipeline_end_to_end(capsys, tmp_path: Path) -> None:
     assert summary["runs"] == 8 and "uniform" in summary["dpmixmin_perplexity_reduction_vs"]
     report = (out / "report.md").read_text()
     assert "λ★ (non-private)" in report and "test perplexity" in report
+    assert "Adam at 0.03, its last 20% of steps at a tenth of it, sequences of 24 characters, 128 a step" in report
     assert "chosen by rehearsal on public romances speakers" in report  # the fair rule, no privacy spent
     load = KINDS["finetuned"][2]  # the text track keeps each finetune's model beside its result
     choices = [load(p)["finetune_choice"] for p in (out / "cache" / "finetune").glob("*.npz")]

@@ -139,8 +139,7 @@ def write_text_report(
         f"Model: a character GRU pretrained on {spec.pretrain_windows} public windows sampled by λ "
         f"({spec.pretrain_epochs} epoch(s) of Adam at {spec.pretrain_learning_rate:g}"
         + (f", its last {spec.pretrain_cooldown:.0%} of steps at a tenth of it" if spec.pretrain_cooldown else "")
-        + f", sequences of "
-        f"{spec.pretrain_length} characters, {spec.pretrain_batch} a step), then "
+        + f", sequences of {spec.pretrain_length} characters, {spec.pretrain_batch} a step), then "
         f"user-level DP-SGD: {spec.finetune_steps} steps, Poisson sampling of users ({spec.finetune_users:g} "
         f"expected), each user's summed gradient clipped to C = {spec.finetune_clip:g}, accounted per user; "
         + (
