@@ -427,8 +427,12 @@ def calibrate(
 Calibration = tuple[float, float, float, int, str, float, tuple[GaussianPhase, ...]]
 
 
+#: what :func:`calibrate_each` is asked: (target ε, δ, q, T, accountant).
+CalibrationRequest = tuple[float, float, float, int, str]
+
+
 def calibrate_each(
-    requests: Sequence[tuple[float, float, float, int, str]],
+    requests: Sequence[CalibrationRequest],
     rel_tol: float = 1e-3,
     prior: Sequence[GaussianPhase] = (),
 ) -> list[float]:

@@ -45,6 +45,9 @@ class ToyTrack:
     def mixing_phases(self, epsilon: float) -> list[accounting.GaussianPhase]:
         return [MIX]
 
+    def calibrations(self, epsilon: float) -> list[accounting.CalibrationRequest]:
+        return []
+
     def calibrate(self, epsilon: float, prior: tuple[accounting.GaussianPhase, ...]) -> None:
         self.calibrated.append((epsilon, prior))
 
@@ -147,6 +150,34 @@ def test_preflight_calibrates_the_finetune_alone_and_after_each_mixture() -> Non
     preflight(sequential, [1.0])
     assert parallel.calibrated == [(1.0, ()), (2.0, ())]
     assert sequential.calibrated == [(1.0, ()), (1.0, (MIX,))]
+
+
+def test_preflight_searches_every_sigma_without_a_prior_side_by_side_not_here(monkeypatch) -> None:
+    """The text track's σ (each ε's finetune, DP-MixMin's and random search's phases) are searched
+    in children at once; this process then answers them all without a search of its own, so a
+    request the track's ``calibrations`` left out would fail here."""
+    import os
+    from types import SimpleNamespace
+
+    from dpaudit_mix.lm.run import TextTrack
+    from dpaudit_mix.lm.spec import TextPipelineSpec
+
+    world = SimpleNamespace(user_windows=[None] * 80, split_a=np.arange(16), split_b=np.arange(16, 80))
+    track = TextTrack(TextPipelineSpec(epsilons=(1.25, 2.5)), world, secure=False)  # type: ignore[arg-type]
+    asked = [request for eps in (1.25, 2.5) for request in track.calibrations(eps)]
+    assert len(asked) == 6 and sorted({request[2] for request in asked}) == [0.5, 1.0]  # q = 32 of 64 users
+    parent, afresh = os.getpid(), accounting._calibrate_afresh
+
+    def in_a_child_only(*key: Any) -> float:
+        assert os.getpid() != parent, f"searched in the parent: {key}"
+        return afresh(*key)
+
+    accounting.clear_caches()
+    monkeypatch.setattr(accounting, "_calibrate_afresh", in_a_child_only)
+    preflight(track, [1.25, 2.5])
+    phases = [phase for eps in (1.25, 2.5) for phase in track.mixing_phases(eps)]
+    assert [p.steps for p in phases] == [100, 1, 100, 1]  # dpmixmin, random search
+    assert track.sigma(2.5, ())[1] < track.sigma(1.25, ())[1]
 
 
 def test_rehearsal_picks_the_best_candidate_in_streams_of_its_own() -> None:

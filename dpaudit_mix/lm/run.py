@@ -195,11 +195,19 @@ class TextTrack(MixingTrack):
         #: score the same weights on the same windows, computed once in a process
         self.pretrained: dict[str, float] = {}
 
-    def sigma(self, epsilon: float, prior: tuple[accounting.GaussianPhase, ...]) -> tuple[float, float]:
-        """(q, σ) of the user-level finetune: q = expected users / users, σ so that it (after
-        ``prior`` on the same users) spends ``epsilon``."""
+    def finetune_request(self, epsilon: float) -> accounting.CalibrationRequest:
+        """The user-level finetune's calibration: q = expected users / users, T steps."""
         q = min(1.0, self.text_spec.finetune_users / len(self.users))
-        return q, accounting.calibrate(epsilon, self.delta, q, self.text_spec.finetune_steps, prior=prior)
+        return (epsilon, self.delta, q, self.text_spec.finetune_steps, accounting.DEFAULT_ACCOUNTANT)
+
+    def sigma(self, epsilon: float, prior: tuple[accounting.GaussianPhase, ...]) -> tuple[float, float]:
+        """(q, σ) of the user-level finetune: σ so that it (after ``prior`` on the same users)
+        spends ``epsilon``."""
+        request = self.finetune_request(epsilon)
+        return request[2], accounting.calibrate(*request, prior=prior)
+
+    def calibrations(self, epsilon: float) -> list[accounting.CalibrationRequest]:
+        return [self.finetune_request(epsilon), *super().calibrations(epsilon)]
 
     def calibrate(self, epsilon: float, prior: tuple[accounting.GaussianPhase, ...]) -> None:
         self.sigma(epsilon, prior)

@@ -98,12 +98,22 @@ def mix_epsilon(spec: MixingSpec, epsilon: float) -> float:
     return spec.mix_share * epsilon if spec.composition == "sequential" else epsilon
 
 
-def mixing_phase(method: str, epsilon: float, spec: MixingSpec) -> accounting.GaussianPhase | None:
-    """The DP phase ``method`` runs on split A to spend ``epsilon``; None for a free method."""
+def mixing_request(method: str, epsilon: float, spec: MixingSpec) -> accounting.CalibrationRequest | None:
+    """The calibration of the full-batch phase ``method`` runs on split A to spend ``epsilon``;
+    None for a free method."""
     if method not in PRIVATE_METHODS:
         return None
     steps = spec.mix_steps if method == "dpmixmin" else 1  # random search releases its M sums once
-    return accounting.GaussianPhase(accounting.calibrate(epsilon, spec.delta, 1.0, steps), 1.0, steps)
+    return (epsilon, spec.delta, 1.0, steps, accounting.DEFAULT_ACCOUNTANT)
+
+
+def mixing_phase(method: str, epsilon: float, spec: MixingSpec) -> accounting.GaussianPhase | None:
+    """The DP phase ``method`` runs on split A to spend ``epsilon``; None for a free method."""
+    request = mixing_request(method, epsilon, spec)
+    if request is None:
+        return None
+    _, _, q, steps, _ = request
+    return accounting.GaussianPhase(accounting.calibrate(*request), q, steps)
 
 
 def _candidate_losses(problem: Problem, candidates: np.ndarray, user_level: bool, bound: float) -> np.ndarray:

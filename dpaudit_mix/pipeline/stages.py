@@ -33,7 +33,16 @@ from ..problem import Problem
 from ..randomness import Key, Stream, stream
 from ..threads import one_thread
 from ..tuning import rehearse
-from .methods import LOSS_BOUND, PRIVATE_METHODS, MixingSpec, Mixture, choose, mix_epsilon, mixing_phase
+from .methods import (
+    LOSS_BOUND,
+    PRIVATE_METHODS,
+    MixingSpec,
+    Mixture,
+    choose,
+    mix_epsilon,
+    mixing_phase,
+    mixing_request,
+)
 
 T = TypeVar("T")
 Arrays = dict[str, np.ndarray]
@@ -85,6 +94,10 @@ class Track(Protocol):
     def finetune(
         self, job: Job, start: Arrays | None, start_key: str | None, prior: tuple[accounting.GaussianPhase, ...]
     ) -> Stage[dict[str, Any]]: ...
+
+    def calibrations(self, epsilon: float) -> list[accounting.CalibrationRequest]:
+        """The calibrations without a prior that a release at ``epsilon`` needs, which
+        :func:`preflight` runs side by side (a track may leave out those it calibrates otherwise)."""
 
     def calibrate(self, epsilon: float, prior: tuple[accounting.GaussianPhase, ...]) -> None:
         """Calibrate the finetune's σ at ``epsilon`` after ``prior`` (raises if out of reach)."""
@@ -259,7 +272,11 @@ def composed_privacy(
 
 def preflight(track: Track, epsilons: Sequence[float]) -> None:
     """Calibrate every σ the run will need, so an unreachable ε fails before anything is written:
-    per ε, each private mixture's phase, then the finetune alone and (sequential) after each of them."""
+    per ε, each private mixture's phase, then the finetune alone and (sequential) after each of them.
+    Those without a prior run first, side by side (:func:`accounting.calibrate_each`), the
+    subsampled ones first (their searches are the slow ones), so the loop finds them answered."""
+    asked = [request for eps in epsilons for request in track.calibrations(eps)]
+    accounting.calibrate_each(sorted(asked, key=lambda request: request[2] == 1.0))  # stable
     for eps in epsilons:
         phases = track.mixing_phases(eps)  # calibrated here, whatever the composition
         priors: list[tuple[accounting.GaussianPhase, ...]] = [()]
@@ -409,6 +426,11 @@ class MixingTrack:
         """The DP phases the spec's private methods run on split A for a release at ``epsilon``."""
         phases = [mixing_phase(m, mix_epsilon(self.spec, epsilon), self.spec) for m in self.spec.methods]
         return [p for p in phases if p is not None]
+
+    def calibrations(self, epsilon: float) -> list[accounting.CalibrationRequest]:
+        """The private mixtures' (the finetune's are the subclass's to add)."""
+        asked = [mixing_request(m, mix_epsilon(self.spec, epsilon), self.spec) for m in self.spec.methods]
+        return [request for request in asked if request is not None]
 
     def jobs(self) -> list[Job]:
         spec = self.spec

@@ -58,6 +58,9 @@ class WarmSynTrack:
     def mixing_phases(self, epsilon: float) -> list[accounting.GaussianPhase]:
         return []
 
+    def calibrations(self, epsilon: float) -> list[accounting.CalibrationRequest]:
+        return []  # the finetune's σ is Opacus' own (:func:`cnn.finetune_sigma`)
+
     def calibrate(self, epsilon: float, prior: tuple[accounting.GaussianPhase, ...]) -> None:
         cnn.finetune_sigma(
             epsilon,
