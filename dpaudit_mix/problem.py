@@ -17,6 +17,7 @@ import numpy as np
 from . import npz
 from .atomic import write_npz
 from .errors import InputError, present, require
+from .identity import META_KEY, is_digest
 
 #: log-likelihoods may exceed 0 by this much (float round-off of a probability of 1).
 LOGP_TOLERANCE = 1e-6
@@ -159,6 +160,16 @@ def _canonical_users(values: np.ndarray, users: np.ndarray) -> np.ndarray:
         signatures.append(hashlib.sha256(mine[np.lexsort(mine.T[::-1])].tobytes()).digest())
     rank = {signature: i for i, signature in enumerate(sorted(set(signatures)))}
     return np.array([rank[signatures[u]] for u in which], dtype=np.int64)
+
+
+def budget_key(problem: Problem) -> tuple[str, str]:
+    """(the ledger key of the data ``problem`` spends, what it hashes): the identity of the
+    sensitive data set it was made from (``"sensitive"``; written into its metadata by the world
+    that built it), else its rows' :func:`data_sha256` (``"rows"``: a problem file from elsewhere)."""
+    named = problem.meta.get(META_KEY)
+    if is_digest(named):
+        return str(named), "sensitive"
+    return data_sha256(problem), "rows"
 
 
 def exact_data_sha256(problem: Problem) -> str:

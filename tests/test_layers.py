@@ -34,6 +34,7 @@ LAYERS: dict[str, int] = {
             "threads",
             "registry",
             "calibrations",
+            "identity",
         ],
         0,
     ),

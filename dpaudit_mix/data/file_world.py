@@ -99,6 +99,10 @@ class FileImageWorld:
 
         return registry.image_problem(self.name, task, seed, shards, proxy, self.sensitive.users)
 
+    def sensitive_set(self, seed: int, shards: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """The sensitive file's images, labels and users: what the budget of this world belongs to."""
+        return self.sensitive.images, self.sensitive.labels, self.sensitive.users
+
 
 @dataclass(frozen=True)
 class FileTextWorld:
@@ -123,6 +127,10 @@ class FileTextWorld:
         from . import registry
 
         return registry.text_problem(self.name, seed, self.arrays)
+
+    def sensitive_set(self, seed: int, shards: int) -> tuple[tuple[str, ...], None, np.ndarray | None]:
+        """The sensitive documents and their users: what the budget of this world belongs to."""
+        return self.sensitive.texts, None, self.sensitive.users
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The 4-gram arrays; a sensitive document without a user is its own user."""

@@ -23,6 +23,7 @@ import numpy as np
 from ..atomic import write_npz
 from ..cache import cached, json_sha256, load_npz, save_npz, user_cache_dir
 from ..errors import require
+from ..identity import META_KEY, sensitive_sha256
 from ..models import DEFAULT_NETWORK
 from ..problem import Problem
 from ..randomness import Key, stream
@@ -351,7 +352,42 @@ def build(name: str, task: str = DEFAULT_TASK, seed: int = 0, shards: int = 0, p
     require(0 <= shards <= offered, f"{name} offers at most {offered} k-scaling sources, asked for {shards}")
     built = chosen.build(task, seed, shards, proxy)
     require(isinstance(built, Problem), f"world {name!r} built {type(built).__name__}, not a Problem")
-    return built
+    data = sensitive_identity(name, seed, shards)
+    if data is None:  # a world that does not show its sensitive set: the ledger keys its problems by their rows
+        return built
+    return replace(built, meta={**built.meta, META_KEY: data})
+
+
+#: what a world's sensitive training set is: its examples (images or texts), labels (None for
+#: texts) and users (None where the data has none).
+SensitiveSet = tuple[np.ndarray | tuple[str, ...], np.ndarray | None, np.ndarray | None]
+
+
+#: (world name, seed, shards) → (the world object it was computed for, its identity).
+_IDENTITIES: dict[tuple[str, int, int], tuple[object, str | None]] = {}
+
+
+def sensitive_identity(name: str, seed: int = 0, shards: int = 0) -> str | None:
+    """The identity of the sensitive training set that ``name``'s problems are built on and its
+    pipeline trains on (:func:`..identity.sensitive_sha256`): the key of its privacy budget, one
+    for λ and model releases alike. A world offers it by a ``sensitive_set(seed, shards)``
+    method, or, for an image world, by its ``sources``; None where it offers neither."""
+    key = (canonical(name), seed, shards)
+    chosen = world(name)
+    known = _IDENTITIES.get(key)
+    if known is not None and known[0] is chosen:  # the same world object: a world replaced is computed again
+        return known[1]
+    method = getattr(chosen, "sensitive_set", None)
+    if callable(method):
+        examples, labels, users = method(seed, shards)
+        value: str | None = sensitive_sha256(examples, labels, users)
+    elif is_image(chosen):
+        _, sensitive = world_sources(name, seed, shards)
+        value = sensitive_sha256(sensitive.train_images, sensitive.train_labels)
+    else:
+        value = None
+    _IDENTITIES[key] = (chosen, value)
+    return value
 
 
 @dataclass(frozen=True)
@@ -420,6 +456,11 @@ class TextWorld:
 
     def build(self, task: str, seed: int, shards: int, proxy: ProxySpec) -> Problem:
         return text_problem(self.name, seed, lambda: _text_problem(seed))
+
+    def sensitive_set(self, seed: int, shards: int) -> SensitiveSet:
+        """The training speeches and their speakers (the test speakers' are held out)."""
+        _, train, _ = text_world(seed)
+        return train.texts, None, train.users
 
 
 def build_public(
