@@ -1,9 +1,13 @@
-"""The privacy-budget ledger: every release on one data set, composed in the PLD accountant.
+"""The privacy-budget ledger: every release on one sensitive data set, composed in the PLD accountant.
 
-Releasing twice on the same data spends budget twice (sequential composition), so the ledger
-keys releases by the data (the digest of the problem's ``logp`` and ``users``, not of a file's
-bytes or path: an extra array or a copy elsewhere is the same data) and composes all of their
-phases at the new release's δ before the next one may go out.
+Releasing twice on the same data spends budget twice, so the ledger keys releases by the data
+they spend: the identity of the sensitive data set (:mod:`..identity`), one key for λ and model
+releases alike; a problem that does not know where it came from falls back to the digest of its
+rows. Each entry records what every phase spent on which part of the data (all of it, or one
+side of a partition, such as the pipeline's split A and split B), so that phases on disjoint
+parts compose in parallel (the worst part) and everything on one part sequentially (PLD), at the
+data's δ: the remaining budget is the cap minus exactly what the releases compose to, never
+less than any one release's own claim.
 
 The ledger is a critical section (DESIGN §11). :func:`reserve` checks the budget and appends a
 *reservation* under an exclusive lock, before verification starts; :func:`commit` turns it into
@@ -15,7 +19,10 @@ A ledger that cannot be read (truncated, not JSON, an entry failing its checks) 
 entry it stopped at; it never reads as empty. Its lock file records the sha256 of the ledger as
 last written here, so a ledger deleted, emptied or edited behind the package's back refuses too
 (an operator who means it deletes the lock file). Symlinks are resolved, so a shared ledger is
-written through, never replaced.
+written through, never replaced. A ledger of an earlier layout (v1–v4: entries keyed by a
+problem's bytes or rows, a model's by its cut images) is read as it is and migrated by the next
+release whose data it recognises: that release's older digests (``aliases``) name the entries
+and caps to carry over to the data's identity, history kept.
 """
 
 from __future__ import annotations
@@ -28,7 +35,8 @@ import stat
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
+from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +44,16 @@ from .. import accounting
 from ..atomic import write_bytes
 from ..cache import sha256_bytes, user_state_dir
 from ..errors import InputError, require
+from ..identity import ALL, is_part, split_part
 
-FORMAT = "dpaudit-mix privacy ledger v4"
+FORMAT = "dpaudit-mix privacy ledger v5"
 STATUSES = ("reserved", "released")
+#: what a data set's key hashes: its sensitive data's identity, or (a problem that does not know
+#: where it came from) its rows; "" for a data set an earlier layout recorded.
+IDENTITIES = ("sensitive", "rows", "")
+#: partitions composed exactly (every choice of one side in each); any further ones count as all
+#: of the data (an over-count: sound).
+MAX_PARTITIONS = 6
 
 
 def default_path() -> Path:
@@ -68,6 +83,15 @@ class Entry:
     manifest_sha256: str = ""
     #: (σ, q, T) of the phases run on this data before ``phase`` (a model release: its mixture's)
     before: tuple[tuple[float, float, int], ...] = ()
+    #: the part of the data each of ``phases`` ran on (:data:`..identity.ALL` or a partition's
+    #: side); empty: all of it (every entry before v5)
+    parts: tuple[str, ...] = ()
+    kind: str = ""  # "lambda" or "model" ("" before v5)
+    #: what the ledger said of the data with this release counted (the manifest's budget section
+    #: states it; check-release compares the two): composed under the lock where the data has a
+    #: cap, else just after the reservation and recorded at the commit; the cap when reserved
+    spent_epsilon: float | None = None
+    budget_epsilon: float | None = None
 
     @property
     def phase(self) -> accounting.GaussianPhase:
@@ -77,6 +101,12 @@ class Entry:
     def phases(self) -> tuple[accounting.GaussianPhase, ...]:
         """Everything this release ran on its data, composed by the ledger."""
         return (*(accounting.GaussianPhase(*p) for p in self.before), self.phase)
+
+    @property
+    def charges(self) -> tuple[tuple[accounting.GaussianPhase, str], ...]:
+        """Each phase with the part of the data it ran on."""
+        parts = self.parts or (ALL,) * len(self.phases)
+        return tuple(zip(self.phases, parts, strict=True))
 
     def on(self, data_sha256: str, problem_sha256: str, aliases: tuple[str, ...] = ()) -> bool:
         """Whether this entry spent budget on that data (a v1 entry knows the file's bytes only;
@@ -96,9 +126,12 @@ class Dataset:
     delta: float
     since: str
     changes: tuple[dict[str, Any], ...] = ()
+    identity: str = ""  # what the key hashes (IDENTITIES)
+    #: the keys an earlier layout recorded this data under, whose entries and cap were carried over
+    aliases: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "changes": list(self.changes)}
+        return {**asdict(self), "changes": list(self.changes), "aliases": list(self.aliases)}
 
 
 class Conflict(Exception):
@@ -144,6 +177,14 @@ def _entry(raw: object, where: str) -> Entry:
         manifest=_text(raw, "manifest", where, ""),
         manifest_sha256=_text(raw, "manifest_sha256", where, ""),
         before=_before(raw.get("before", []), where),
+        parts=_parts(raw.get("parts", []), where),
+        kind=_text(raw, "kind", where, ""),
+        spent_epsilon=_optional_number(raw, "spent_epsilon", where),
+        budget_epsilon=_optional_number(raw, "budget_epsilon", where),
+    )
+    require(
+        not entry.parts or len(entry.parts) == len(entry.before) + 1,
+        f"{where}: 'parts' names {len(entry.parts)} parts for {len(entry.before) + 1} phases",
     )
     require(entry.status in STATUSES, f"{where}: 'status' must be one of {STATUSES}, got {entry.status!r}")
     require(bool(entry.data_sha256 or entry.problem_sha256), f"{where}: names no data (data_sha256)")
@@ -174,6 +215,19 @@ def _before(raw: Any, where: str) -> tuple[tuple[float, float, int], ...]:
     return tuple(phases)
 
 
+def _optional_number(raw: dict[str, Any], key: str, where: str) -> float | None:
+    return None if raw.get(key) is None else _number(raw, key, where)
+
+
+def _parts(raw: Any, where: str) -> tuple[str, ...]:
+    """An entry's parts: a list of "all" or "<partition sha256>:<side>"."""
+    require(
+        isinstance(raw, list) and all(is_part(p) for p in raw),
+        f"{where}: 'parts' must be a list of 'all' or '<partition>:<side>', got {raw!r}",
+    )
+    return tuple(raw)
+
+
 def _dataset(raw: object, where: str) -> Dataset:
     require(isinstance(raw, dict), f"{where} is not an object: {raw!r}")
     assert isinstance(raw, dict)
@@ -181,8 +235,16 @@ def _dataset(raw: object, where: str) -> Dataset:
     budget = None if cap is None else _number(raw, "budget_epsilon", where)
     changes = raw.get("changes", [])
     require(isinstance(changes, list) and all(isinstance(c, dict) for c in changes), f"{where}: bad 'changes'")
-    dataset = Dataset(budget, _number(raw, "delta", where), _text(raw, "since", where), tuple(changes))
+    aliases = raw.get("aliases", [])
+    require(isinstance(aliases, list) and all(isinstance(a, str) for a in aliases), f"{where}: bad 'aliases'")
+    identity = _text(raw, "identity", where, "")
+    require(identity in IDENTITIES, f"{where}: 'identity' must be one of {IDENTITIES[:2]}, got {identity!r}")
+    dataset = Dataset(
+        budget, _number(raw, "delta", where), _text(raw, "since", where), tuple(changes), identity, tuple(aliases)
+    )
     require(0 < dataset.delta < 1 and (budget is None or budget > 0), f"{where}: delta or budget out of range")
+    unknown = sorted(set(raw) - {f.name for f in fields(Dataset)})
+    require(not unknown, f"{where}: unknown key(s) {unknown} (a newer ledger?); refusing to guess what was spent")
     return dataset
 
 
@@ -296,17 +358,51 @@ def _write(real: Path, entries: list[Entry], datasets: dict[str, Dataset]) -> No
     _lock_path(real).write_text(sha256_bytes(content) + "\n", encoding="utf-8")
 
 
+#: a phase and the part of the data it ran on (:data:`..identity.ALL`, or one side of a partition).
+Charge = tuple[accounting.GaussianPhase, str]
+
+
+def composed(charges: list[Charge], delta: float, claims: tuple[float, ...] = ()) -> float:
+    """ε at ``delta`` of ``charges`` on one data set: for every choice of one side in each
+    partition, every phase on all of the data or on a chosen side, composed by PLD; the worst
+    choice, since each example lies on one side of each partition (parallel composition across
+    the sides, sequential within one). Never below any of ``claims``: a release's own stated ε
+    (its accountant's; PLD may put its phases a little lower) is what it spent."""
+    sides: dict[str, set[str]] = {}
+    for _, part in charges:
+        named = split_part(part)
+        if named is not None:
+            sides.setdefault(named[0], set()).add(named[1])
+    partitions = sorted(sides)[:MAX_PARTITIONS]
+    worst = 0.0
+    for choice in product(*(sorted(sides[p]) for p in partitions)):
+        chosen = {f"{p}:{side}" for p, side in zip(partitions, choice, strict=True)}
+        phases = [
+            phase
+            for phase, part in charges
+            if part == ALL or part in chosen or (split_part(part) or ("", ""))[0] not in partitions
+        ]
+        if phases:
+            worst = max(worst, accounting.epsilon(phases, delta, "pld"))
+    return max((worst, *claims))
+
+
 def spent(
     entries: list[Entry],
     data_sha256: str,
     problem_sha256: str,
     delta: float,
-    extra: tuple[accounting.GaussianPhase, ...] = (),
+    extra: tuple[Charge | accounting.GaussianPhase, ...] = (),
     aliases: tuple[str, ...] = (),
+    claims: tuple[float, ...] = (),
 ) -> float:
-    """ε at ``delta`` of every entry (reservations too) on this data, plus ``extra``, composed in PLD."""
-    phases = [p for e in entries if e.on(data_sha256, problem_sha256, aliases) for p in e.phases] + list(extra)
-    return accounting.epsilon(phases, delta, "pld") if phases else 0.0
+    """ε at ``delta`` of every entry (reservations too) on this data, plus ``extra`` (a release
+    not yet reserved, whose own claims are ``claims``; a bare phase runs on all of the data),
+    composed as :func:`composed` does."""
+    mine = [e for e in entries if e.on(data_sha256, problem_sha256, aliases)]
+    more = [(c, ALL) if isinstance(c, accounting.GaussianPhase) else c for c in extra]
+    charges = [c for e in mine for c in e.charges] + more
+    return composed(charges, delta, (*(e.epsilon for e in mine), *claims)) if charges else 0.0
 
 
 class OverBudget(Exception):
@@ -315,6 +411,44 @@ class OverBudget(Exception):
     def __init__(self, before: float, after: float, budget: float = math.inf) -> None:
         super().__init__(f"{before:.4g} -> {after:.4g} of {budget:g}")
         self.before, self.after, self.budget = before, after, budget
+
+
+def _merged(
+    datasets: dict[str, Dataset],
+    entries: list[Entry],
+    key: str,
+    problem_sha256: str,
+    aliases: tuple[str, ...],
+) -> tuple[Dataset | None, dict[str, Dataset], list[Entry]]:
+    """The data set ``key`` with what an earlier layout recorded for the same data under
+    ``aliases`` (or, v1, the problem file's bytes) carried over: those entries re-keyed, their
+    caps merged (the smallest holds; δ must agree), the old keys kept in ``aliases``."""
+    found = [k for k in (key, *aliases) if k in datasets]
+    carried = [
+        replace(e, data_sha256=key) if e.on(key, problem_sha256, aliases) and e.data_sha256 != key else e
+        for e in entries
+    ]
+    if not found:
+        return None, datasets, carried
+    olds = [datasets[k] for k in found]
+    deltas = {d.delta for d in olds}
+    if len(deltas) > 1:
+        raise Conflict(
+            f"this data was recorded at several deltas {sorted(deltas)} under the ledger's older keys "
+            f"{', '.join(k[:16] for k in found)}; compose them by hand and keep one (`dpaudit-mix ledger show`)"
+        )
+    caps = [d.budget_epsilon for d in olds if d.budget_epsilon is not None]
+    since = min(d.since for d in olds)
+    merged = Dataset(
+        min(caps) if caps else None,
+        olds[0].delta,
+        since,
+        tuple(c for d in olds for c in d.changes),
+        datasets[key].identity if key in datasets else "",
+        tuple(dict.fromkeys((*(a for d in olds for a in d.aliases), *(k for k in found if k != key)))),
+    )
+    rest = {k: d for k, d in datasets.items() if k not in found}
+    return merged, rest, carried
 
 
 def reserve(
@@ -330,6 +464,9 @@ def reserve(
     budget: float | None,
     aliases: tuple[str, ...] = (),
     before: tuple[accounting.GaussianPhase, ...] = (),
+    parts: tuple[str, ...] = (),
+    kind: str = "",
+    identity: str = "",
 ) -> str:
     """Check the budget and append a reservation, atomically; its id, :class:`OverBudget`, or
     :class:`Conflict`.
@@ -338,10 +475,17 @@ def reserve(
     spec's) must be that cap or None, ``delta`` that δ, and everything on the data is composed
     at that δ. So neither a second spec with a larger cap (or none) nor a release at another δ
     spends more on the same data. ``before``: phases this release runs on the data before
-    ``phase`` (a model release: its mixture's), charged with it."""
+    ``phase`` (a model release: its mixture's); ``parts``: the part of the data each of
+    ``(*before, phase)`` runs on (default: all of it); ``epsilon``: the release's own claim.
+    ``aliases``: the digests earlier layouts keyed this data by, migrated to ``data_sha256``."""
+    require(identity in IDENTITIES, f"identity must be one of {IDENTITIES}, got {identity!r}")
+    parts = parts or (ALL,) * (len(before) + 1)
+    require(len(parts) == len(before) + 1 and all(is_part(p) for p in parts), f"bad parts {parts!r}")
     with _locked(path) as real:
         datasets, entries = read_state(real)
-        fixed = datasets.get(data_sha256) or Dataset(budget, delta, timestamp)
+        merged, datasets, entries = _merged(datasets, entries, data_sha256, problem_sha256, aliases)
+        fixed = merged or Dataset(budget, delta, timestamp, identity=identity)
+        fixed = replace(fixed, identity=identity or fixed.identity)
         if budget is not None and budget != fixed.budget_epsilon:
             cap = "no cap" if fixed.budget_epsilon is None else f"budget_epsilon {fixed.budget_epsilon:g}"
             raise Conflict(
@@ -354,8 +498,10 @@ def reserve(
                 f"this data is accounted at delta {fixed.delta:g} (fixed by its first release on {fixed.since}); a "
                 f"release at delta {delta:g} cannot be composed with it: release at delta {fixed.delta:g}"
             )
+        charges = tuple(zip((*before, phase), parts, strict=True))
+        total = None  # uncapped: composed after the lock (:func:`standing`), recorded at the commit
         if fixed.budget_epsilon is not None:
-            total = spent(entries, data_sha256, problem_sha256, fixed.delta, (*before, phase), aliases)
+            total = spent(entries, data_sha256, problem_sha256, fixed.delta, charges, aliases, (epsilon,))
             if total > fixed.budget_epsilon:
                 earlier = spent(entries, data_sha256, problem_sha256, fixed.delta, (), aliases)
                 raise OverBudget(earlier, total, fixed.budget_epsilon)
@@ -372,9 +518,19 @@ def reserve(
             timestamp=timestamp,
             problem_sha256=problem_sha256,
             before=tuple((p.noise_multiplier, p.sample_rate, p.steps) for p in before),
+            parts=parts,
+            kind=kind,
+            spent_epsilon=total,
+            budget_epsilon=fixed.budget_epsilon,
         )
         _write(real, [*entries, entry], {**datasets, data_sha256: fixed})
         return entry.id
+
+
+def entry(path: Path, reservation: str) -> Entry:
+    """The ledger's entry (or reservation) ``reservation``."""
+    entries = read(path)
+    return entries[_find(entries, reservation, path)]
 
 
 def standing(
@@ -410,18 +566,19 @@ def _find(entries: list[Entry], reservation: str, path: Path) -> int:
     return where[0]
 
 
-def commit(path: Path, reservation: str, manifest_sha256: str) -> None:
+def commit(path: Path, reservation: str, manifest_sha256: str, spent_epsilon: float | None = None) -> None:
     """The reservation becomes the release's entry, naming its manifest by digest (a path would
-    record where a machine keeps its files; the digest is what identifies the release)."""
+    record where a machine keeps its files; the digest is what identifies the release), with the
+    spend its manifest states where the reservation did not record one (an uncapped data set)."""
     with _locked(path) as real:
         datasets, entries = read_state(real)
         i = _find(entries, reservation, path)
-        entries[i] = Entry(
-            **{
-                **asdict(entries[i]),
-                "status": "released",
-                "manifest_sha256": manifest_sha256,
-            }
+        recorded = entries[i].spent_epsilon
+        entries[i] = replace(
+            entries[i],
+            status="released",
+            manifest_sha256=manifest_sha256,
+            spent_epsilon=recorded if recorded is not None else spent_epsilon,
         )
         _write(real, entries, datasets)
 
