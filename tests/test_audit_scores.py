@@ -88,9 +88,14 @@ def test_the_command_passes_an_honest_claim_and_flags_a_leak(capsys, tmp_path: P
     printed = json.loads(capsys.readouterr().out)
     assert not printed["exceeds_claim"] and printed["runs"] == 40_000 and 0 < printed["epsilon_lower_bound"] <= 1
     assert {p.name for p in out.iterdir()} >= {"audit.json", "report.md", "report.html", "tradeoff.png"}
-    assert main(["audit-scores", str(leak), "--epsilon", "1", "--delta", str(DELTA)]) == 3
+    assert main(["audit-scores", str(leak), "--epsilon", "1", "--delta", str(DELTA), "--curve", "gdp"]) == 3
     captured = capsys.readouterr()
     assert "VIOLATION" in captured.err and json.loads(captured.out)["profile_violation"]
+    # without phases or --curve the claim is (ε, δ) alone: the GDP curve is a comparison, the verdict the strict bound's
+    code = main(["audit-scores", str(leak), "--epsilon", "1", "--delta", str(DELTA)])
+    alone = json.loads(capsys.readouterr().out)
+    assert alone["curve"] == "none" and alone["gdp_comparison"] and not alone["profile_violation"]
+    assert code == (3 if alone["epsilon_violation"] else 0) and alone["exceeds_claim"] == alone["epsilon_violation"]
 
 
 def test_a_csv_gives_what_the_npz_gives(capsys, tmp_path: Path) -> None:
@@ -213,8 +218,9 @@ def test_the_command_takes_control_scores_and_exits_4_when_blind(capsys, tmp_pat
 def test_other_dp_mechanisms_fail_the_curve_not_epsilon() -> None:
     """Mechanisms that are (ε, δ)-DP but not the claimed Gaussian: a plain Gaussian exactly
     (1, 1e-5)-DP against a Poisson claim of the same (1, 1e-5), the Laplace mechanism and
-    randomized response at pure ε = 1. The curve test may fire (it tests the mechanism); the
-    strict bound never says ε is violated."""
+    randomized response at pure ε = 1. The curve test may fire where a curve is claimed (it tests
+    the mechanism); without one, the GDP curve is a comparison only; the strict bound never says
+    ε is violated."""
     rng = _draw("other-mechanisms")
     n = 100_000
     mu = accounting.gdp_mu_of_epsilon(1.0, DELTA)
@@ -230,9 +236,12 @@ def test_other_dp_mechanisms_fail_the_curve_not_epsilon() -> None:
         assert not result.epsilon_violation and result.epsilon_lower_bound <= 1.0
         assert result.verdict in ("curve_violated", "none") and not result.gdp_is_bound
     gaussian = dpaudit_mix.audit_scores(cases[0][0], cases[0][1], epsilon=1.0, delta=DELTA, phases=[poisson])
-    laplace = dpaudit_mix.audit_scores(cases[1][0], cases[1][1], epsilon=1.0, delta=DELTA)
+    laplace = dpaudit_mix.audit_scores(cases[1][0], cases[1][1], epsilon=1.0, delta=DELTA, curve="gdp")
     assert gaussian.verdict == laplace.verdict == "curve_violated"
     assert "(curve violated)" in verdict_line(laplace, 1.0) and "(ε violated)" not in verdict_line(laplace, 1.0)
+    unstated = dpaudit_mix.audit_scores(cases[1][0], cases[1][1], epsilon=1.0, delta=DELTA)
+    assert unstated.verdict == "none" and not unstated.violation and unstated.gdp_comparison
+    assert "not a violation" in verdict_line(unstated, 1.0)
 
 
 @pytest.mark.parametrize(

@@ -33,6 +33,7 @@ from .scores import (
     analyse,
     checked_claim,
     checked_scores,
+    claimed_curve,
     control_label,
     power_line,
     verdict_line,
@@ -124,11 +125,15 @@ def audit_score_file(
     out: Path | None = None,
     accountant: str = accounting.DEFAULT_ACCOUNTANT,
     progress: bool = False,
+    *,
+    curve: str | None = None,
 ) -> AuditResult:
     """:func:`.scores.audit_scores` on ``scores`` as :func:`read_scores` read them from ``path``
     (read once: the caller checks them before it makes ``out``); with ``out``, the report there.
-    ``progress``: a bar of the analysis' steps on stderr, from PROGRESS_RUNS scores on."""
+    ``progress``: a bar of the analysis' steps on stderr, from PROGRESS_RUNS scores on;
+    ``curve="gdp"``: without phases, the mechanism is stated to be μ-GDP."""
     claimed = checked_claim(epsilon, delta, phases, confidence, threshold, accountant)
+    claimed_curve(phases, curve)
     if out is not None:  # every input checked first: a refused audit makes no folder
         out = check_output(out, folder=True, inputs=[path])
     args = (epsilon, delta, claimed, phases, confidence, threshold, seed)
@@ -147,9 +152,10 @@ def audit_score_file(
             started.append(name)
             bar.set_postfix_str(name)
 
-        result, found = analyse(scores["in_scores"], scores["out_scores"], *args, label, step)
+        result, found = analyse(scores["in_scores"], scores["out_scores"], *args, label, step, curve=curve)
         if "control_in" in scores:
-            control = analyse(scores["control_in"], scores["control_out"], *args, control_label(label), step)[0]
+            control_args = (*args, control_label(label), step)
+            control = analyse(scores["control_in"], scores["control_out"], *control_args, curve=curve)[0]
             result = with_control(result, control)
         bar.update(len(started) - bar.n)
     if out is not None:

@@ -2,7 +2,11 @@
 
 The attack (:mod:`.attack`) picks thresholds, the Clopper–Pearson points bound its error rates,
 and the verdict compares them with the claim: the strict (ε, δ) bound against ε, and every CP
-point against the claimed trade-off curve (:mod:`.profile`). The Gaussian (μ-GDP) numbers are a
+point against the claimed trade-off curve (:mod:`.profile`) — where a curve was claimed: the
+phases' PLD profile, or ``curve="gdp"`` (the caller states the mechanism is μ-GDP). Without
+either the claim is (ε, δ) alone and the verdict rests on the strict bound only; the μ-GDP curve
+of ε is then a *comparison* (``gdp_comparison``), never a violation: a correct pure-ε mechanism
+(Laplace, randomized response) lies below it. The Gaussian (μ-GDP) numbers are a
 bound only for a mechanism the caller states is full batch; under Poisson sampling (or unstated)
 they assume a Gaussian trade-off the mechanism may not have, and are labelled so
 (``gdp_is_bound``). Each verdict names the test that fired (:func:`verdict_line`), and each
@@ -28,6 +32,9 @@ from .profile import GaussianTradeOff, TradeOff, claimed_tradeoff, epsilon_lower
 
 #: what a result's verdict says, in the order they outrank each other.
 VERDICTS = ("epsilon_violated", "curve_violated", "none")
+#: what the claim's curve is: the phases' PLD profile, a μ-GDP curve the caller stated, or none
+#: (the claim is (ε, δ) alone).
+CURVES = ("phases", "gdp", "none")
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,10 @@ class AuditResult:
     warnings: tuple[str, ...]  # what makes silence weak evidence (a worse-than-chance attack, no power)
     control: AuditResult | None  # the σ = 0 control's result, when its scores were given
     violation: bool  # epsilon_violation or profile_violation
+    curve: str  # the claimed curve the curve test used (CURVES; "none": no curve test)
+    #: without a claimed curve: whether a CP point lies below the μ-GDP curve of ε (a comparison
+    #: with an assumed Gaussian shape, never a violation); None where a curve was claimed
+    gdp_comparison: bool | None
 
     @property
     def verdict(self) -> str:
@@ -94,6 +105,8 @@ class AuditResult:
             "profile_violation": self.profile_violation,
             "epsilon_violation": self.epsilon_violation,
             "verdict": self.verdict,
+            "curve": self.curve,
+            **({} if self.gdp_comparison is None else {"gdp_comparison": self.gdp_comparison}),
             "epsilon_lower_bound_max": self.epsilon_lower_bound_max,
             "curve_detectable": self.curve_detectable,
             "warnings": list(self.warnings),
@@ -127,6 +140,17 @@ def verdict_line(result: AuditResult, epsilon: float) -> str:
             f"not the claimed one (its σ-scaled family's ε_LB is {result.epsilon_lower_bound_profile:.3f}); the "
             f"(ε, δ) claim itself is not shown violated (strict ε_LB {result.epsilon_lower_bound:.3f} ≤ {epsilon:g})."
         )
+    if result.curve == "none":
+        compared = (
+            "; beside it, a CP point lies below the μ-GDP curve of that ε — a comparison with an assumed Gaussian "
+            "shape, not a violation (a pure-ε mechanism lies there too)"
+            if result.gdp_comparison
+            else ""
+        )
+        return (
+            f"No violation: the strict ε_LB {result.epsilon_lower_bound:.3f} is at most the claimed ε (the claim is "
+            f"(ε, δ) alone: give phases, or curve='gdp', to test a trade-off curve){compared}."
+        )
     return (
         "No violation: every CP point lies on or above the claimed trade-off curve, and the strict ε_LB "
         f"{result.epsilon_lower_bound:.3f} is at most the claimed ε."
@@ -135,11 +159,14 @@ def verdict_line(result: AuditResult, epsilon: float) -> str:
 
 def power_line(result: AuditResult) -> str:
     """What this many runs could show at best (an attack with no error at all)."""
-    curve = "could" if result.curve_detectable else "could NOT"
-    return (
+    bound = (
         f"Power: from {result.runs} runs an attack with no error at all certifies a strict ε_LB of at most "
-        f"{result.epsilon_lower_bound_max:.3f}, and {curve} fall below the claimed curve."
+        f"{result.epsilon_lower_bound_max:.3f}"
     )
+    if result.curve == "none":
+        return bound + " (no curve was claimed)."
+    curve = "could" if result.curve_detectable else "could NOT"
+    return f"{bound}, and {curve} fall below the claimed curve."
 
 
 def checked_scores(scores: npt.ArrayLike, name: str) -> np.ndarray:
@@ -188,6 +215,13 @@ def check_claim(
     )
 
 
+def claimed_curve(phases: Sequence[accounting.GaussianPhase] | None, curve: str | None) -> str:
+    """Which curve the claim states (:data:`CURVES`): the phases', a stated μ-GDP one, or none."""
+    require(curve in (None, "gdp"), f"curve must be 'gdp' or left out, got {curve!r}")
+    require(not (phases and curve), "give phases (their PLD profile is the curve) or curve='gdp', not both")
+    return "phases" if phases else ("gdp" if curve == "gdp" else "none")
+
+
 def checked_claim(
     epsilon: float,
     delta: float,
@@ -196,8 +230,9 @@ def checked_claim(
     threshold: str,
     accountant: str = accounting.DEFAULT_ACCOUNTANT,
 ) -> TradeOff:
-    """The claimed trade-off curve, after checking every setting of the audit (one InputError for
-    the first bad one)."""
+    """The claimed trade-off curve (the μ-GDP curve of ε without phases: the claim's, with
+    ``curve="gdp"``, else only a comparison), after checking every setting of the audit (one
+    InputError for the first bad one)."""
     require(0 < confidence < 1, f"confidence must be in (0, 1), got {confidence}")
     THRESHOLDS.get(threshold)
     check_claim(epsilon, delta, phases, accountant)
@@ -210,14 +245,20 @@ def full_batch(phases: Sequence[accounting.GaussianPhase] | None) -> bool:
     return bool(phases) and all(p.sample_rate == 1.0 for p in phases or ())
 
 
-def _warnings(auroc: float, epsilon: float, max_epsilon: float, detectable: bool) -> tuple[str, ...]:
+def _warnings(auroc: float, epsilon: float, max_epsilon: float, detectable: bool, curve: str) -> tuple[str, ...]:
     said = []
     if auroc < 0.5:
         said.append(
             f"AUROC {auroc:.3f} is below 1/2: the attack does worse than chance (are the scores' signs flipped? "
             "larger must mean 'canary in'); its silence proves nothing"
         )
-    if not detectable:
+    if curve == "none":
+        if max_epsilon <= epsilon:
+            said.append(
+                f"with this many runs the strict bound cannot exceed {max_epsilon:.3f} <= the claimed epsilon, and no "
+                "curve was claimed: the audit cannot fail"
+            )
+    elif not detectable:
         said.append("with this many runs no attack can fall below the claimed curve: the audit cannot fail")
     elif max_epsilon <= epsilon:
         said.append(
@@ -244,9 +285,11 @@ def analyse(
     seed: int,
     label: str,
     step: Callable[[str], None] | None = None,
+    curve: str | None = None,
 ) -> tuple[AuditResult, AttackResult]:
     """The result and the attack behind it (its thresholds and counted runs, for figures);
-    ``step`` hears of each of its :data:`STEPS` as it starts (a progress bar).
+    ``step`` hears of each of its :data:`STEPS` as it starts (a progress bar); ``curve="gdp"``:
+    without phases, the caller states the mechanism is μ-GDP (else the claim is (ε, δ) alone).
 
     Runs are in-scores then out-scores; ``split`` draws its SELECT half from a stream named by
     ``seed`` and ``label``. ``phases`` are the claim's
@@ -254,6 +297,7 @@ def analyse(
     ``confidence`` holds for this one result: an audit of several shares its α over them.
     """
     tell = step or (lambda name: None)
+    stated = claimed_curve(phases, curve)
     tell(STEPS[0])
     gdp_is_bound = full_batch(phases)
     scores = np.concatenate([scores_in, scores_out])
@@ -263,7 +307,8 @@ def analyse(
     tell(STEPS[1])
     diag = diagnose(scores_in, scores_out)
     tell(STEPS[2])
-    profile_violation = found.profile_violation(claimed)
+    below_curve = found.profile_violation(claimed)
+    profile_violation = below_curve and stated != "none"  # a verdict only on a curve that was claimed
     profile_bound = (
         found.epsilon_lower_bound_gdp
         if not phases or gdp_is_bound
@@ -273,7 +318,7 @@ def analyse(
     )
     perfect = found.perfect_point()
     max_epsilon = float(strict_epsilon(*perfect, delta))
-    detectable = bool(np.any(claimed.violated(np.array([perfect[0]]), np.array([perfect[1]]))))
+    detectable = stated != "none" and bool(np.any(claimed.violated(np.array([perfect[0]]), np.array([perfect[1]]))))
     strict, gdp = found.strict, found.gdp
     epsilon_violation = found.epsilon_lower_bound > epsilon
     result = AuditResult(
@@ -299,9 +344,11 @@ def analyse(
         epsilon_violation=epsilon_violation,
         epsilon_lower_bound_max=max_epsilon,
         curve_detectable=detectable,
-        warnings=_warnings(diag.auroc, epsilon, max_epsilon, detectable),
+        warnings=_warnings(diag.auroc, epsilon, max_epsilon, detectable, stated),
         control=None,
         violation=epsilon_violation or profile_violation,
+        curve=stated,
+        gdp_comparison=below_curve if stated == "none" else None,
     )
     return result, found
 
@@ -331,6 +378,7 @@ def audit_scores(
     control_in: npt.ArrayLike | None = None,
     control_out: npt.ArrayLike | None = None,
     accountant: str = accounting.DEFAULT_ACCOUNTANT,
+    curve: str | None = None,
 ) -> AuditResult:
     """Audit a claimed (ε, δ) from membership scores (larger = canary more likely in).
 
@@ -338,8 +386,10 @@ def audit_scores(
     ``phases`` are the mechanism's Gaussian phases (σ, q, T) as its accountant calibrated them,
     and ``epsilon`` must be what they spend under ``accountant`` (the one that calibrated σ):
     the claimed trade-off curve is then their PLD
-    profile (μ-GDP when every q = 1). Without phases the claim is μ-GDP from ε, which the package
-    cannot know to be the mechanism's own (``gdp_is_bound`` is False). ``control_in`` and
+    profile (μ-GDP when every q = 1). Without phases the claim is (ε, δ) alone: the verdict rests
+    on the strict bound, and the μ-GDP curve of ε is reported as ``gdp_comparison`` only, unless
+    ``curve="gdp"`` states that the mechanism is μ-GDP (then it is tested; ``gdp_is_bound`` stays
+    False: the package cannot know it). ``control_in`` and
     ``control_out`` are the same attack's scores on σ = 0 runs: given, a control that stays
     within the claim makes the result ``inconclusive``. ``seed`` and ``label`` name the stream
     the split strategy draws from (same inputs, same result).
@@ -350,9 +400,11 @@ def audit_scores(
     if control_in is not None and control_out is not None:
         controls = checked_scores(control_in, "control_in"), checked_scores(control_out, "control_out")
     claimed = checked_claim(epsilon, delta, phases, confidence, threshold, accountant)
+    claimed_curve(phases, curve)
     args = (epsilon, delta, claimed, phases, confidence, threshold, seed)
-    result = analyse(scores_in, scores_out, *args, label)[0]
+    result = analyse(scores_in, scores_out, *args, label, curve=curve)[0]
     if controls is None:
         return result
     control_in_scores, control_out_scores = controls
-    return with_control(result, analyse(control_in_scores, control_out_scores, *args, control_label(label))[0])
+    control = analyse(control_in_scores, control_out_scores, *args, control_label(label), curve=curve)[0]
+    return with_control(result, control)

@@ -49,9 +49,11 @@ def check_mechanism(
     score: Callable[[Any], Any] | None = None,
     phases: Sequence[accounting.GaussianPhase] | None = None,
     confidence: float = 0.95,
+    curve: str | None = None,
 ) -> Report:
     """Run ``release_fn`` ``runs`` times on each of ``neighbours`` = (D, D′) and audit the claim
-    (ε, δ) (and, with ``phases``, the claimed Gaussian mechanism's curve); returns the
+    (ε, δ) (and, with ``phases``, the claimed Gaussian mechanism's curve; with ``curve="gdp"``,
+    the μ-GDP curve of ε the caller states the mechanism has); returns the
     :class:`~.failure.Report` or raises :class:`~.failure.CheckFailed`. ``release_fn`` draws its
     own noise (its mechanism's randomness, a CSPRNG in production)."""
     require(callable(release_fn), f"release_fn must be callable, got {type(release_fn).__name__}")
@@ -77,7 +79,13 @@ def check_mechanism(
     half = 1 - (1 - confidence) / 2  # two directions share the level
     for direction, sign in (("D′ releases larger", 1.0), ("D′ releases smaller", -1.0)):
         result = audit_scores(
-            sign * in_scores, sign * out_scores, epsilon=epsilon, delta=delta, phases=phases, confidence=half
+            sign * in_scores,
+            sign * out_scores,
+            epsilon=epsilon,
+            delta=delta,
+            phases=phases,
+            confidence=half,
+            curve=curve,
         )
         why = (
             f"ε_LB {result.epsilon_lower_bound:.3f} against the claimed ε {epsilon:g} over {2 * runs} runs "
