@@ -277,6 +277,7 @@ def cmd_audit_scores(args: argparse.Namespace) -> int:
         out,
         args.accountant,
         progress=True,
+        curve=args.curve,
     )
     print(json.dumps(result.to_dict(), indent=2))
     see = f"; see {out}/report.md" if out else ""
@@ -329,14 +330,28 @@ def cmd_release(args: argparse.Namespace) -> int:
 
 
 def cmd_check_release(args: argparse.Namespace) -> int:
-    from .release.check import check_release
+    from .release.check import inspect_release
 
-    problems = check_release(args.manifest, args.problem)
-    print(json.dumps({"manifest": args.manifest, "ok": not problems, "problems": problems}, indent=2))
-    if problems:
-        print("dpaudit-mix: check-release FAILED:\n  " + "\n  ".join(problems), file=sys.stderr)
+    found = inspect_release(args.manifest, args.problem, public_key=args.public_key, ledger_path=args.ledger)
+    print(json.dumps({"manifest": args.manifest, **found.to_dict()}, indent=2))
+    for note in found.notes:
+        print(f"dpaudit-mix: note: {note}", file=sys.stderr)
+    if found.problems:
+        print("dpaudit-mix: check-release FAILED:\n  " + "\n  ".join(found.problems), file=sys.stderr)
         return EXIT_VIOLATION
     return 0
+
+
+def cmd_signing_key(args: argparse.Namespace) -> None:
+    """The public key this machine signs releases with (made now if it has none): what a reader
+    passes to ``check-release --public-key``."""
+    from .atomic import write_text
+    from .release import signing
+
+    public = signing.signing_key().public_key()
+    if args.out:
+        write_text(Path(args.out), signing.public_pem(public))
+    _emit({"fingerprint": signing.fingerprint(public), "public_key_pem": signing.public_pem(public)}, None)
 
 
 def cmd_ledger(args: argparse.Namespace) -> None:
@@ -356,8 +371,12 @@ def cmd_ledger(args: argparse.Namespace) -> None:
     shown = {
         key: {
             **fixed.to_dict(),
+            "keyed_by": {"sensitive": "the sensitive data's identity", "rows": "the problem's rows"}.get(
+                fixed.identity, "an earlier ledger layout's key (migrated by the next release on this data)"
+            ),
             "spent_epsilon": ledger.spent(entries, key, "", fixed.delta),
             "releases": sum(e.data_sha256 == key for e in entries),
+            "kinds": sorted({e.kind or "unknown" for e in entries if e.data_sha256 == key}),
         }
         for key, fixed in datasets.items()
     }
@@ -606,6 +625,12 @@ def _audit_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
     scores.add_argument("--confidence", type=_finite, default=0.95)
     scores.add_argument("--threshold", default="bonferroni", help="bonferroni (default) or split")
+    scores.add_argument(
+        "--curve",
+        choices=("gdp",),
+        help="without --steps: state that the mechanism is mu-GDP, so its curve is tested (default: the claim is "
+        "(epsilon, delta) alone and the verdict rests on the strict bound)",
+    )
     scores.add_argument("--seed", type=_seed, default=0, help="names the stream of the split strategy's SELECT half")
     scores.add_argument(
         "--label",
@@ -635,7 +660,8 @@ def _release_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     release_cmd.add_argument(
         "--noise-multiplier",
         type=_finite,
-        help="override the calibrated sigma while the claim stays (simulates a leaking mechanism)",
+        help="run a sigma at least the calibrated one (more noise than the claim needs); a smaller one is "
+        "refused (exit 3): `audit --noise-multiplier` simulates a leak",
     )
     release_cmd.set_defaults(func=cmd_release)
 
@@ -644,7 +670,18 @@ def _release_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
     check.add_argument("manifest")
     check.add_argument("--problem", help="the problem file to check against (default: the path in the manifest)")
+    check.add_argument(
+        "--public-key",
+        help="the releaser's public key (PEM, from `dpaudit-mix signing-key`; default: this machine's own key)",
+    )
+    check.add_argument(
+        "--ledger", help="the ledger that released it (default: $DPAUDIT_MIX_LEDGER, else the user state folder)"
+    )
     check.set_defaults(func=cmd_check_release)
+
+    key = sub.add_parser("signing-key", help="print the public key this machine signs releases with")
+    key.add_argument("--out", help="also write the public key (PEM) to this file")
+    key.set_defaults(func=cmd_signing_key)
 
     book = sub.add_parser("ledger", help="the privacy ledger: show each data set's cap and spend, or change a cap")
     book.add_argument("action", choices=("show", "set-budget"))

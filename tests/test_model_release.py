@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from dpaudit_mix import accounting
 from dpaudit_mix.cli import main
 from dpaudit_mix.models import cnn
 from dpaudit_mix.npz import load
@@ -64,13 +65,18 @@ def test_a_model_release_publishes_audited_weights_that_check_and_load(tmp_path:
     assert audit["one_run"] and not audit["violation"] and audit["canaries"] == 1000
     assert audit["noise_multiplier"] == claim["finetune_phase"]["noise_multiplier"]
     assert len(manifest["mixture"]["weights"]) == len(manifest["mixture"]["sources"])
-    # the ledger charged both phases of the model
+    # the ledger charged both phases of the model, each to its split: the spend is the max, as the claim says
     entry = ledger.read(tmp_path / "ledger.json")[0]
     assert entry.status == "released" and entry.manifest_sha256 == manifest["manifest_sha256"]
     assert [p.noise_multiplier for p in entry.phases] == [
         claim["mixture_phase"]["noise_multiplier"],
         claim["finetune_phase"]["noise_multiplier"],
     ]
+    assert [p.rsplit(":", 1)[1] for p in entry.parts] == ["A", "B"] and manifest["data"]["identity"] == "sensitive"
+    spent, _, _ = ledger.standing(tmp_path / "ledger.json", entry.data_sha256, "")
+    assert spent == manifest["budget"]["spent_epsilon"] == pytest.approx(claim["epsilon"], rel=1e-9)
+    sequential = accounting.epsilon(entry.phases, claim["delta"])
+    assert spent < sequential  # parallel: never the sequential composition of the two splits
     # the weights load without pickle into the CNN, hold no canary coordinate, and are the model scored
     weights = load(out / "model.npz", "weights")
     model = cnn.SmallCNN()
@@ -92,14 +98,46 @@ def test_a_model_release_publishes_audited_weights_that_check_and_load(tmp_path:
     assert "the weights were changed after release" in capsys.readouterr().err
 
 
-def test_a_finetune_that_adds_less_noise_than_claimed_is_refused_and_publishes_nothing(tmp_path: Path, capsys) -> None:
+def test_a_finetune_that_adds_less_noise_than_claimed_is_refused_and_publishes_nothing(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """The optimizer adds noise at σ = 0.05 while the claim (and the verification) say the
+    calibrated σ: the one-run audit of that very finetune refuses it."""
+    from dpaudit_mix.models import opacus_sgd
+
+    own_noise = opacus_sgd.own_noise
+
+    def quieter(optimizer, gaussians) -> None:
+        own_noise(optimizer, gaussians)
+        add_noise = optimizer.add_noise
+
+        def leaking() -> None:
+            sigma = optimizer.noise_multiplier
+            optimizer.noise_multiplier = 0.05
+            try:
+                add_noise()
+            finally:
+                optimizer.noise_multiplier = sigma
+
+        optimizer.add_noise = leaking
+
+    monkeypatch.setattr(opacus_sgd, "own_noise", quieter)
     out = tmp_path / "r"
     spec = _specs(tmp_path, method="no_pretrain")  # no λ to fit, no pretraining: the finetune alone
-    assert main(["release", str(spec), "--out", str(out), "--noise-multiplier", "0.05"]) == 3
+    assert main(["release", str(spec), "--out", str(out)]) == 3
     err = capsys.readouterr().err
     assert "REFUSED (audit)" in err and "one-run audit of this very finetune" in err
     assert sorted(p.name for p in out.iterdir()) == ["refused.json"]
     assert ledger.read(tmp_path / "ledger.json") == []  # the reservation was withdrawn
+
+
+def test_a_noise_multiplier_below_the_calibrated_one_is_refused_before_training(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "r"
+    spec = _specs(tmp_path, method="no_pretrain")
+    assert main(["release", str(spec), "--out", str(out), "--noise-multiplier", "0.05"]) == 3
+    assert "REFUSED (claim)" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["refused.json"]
+    assert ledger.read(tmp_path / "ledger.json") == []  # nothing was charged
 
 
 @pytest.mark.parametrize(

@@ -106,16 +106,49 @@ def test_tampering_is_detected(tmp_path: Path, problem_file: Path, capsys) -> No
     assert "sha256" in capsys.readouterr().err
 
 
-def test_a_2x_leak_is_refused_and_leaves_no_weights(tmp_path: Path, problem_file: Path, capsys) -> None:
-    sigma = accounting.calibrate(EPS, DELTA, 1.0, STEPS)
+def test_a_2x_leak_behind_the_verification_is_refused_by_the_audit(
+    tmp_path: Path, problem_file: Path, monkeypatch, capsys
+) -> None:
+    """A learner that adds half the noise while the verification still sees the shipped one: the
+    audit of the exact configuration refuses it, and nothing holding λ is left."""
+    shipped = learner.SHIPPED
+    halved = learner.Privatiser(noise_scale=lambda sigma_clip, k: shipped.noise_scale(sigma_clip, k) / 2)
+    verify = gate.verify
+
+    def verify_the_shipped_learner(*args, **kwargs):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(learner, "SHIPPED", shipped)
+            return verify(*args, **kwargs)
+
+    monkeypatch.setattr(gate, "verify", verify_the_shipped_learner)
+    monkeypatch.setattr(learner, "SHIPPED", halved)
     out = tmp_path / "leak"
-    spec = write_spec(tmp_path, problem_file)
-    assert main(["release", str(spec), "--out", str(out), "--noise-multiplier", str(sigma / 2)]) == 3
+    assert main(["release", str(write_spec(tmp_path, problem_file)), "--out", str(out)]) == 3
     captured = capsys.readouterr()
     assert "REFUSED (audit)" in captured.err and "weights" not in captured.out
     assert json.loads((out / "refused.json").read_text())["stage"] == "audit"
     assert not (out / "release.json").exists() and holds_weights(out) == []
     assert ledger.read(tmp_path / "ledger.json") == []  # the reservation was withdrawn: nothing was spent
+
+
+def test_a_noise_multiplier_below_the_calibrated_one_is_refused_before_anything_is_spent(
+    tmp_path: Path, problem_file: Path, capsys
+) -> None:
+    """`release --noise-multiplier σ/1.6` would publish a claim its noise does not give (check-release
+    rejects it): refused at once, exit 3, no release.json, nothing charged; a larger σ goes out."""
+    sigma = accounting.calibrate(EPS, DELTA, 1.0, STEPS)
+    out = tmp_path / "quiet"
+    spec = write_spec(tmp_path, problem_file)
+    assert main(["release", str(spec), "--out", str(out), "--noise-multiplier", str(sigma / 1.6)]) == 3
+    assert "REFUSED (claim)" in capsys.readouterr().err
+    assert json.loads((out / "refused.json").read_text())["stage"] == "claim"
+    assert not (out / "release.json").exists() and ledger.read(tmp_path / "ledger.json") == []
+    louder = tmp_path / "louder"
+    assert main(["release", str(spec), "--out", str(louder), "--noise-multiplier", str(sigma * 1.25)]) == 0
+    manifest = json.loads((louder / "release.json").read_text())
+    assert manifest["claim"]["noise_multiplier"] == pytest.approx(sigma * 1.25)
+    capsys.readouterr()
+    assert main(["check-release", str(louder / "release.json")]) == 0
 
 
 def test_a_patched_learner_is_refused(tmp_path: Path, problem_file: Path, monkeypatch, capsys) -> None:

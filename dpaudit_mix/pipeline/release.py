@@ -1,19 +1,21 @@
 """`dpaudit-mix release MODEL.toml`: the image pipeline's finetuned model, released through the gate.
 
 read both specs once and hash those bytes → the claim, fixed before anything runs: the
-mixture's phase on split A and the finetune's (σ by the pipeline's own calibration), composed as
-the pipeline composes them (parallel or sequential) → reserve the budget on the ledger (both
-phases charged, composed by PLD with everything else on the data: an upper bound for the
-parallel split too) → verify-accountant → λ and the pretraining → the DP finetune **once**, its
-noise and batches from the OS CSPRNG, with m Dirac canaries on its optimizer (membership and
-sampling from the CSPRNG too) → the one-run audit of that very run against the finetune's phase
-→ only then ``model.npz`` (the model's weights, no canary coordinate), the card and release.json,
-and the reservation committed. A refusal withdraws the reservation and publishes no weights.
+mixture's phase on split A and the finetune's (σ by the pipeline's own calibration; a smaller σ
+is refused), composed as the pipeline composes them (parallel or sequential), the finetune's
+accountant checked against PLD → reserve the budget on the ledger, keyed by the sensitive data's
+identity (one entry with λ releases on the same data), each phase charged to the part of the data
+it ran on (parallel: split A and split B of one partition; sequential: all of it) →
+verify-accountant → λ and the pretraining → the DP finetune **once**, its noise and batches from
+the OS CSPRNG, with m Dirac canaries on its optimizer (membership and sampling from the CSPRNG
+too) → the one-run audit of that very run against the finetune's phase → ``model.npz`` (the
+model's weights, no canary coordinate) and the card → the manifest, signed, through every check
+of check-release → only then release.json, and the reservation committed. A refusal withdraws
+the reservation and publishes no weights.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -28,11 +30,14 @@ from ..audit.score_file import one_run_line
 from ..cache import sha256_bytes, user_cache_dir
 from ..data import registry
 from ..errors import InputError, require
+from ..identity import ALL, Partition, example_digests
 from ..models import DEFAULT_NETWORK, cnn
 from ..models.device import resolved
-from ..release import gate, ledger
+from ..release import gate, ledger, signing
+from ..release.accountant_check import check_release_accountant
+from ..release.check import MODEL_FILES
 from ..release.gate import Refused, now
-from ..release.manifest import Budget, public_path
+from ..release.manifest import Budget, Publication, public_path
 from ..release.model_card import write_model_card
 from ..release.model_manifest import MODEL_FILE, ModelClaim, ModelManifest, composed_epsilon
 from ..resources import require_memory
@@ -88,6 +93,9 @@ class Prepared:
     job: Job
     claim: ModelClaim
     inputs: dict[str, str]
+    data: dict[str, str]  # the ledger's key of the sensitive data and what it hashes
+    aliases: tuple[str, ...]  # the key the ledger's earlier layout gave this model's data
+    parts: tuple[str, ...]  # the part of the data each of the claim's phases runs on
 
 
 def pipeline_path(spec_path: Path, pipeline: str) -> Path:
@@ -157,19 +165,43 @@ def prepare(spec_path: Path, spec_bytes: bytes, out: Path, progress: bool) -> Pr
     )
     claim = replace(claim, epsilon=composed_epsilon(claim))
     require_memory(spec.canaries * BYTES_PER_CANARY_STEP * finetune.steps, f"{spec.canaries} canaries")
-    data = sha256_bytes(
+    cut = sha256_bytes(  # the key of the ledger's earlier layout: the cut images and labels
         b"images\0" + np.ascontiguousarray(world.train_images).tobytes() + b"labels\0" + world.train_labels.tobytes()
     )
+    identity = registry.sensitive_identity(pipe.world, pipe.seed)
+    data = {"sha256": identity or cut, "identity": "sensitive" if identity else "rows"}
     inputs = {
         "pipeline": public_path(path, out),
         "pipeline_sha256": sha256_bytes(pipeline_bytes),
         "spec": public_path(spec_path, out),
         "spec_sha256": sha256_bytes(spec_bytes),
-        "data_sha256": data,
+        "data_sha256": cut,
         "package_version": __version__,
         **_versions(),
     }
-    return Prepared(spec, pipe, track, cache, Job(spec.method, spec.epsilon, 0, spec.task), claim, inputs)
+    job = Job(spec.method, spec.epsilon, 0, spec.task)
+    aliases = () if data["sha256"] == cut else (cut,)
+    return Prepared(spec, pipe, track, cache, job, claim, inputs, data, aliases, _parts(world, claim))
+
+
+def _parts(world: Any, claim: ModelClaim) -> tuple[str, ...]:
+    """Where each phase of the claim runs: parallel, the mixture on split A and the finetune on
+    split B (one partition of the sensitive data, named by its examples); sequential, all of it."""
+    phases = 1 + (claim.mixture_phase is not None)
+    if claim.composition == "sequential":
+        return (ALL,) * phases
+    partition = Partition.of(
+        example_digests(world.train_images, world.train_labels), {"A": world.split_a, "B": world.split_b}
+    )
+    return (partition.part("A"), partition.part("B"))[-phases:]
+
+
+def _with_sigma(claim: ModelClaim, sigma: float, delta: float) -> ModelClaim:
+    """The claim of a finetune run at ``sigma`` (no smaller than the calibrated one)."""
+    finetune = replace(claim.finetune_phase, noise_multiplier=sigma)
+    spent = accounting.epsilon([finetune], delta, claim.finetune_accountant)
+    changed = replace(claim, finetune_phase=finetune, finetune_epsilon=spent)
+    return replace(changed, epsilon=composed_epsilon(changed))
 
 
 def _versions() -> dict[str, str]:
@@ -188,27 +220,36 @@ def release_model(
 ) -> ModelManifest:
     """Reserve, verify, train once with canaries, audit that run, publish (the module's order)."""
     ready = prepare(spec_path, spec_bytes, out, progress)
-    spec, claim = ready.spec, ready.claim
-    require(
-        noise_multiplier is None or (math.isfinite(noise_multiplier) and noise_multiplier > 0),
-        f"noise multiplier must be finite and > 0, got {noise_multiplier}",
+    spec = ready.spec
+    calibrated = ready.claim.finetune_phase.noise_multiplier
+    sigma = gate.released_sigma(calibrated, noise_multiplier)
+    claim = ready.claim if sigma == calibrated else _with_sigma(ready.claim, sigma, ready.claim.delta)
+    ready = replace(ready, claim=claim)
+    checked_accountant = check_release_accountant(
+        claim.finetune_accountant, claim.finetune_epsilon, claim.delta, [claim.finetune_phase]
     )
     path = ledger_path or (Path(spec.ledger) if spec.ledger else ledger.default_path())
     reservation = gate.reserve(
         path,
-        data_sha256=ready.inputs["data_sha256"],
+        data_sha256=ready.data["sha256"],
         problem_sha256=ready.inputs["pipeline_sha256"],
         epsilon=claim.epsilon,
         delta=claim.delta,
         phase=claim.finetune_phase,
         before=(claim.mixture_phase,) if claim.mixture_phase else (),
+        parts=ready.parts,
         user_level=False,
         timestamp=now(),
         budget=spec.budget_epsilon,
+        aliases=ready.aliases,
+        kind="model",
+        identity=ready.data["identity"],
     )
     try:
-        spent, cap, delta = ledger.standing(path, ready.inputs["data_sha256"], ready.inputs["pipeline_sha256"])
-        manifest = _trained_and_audited(ready, out, noise_multiplier, progress, Budget(spent, cap, delta))
+        publication = Publication(reservation, ready.data)
+        budget = gate.reserved_budget(path, reservation)
+        manifest = _trained_and_audited(ready, out, progress, budget, publication, checked_accountant)
+        manifest = gate.signed_and_checked(manifest, out, MODEL_FILES, path, reservation)
     except BaseException as exc:
         (out / MODEL_FILE).unlink(missing_ok=True)  # weights go out with their manifest, or not at all
         if isinstance(exc, (Refused, InputError)):
@@ -216,14 +257,20 @@ def release_model(
         raise  # a crash leaves the reservation counted (the finetune may have run)
     # Only now is the model published; a crash before the commit leaves the reservation counted.
     write_json(out / "release.json", manifest.to_dict())
-    ledger.commit(path, reservation, manifest.digest)
+    ledger.commit(path, reservation, manifest.digest, manifest.budget.spent_epsilon)
     return manifest
 
 
 def _trained_and_audited(
-    ready: Prepared, out: Path, noise_multiplier: float | None, progress: bool, budget: Budget
+    ready: Prepared,
+    out: Path,
+    progress: bool,
+    budget: Budget,
+    publication: Publication,
+    accountant_check: dict[str, Any],
 ) -> ModelManifest:
     spec, claim, track, job = ready.spec, ready.claim, ready.track, ready.job
+    sigma = claim.finetune_phase.noise_multiplier
     verification = verify(gate.VERIFY_LEVEL, progress=progress, parts=MODEL_PARTS)
     if verification.failures():
         raise Refused("verify", "verify-accountant failed: " + "; ".join(verification.failures()))
@@ -235,8 +282,7 @@ def _trained_and_audited(
 
     def with_canaries(private: Any) -> None:
         attached.append(attach(private.optimizer, spec.canaries, sample_rate=private.sample_rate))
-        if noise_multiplier is not None:  # a test of the gate: the run adds other noise than it claims
-            private.optimizer.noise_multiplier = noise_multiplier
+        private.optimizer.noise_multiplier = sigma  # the calibrated σ, or the larger one asked for
 
     prior = (claim.mixture_phase,) if claim.composition == "sequential" and claim.mixture_phase else ()
     choice_ft = {"learning_rate": claim.learning_rate, "epochs": claim.epochs}
@@ -280,10 +326,11 @@ def _trained_and_audited(
             "steps_run": len(canaries.released),
             "membership": "OS CSPRNG",
         },
-        verification=gate.verification_record(verification),
+        verification={**gate.verification_record(verification), "accountant_check": accountant_check},
         budget=budget,
         inputs=ready.inputs,
         timestamp=now(),
+        publication=publication,
     )
-    write_model_card(manifest.to_dict(), out)
+    write_model_card(manifest.to_dict(), out, signing.signer())
     return manifest

@@ -13,7 +13,19 @@ from ..reporting import save_figure, subplots, write_pages
 CARD = ("release.md", "release.html", "lambda.png", "tradeoff.png")
 
 
-def write_card(manifest: dict[str, Any], out: Path) -> None:
+def provenance(manifest: dict[str, Any], fingerprint: str) -> str:
+    """The card's line on which release this is, on which data, and who signs it: a card copied
+    from another release names another id, and the fingerprint is the key to check it with."""
+    data = manifest["data"]
+    what = "its sensitive data's identity" if data["identity"] == "sensitive" else "the problem's rows (no identity)"
+    return (
+        f"Release {manifest['release_id']}; data set {data['sha256'][:16]}… (the ledger's key: {what}). "
+        f"release.json, this card and its figures are signed by the Ed25519 key {fingerprint}: "
+        "`dpaudit-mix check-release release.json --public-key KEY` verifies them."
+    )
+
+
+def write_card(manifest: dict[str, Any], out: Path, fingerprint: str) -> None:
     """release.md / release.html: the claim, the audit picture and λ beside the uniform mixture."""
     lam, sources = np.array(manifest["weights"]), manifest["sources"]
     fig, ax = subplots(figsize=(8, 0.32 * len(sources) + 1.2))
@@ -46,8 +58,9 @@ def write_card(manifest: dict[str, Any], out: Path) -> None:
         ),
         (
             "p",
-            f"Spent ε = {budget['spent_epsilon']:.4g} of {cap} on this data (every release on it, this one "
-            f"included, composed by PLD at δ = {budget['delta']:g}).",
+            f"Spent ε = {budget['spent_epsilon']:.4g} of {cap} on this data set after this release (every release "
+            f"on it, λ and models, this one included, composed by PLD at δ = {budget['delta']:g}: parallel across "
+            "disjoint splits, sequential on the same examples).",
         ),
         (
             "p",
@@ -64,6 +77,7 @@ def write_card(manifest: dict[str, Any], out: Path) -> None:
             f"{'VIOLATION' if audit['violation'] else 'no violation'}.",
         ),
         ("table", rows),
+        ("p", provenance(manifest, fingerprint)),
         ("figure", out / "tradeoff.png"),
         ("figure", save_figure(fig, out / "lambda.png")),
     ]

@@ -1,6 +1,9 @@
 """`dpaudit-mix check-release`: everything about a release.json that does not hold, each
 finding naming its section (DESIGN §11). The manifest is untrusted input: every field the checks
-read is type-checked first, and every section is tied to the claim, the data and the gate's rules."""
+read is type-checked first, every path it names must lie where a release's may, and every section
+is tied to the claim, the data and the gate's rules; :mod:`.publication` checks what every release
+carries (digest, signature, files, ledger) and :mod:`.model_check` a model's sections. The gate
+runs the same checks on a manifest before it writes it (:func:`check_manifest`)."""
 
 from __future__ import annotations
 
@@ -16,22 +19,11 @@ from ..cache import sha256_bytes
 from ..data import registry
 from ..errors import InputError, require
 from ..problem import Problem
-from .manifest import manifest_digest
+from .card import CARD
+from .model_check import check_model_release
+from .publication import Checked, Trust, check_publication, trust
+from .publication import field_of as _field
 from .spec import MIN_AUDIT_RUNS
-
-
-def _field(mapping: Any, key: str, kinds: tuple[type, ...], where: str) -> Any:
-    """``mapping[key]`` if it is one of ``kinds`` (bool is never a number), else an InputError."""
-    require(isinstance(mapping, dict), f"{where} is not an object")
-    value = mapping.get(key)
-    is_bool = isinstance(value, bool)
-    require(
-        isinstance(value, kinds)
-        and (bool in kinds or not is_bool)
-        and not (isinstance(value, float) and not np.isfinite(value)),
-        f"{where}: '{key}' must be {' or '.join(k.__name__ for k in kinds)}, got {value!r}",
-    )
-    return value
 
 
 def _json(path: Path) -> Any:
@@ -41,10 +33,8 @@ def _json(path: Path) -> Any:
         raise InputError(f"{path} is not a release manifest: {exc!r}") from None
 
 
-def _read_manifest(path: Path) -> tuple[dict[str, Any], accounting.GaussianPhase, str]:
+def _read_manifest(manifest: Any, where: str) -> tuple[dict[str, Any], accounting.GaussianPhase, str]:
     """The manifest, its phase and its accountant, every field the checks read type-checked first."""
-    manifest = _json(path)
-    where = f"release manifest {path}"
     claim = _field(manifest, "claim", (dict,), where)
     for key in ("inputs", "audit", "verification"):
         _field(manifest, key, (dict,), where)
@@ -65,26 +55,68 @@ def _read_manifest(path: Path) -> tuple[dict[str, Any], accounting.GaussianPhase
     return manifest, phase, accountant
 
 
-def check_release(manifest_path: str | Path, problem: str | Path | None = None) -> list[str]:
+def check_release(
+    manifest_path: str | Path,
+    problem: str | Path | None = None,
+    *,
+    public_key: str | Path | None = None,
+    ledger_path: str | Path | None = None,
+) -> list[str]:
     """Everything about a release.json that does not hold, each naming its section; [] when it
-    all does. Not only the digest: every section is tied to the claim, the data and the release
-    rules (a forger who recomputes the digest must still make the sections agree with each other
-    and with the problem's bytes): the claim recomputed under every accountant; the manifest's
-    own verification and audit verdicts; the audit's σ, q, T, C, data digest, canaries and run
-    counts against the claim, the spec and the gate's rules; the sources and λ against the problem."""
+    all does (:func:`inspect_release` also says which checks ran)."""
+    return inspect_release(manifest_path, problem, public_key=public_key, ledger_path=ledger_path).problems
+
+
+def inspect_release(
+    manifest_path: str | Path,
+    problem: str | Path | None = None,
+    *,
+    public_key: str | Path | None = None,
+    ledger_path: str | Path | None = None,
+) -> Checked:
+    """check-release of the release.json at ``manifest_path``: what does not hold, which checks
+    ran (``digest``, ``signature``, ``files``, ``ledger``), and what could not be checked here.
+    ``public_key``: the releaser's key (default: this machine's, where it has released);
+    ``ledger_path``: the ledger to find the release in (default: this machine's)."""
     manifest_path = Path(manifest_path)
     require(manifest_path.is_file(), f"manifest not found: {manifest_path}")
-    manifest = _json(manifest_path)
-    if isinstance(manifest, dict) and manifest.get("kind") == "model":
-        from .model_check import check_model_release
+    return check_manifest(_json(manifest_path), manifest_path.parent, problem, trust(public_key, ledger_path))
 
+
+def check_manifest(manifest: Any, folder: Path, problem: str | Path | bytes | None, trusted: Trust) -> Checked:
+    """Every check of a manifest (as JSON) published in ``folder``: the gate runs it before it
+    writes release.json (``problem``: the bytes it read once and released), check-release after
+    (``problem``: the file given with --problem, else the one the manifest names)."""
+    where = f"release manifest {folder / 'release.json'}"
+    if isinstance(manifest, dict) and manifest.get("kind") == "model":
         require(problem is None, "--problem: a model release names no problem file")
-        return check_model_release(manifest, manifest_path.parent, f"release manifest {manifest_path}")
-    manifest, phase, accountant = _read_manifest(manifest_path)
-    problems = []
-    if manifest.get("manifest_sha256") != manifest_digest(manifest):
-        problems.append("manifest_sha256 does not match the manifest's contents (edited after release)")
-    problems += _claim_mismatch(manifest, phase, accountant)
+        found = check_publication(manifest, folder, MODEL_FILES, trusted)
+        found.problems += check_model_release(manifest, folder, where)
+        return found
+    manifest, phase, accountant = _read_manifest(manifest, where)
+    found = check_publication(manifest, folder, CARD, trusted)
+    found.problems += _lambda_sections(manifest, phase, accountant, folder, problem)
+    return found
+
+
+#: what a model release publishes beside release.json (its card has no figures).
+MODEL_FILES = ("release.md", "release.html", "model.npz")
+
+
+def _lambda_sections(
+    manifest: dict[str, Any],
+    phase: accounting.GaussianPhase,
+    accountant: str,
+    folder: Path,
+    problem: str | Path | bytes | None,
+) -> list[str]:
+    """Not only the digest: every section is tied to the claim, the data and the release rules (a
+    forger who recomputes the digest must still make the sections agree with each other and with
+    the problem's bytes): the claim recomputed under every accountant; the manifest's own
+    verification and audit verdicts; the audit's σ, q, T, C, data digest, canaries and run counts
+    against the claim, the spec and the gate's rules; the sources, λ and the data's identity
+    against the problem."""
+    problems = _claim_mismatch(manifest, phase, accountant)
     if manifest["verification"].get("passed") is not True:
         problems.append("verification: the manifest's own verification did not pass (verification.passed is not true)")
     problems += _audit_mismatch(manifest)
@@ -95,13 +127,16 @@ def check_release(manifest_path: str | Path, problem: str | Path | None = None) 
     if not numeric or any(w < 0 for w in weights) or abs(sum(weights) - 1) > 1e-6:
         problems.append("weights: the released weights are not a point of the simplex (finite, >= 0, summing to 1)")
     inputs = manifest["inputs"]
-    found, why = _released_problem(inputs["problem"], manifest, manifest_path.parent, problem, inputs["problem_sha256"])
+    found, why = _released_problem(inputs["problem"], manifest, folder, problem, inputs["problem_sha256"])
     problems += why
     if found is not None:
         if list(found.sources) != list(sources):
             problems.append(f"sources: the manifest's {sources} are not the problem's {list(found.sources)} (in order)")
         if problem_io.data_sha256(found) != inputs.get("data_sha256"):
             problems.append("inputs: data_sha256 is not the digest of the released problem's data")
+        key, identity = problem_io.budget_key(found)
+        if manifest.get("data") != {"sha256": key, "identity": identity}:
+            problems.append(f"data: the ledger key is not the released problem's ({identity} {key[:16]}…)")
     return problems
 
 
@@ -171,7 +206,7 @@ def _audit_mismatch(manifest: dict[str, Any]) -> list[str]:
 
 
 def _released_problem(
-    name: str, manifest: dict[str, Any], folder: Path, problem: str | Path | None, digest: str
+    name: str, manifest: dict[str, Any], folder: Path, problem: str | Path | bytes | None, digest: str
 ) -> tuple[Problem | None, list[str]]:
     """The released-on problem, if its bytes are the ones the manifest names: ``problem`` when
     given, else the embedded problem rebuilt, else the file at the manifest's path (relative to
@@ -179,7 +214,10 @@ def _released_problem(
     if problem is None and name.startswith(("embedded:", "data:")):
         embedded = name.split(":", 1)[1]
         if name.startswith("data:"):  # a data manifest, relative to the release folder like a file
-            embedded = str(folder / embedded)
+            named = _named_path(folder, embedded)
+            if named is None:
+                return None, [f"inputs: the data manifest {embedded!r} lies outside the release folder's parent"]
+            embedded = str(named)
             if not Path(embedded).is_file():
                 return None, [f"inputs: data manifest {embedded} not found (give the problem file with --problem)"]
         require(embedded in registry.PROBLEMS, f"the manifest names an unknown embedded problem {embedded!r}")
@@ -191,6 +229,16 @@ def _released_problem(
         if sha256_bytes(content) != digest:
             return None, [f"inputs: the embedded problem {embedded} / {task} rebuilt here does not match its sha256"]
         return problem_io.loads(content, Path(name)), []
+    if isinstance(problem, bytes):  # the gate's own bytes, read once
+        if sha256_bytes(problem) != digest:
+            return None, ["inputs: the problem released is not the one the manifest's sha256 names"]
+        return problem_io.loads(problem, Path(name)), []
+    if problem is None:
+        named = _named_path(folder, name)
+        if named is None:
+            return None, [
+                f"inputs: the problem file {name!r} lies outside the release folder's parent (give --problem)"
+            ]
     path = Path(problem) if problem is not None else folder / name
     if not path.is_file():
         return None, [f"inputs: problem file {path} not found (give it with --problem)"]
@@ -198,3 +246,13 @@ def _released_problem(
     if sha256_bytes(content) != digest:
         return None, [f"inputs: problem file {path} does not match the released problem's sha256"]
     return problem_io.loads(content, path), []
+
+
+def _named_path(folder: Path, name: str) -> Path | None:
+    """A path a manifest names, relative to its release folder: only where the gate's
+    :func:`.manifest.public_path` puts one (under the folder's parent), never an absolute path or
+    one that climbs out, so a forged manifest cannot make check-release read any file on the machine."""
+    if not name or Path(name).is_absolute():
+        return None
+    path = folder / name
+    return path if path.resolve().is_relative_to(folder.resolve().parent) else None

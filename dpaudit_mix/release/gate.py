@@ -1,18 +1,21 @@
 """`dpaudit-mix release`: publish λ only after the exact configuration passes its checks (DESIGN §11).
 
-read the inputs once and hash those bytes → reserve the budget in the ledger (under its lock) →
-verify-accountant (quick) → a white-box audit of the exact configuration (same problem bytes,
-ρ = 1, same σ, q, T, C, learner) with the profile verdict → only then one fit with noise from the
-OS CSPRNG → the card, release.json (with its own sha256), and the reservation committed as the
-ledger entry (with that digest). A refusal withdraws the reservation and writes refused.json
-and nothing that holds λ.
+read the inputs once and hash those bytes → σ calibrated for the claim (a smaller σ is refused)
+and the calibrating accountant checked against PLD (:mod:`.accountant_check`) → reserve the
+budget in the ledger (under its lock; keyed by the sensitive data's identity) → verify-accountant
+(quick) → a white-box audit of the exact configuration (same problem bytes, ρ = 1, same σ, q, T,
+C, learner) with the profile verdict → only then one fit with noise from the OS CSPRNG → the
+card, the manifest (its own sha256, the files it publishes, signed: :mod:`.signing`) → every
+check of check-release on it → release.json, and the reservation committed as the ledger entry
+(with that digest). A refusal withdraws the reservation and writes refused.json and nothing that
+holds λ.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -31,7 +34,7 @@ from ..audit.spec import AuditSpec, mixing_data
 from ..cache import sha256_bytes, user_cache_dir
 from ..data import registry
 from ..data.manifest import is_manifest
-from ..errors import EXIT_BAD_INPUT, EXIT_VIOLATION, InputError, require
+from ..errors import EXIT_BAD_INPUT, InputError, require
 from ..learner import LearnerConfig, fit
 from ..problem import Problem
 from ..resources import alongside
@@ -39,10 +42,14 @@ from ..specfile import parse_spec, read_spec_bytes
 from ..verification.checks import QUICK
 from ..verification.suite import Verification, verify
 from ..verification.variants import ACCOUNTANT, LEARNER, WIRING
-from . import ledger
+from . import ledger, signing
+from .accountant_check import check_release_accountant
 from .card import CARD, write_card
-from .manifest import Budget, Claim, Manifest, public_path
+from .check import check_manifest
+from .manifest import Budget, Claim, Manifest, Publication, public_path, published_files
 from .model_manifest import MODEL_FILE, ModelManifest, is_model_spec
+from .publication import Trust
+from .refused import Refused
 from .spec import ReleaseSpec
 
 #: what releases a model from a model release spec's bytes (the image pipeline's, given by the
@@ -55,15 +62,6 @@ VERIFY_LEVEL = QUICK
 #: what releasing λ runs, so what its verification checks: the accountants, the σ they are
 #: told (the wiring) and the learner's DP step; not the pipeline's DP-SGD.
 LAMBDA_PARTS = frozenset({ACCOUNTANT, WIRING, LEARNER})
-
-
-class Refused(Exception):
-    """A check failed (exit 3) or the input is bad (exit 2); ``stage`` says where."""
-
-    def __init__(self, stage: str, reason: str, exit_code: int = EXIT_VIOLATION, private: str = "") -> None:
-        super().__init__(reason)
-        self.stage, self.reason, self.exit_code = stage, reason, exit_code
-        self.private = private  # said to the user, never written into the (publishable) folder
 
 
 @dataclass(frozen=True)
@@ -87,8 +85,7 @@ class Published:
                 "one_run_epsilon_lower_bound": manifest.audit["epsilon_lower_bound"],
                 "metrics": manifest.metrics,
                 "manifest_sha256": manifest.digest,
-                "spent_epsilon": manifest.budget.spent_epsilon,
-                "budget_epsilon": manifest.budget.budget_epsilon,
+                **self._common(),
             }
         return {
             "out": str(self.out),
@@ -98,8 +95,18 @@ class Published:
             "epsilon": manifest.claim.epsilon,
             "delta": manifest.claim.delta,
             "manifest_sha256": manifest.digest,
+            **self._common(),
+        }
+
+    def _common(self) -> dict[str, Any]:
+        """What both kinds say: the data set spent and its standing, and the signer."""
+        manifest, signature = self.manifest, self.manifest.publication.signature or {}
+        return {
+            "data_sha256": manifest.publication.data["sha256"],
+            "data_identity": manifest.publication.data["identity"],
             "spent_epsilon": manifest.budget.spent_epsilon,
             "budget_epsilon": manifest.budget.budget_epsilon,
+            "signed_by": signature.get("fingerprint"),
         }
 
 
@@ -131,6 +138,33 @@ def work_folder(inputs: dict[str, str]) -> Path:
     return user_cache_dir() / "release-audits" / f"{inputs['problem_sha256'][:16]}-{inputs['spec_sha256'][:16]}"
 
 
+def released_sigma(calibrated: float, noise_multiplier: float | None) -> float:
+    """The σ a release runs: the claim's calibrated one, or a larger one the caller asks for
+    (more noise than the claim needs). A smaller one is refused (exit 3) before anything is
+    spent: its release would claim more than it delivers (simulate a leak with ``audit``)."""
+    if noise_multiplier is None:
+        return calibrated
+    require(
+        np.isfinite(noise_multiplier) and noise_multiplier > 0,
+        f"noise multiplier must be finite and > 0, got {noise_multiplier}",
+    )
+    if noise_multiplier < calibrated:
+        raise Refused(
+            "claim",
+            f"noise multiplier {noise_multiplier:.6g} is below the {calibrated:.6g} the claim is calibrated to: a "
+            "release never claims more than its noise gives (`dpaudit-mix audit --noise-multiplier` simulates a leak)",
+        )
+    return noise_multiplier
+
+
+def budget_aliases(prob: Problem, key: str) -> tuple[str, ...]:
+    """The keys earlier ledger layouts gave this problem's data (its rows' digest, v3; the exact
+    one, v2): what the ledger migrates to ``key``."""
+    return tuple(
+        dict.fromkeys(a for a in (problem_io.data_sha256(prob), problem_io.exact_data_sha256(prob)) if a != key)
+    )
+
+
 def _release(
     spec_path: Path,
     spec_bytes: bytes,
@@ -144,8 +178,9 @@ def _release(
     prob = problem_io.loads(content, Path(name))  # these bytes are hashed, audited, fitted and released
     require(not spec.user_level or prob.users is not None, "user_level = true needs a problem file with 'users'")
     calibrated = accounting.calibrate(spec.epsilon, spec.delta, spec.sample_rate, spec.steps, spec.accountant)
-    sigma = calibrated if noise_multiplier is None else noise_multiplier
-    require(np.isfinite(sigma) and sigma > 0, f"noise multiplier must be finite and > 0, got {sigma}")
+    sigma = released_sigma(calibrated, noise_multiplier)
+    phase = accounting.GaussianPhase(sigma, spec.sample_rate, spec.steps)
+    checked_accountant = check_release_accountant(spec.accountant, spec.epsilon, spec.delta, [phase])
     inputs = {
         "problem": name,
         "problem_sha256": sha256_bytes(content),
@@ -154,11 +189,10 @@ def _release(
         "spec_sha256": sha256_bytes(spec_bytes),
         "package_version": __version__,
     }
-    phase = accounting.GaussianPhase(sigma, spec.sample_rate, spec.steps)
-    aliases = (problem_io.exact_data_sha256(prob),)  # what ledgers before the canonical digest keyed by
+    key, identity = problem_io.budget_key(prob)
     reservation = reserve(
         ledger_path,
-        data_sha256=inputs["data_sha256"],
+        data_sha256=key,
         problem_sha256=inputs["problem_sha256"],
         epsilon=spec.epsilon,
         delta=spec.delta,
@@ -166,19 +200,48 @@ def _release(
         user_level=spec.user_level,
         timestamp=now(),
         budget=spec.budget_epsilon,
-        aliases=aliases,
+        aliases=budget_aliases(prob, key),
+        kind="lambda",
+        identity=identity,
     )
-    spent, cap, delta = ledger.standing(ledger_path, inputs["data_sha256"], inputs["problem_sha256"], aliases)
-    budget = Budget(spent, cap, delta)
     try:
-        manifest = _checked_release(spec, prob, inputs, phase, calibrated, out, progress, budget)
+        publication = Publication(reservation, {"sha256": key, "identity": identity})
+        budget = reserved_budget(ledger_path, reservation)
+        context = (calibrated, out, progress, budget, publication, checked_accountant)
+        manifest = _checked_release(spec, prob, inputs, phase, *context)
+        manifest = signed_and_checked(manifest, out, CARD, ledger_path, reservation, content)
     except (Refused, InputError):
         ledger.withdraw(ledger_path, reservation)  # refused: nothing published, nothing spent
         raise
     # Only now is λ published; a crash before the commit leaves the reservation counted.
     write_json(out / "release.json", manifest.to_dict())
-    ledger.commit(ledger_path, reservation, manifest.digest)
+    ledger.commit(ledger_path, reservation, manifest.digest, manifest.budget.spent_epsilon)
     return manifest
+
+
+def reserved_budget(ledger_path: Path, reservation: str) -> Budget:
+    """What the ledger says of the data with this reservation counted (the manifest says it):
+    recorded by the reservation under the lock where the data has a cap, else composed now."""
+    entry = ledger.entry(ledger_path, reservation)
+    if entry.spent_epsilon is not None:
+        return Budget(entry.spent_epsilon, entry.budget_epsilon, entry.delta)
+    spent, cap, delta = ledger.standing(ledger_path, entry.data_sha256, entry.problem_sha256)
+    return Budget(spent, cap, delta)
+
+
+def signed_and_checked(
+    manifest: Any, out: Path, files: tuple[str, ...], ledger_path: Path, reservation: str, problem: bytes | None = None
+) -> Any:
+    """``manifest`` with the files it publishes listed and its signature, after every check of
+    check-release passed on it (else :class:`Refused`, stage ``check``): the gate never publishes
+    what check-release would reject."""
+    listed = replace(manifest, publication=replace(manifest.publication, files=published_files(out, files)))
+    signed = replace(listed, publication=replace(listed.publication, signature=signing.sign(listed.to_dict())))
+    trusted = Trust(signing.local_public_key(), "this machine's key", ledger_path, True, reservation)
+    found = check_manifest(signed.to_dict(), out, problem, trusted)
+    if found.problems:
+        raise Refused("check", "the manifest fails check-release: " + "; ".join(found.problems))
+    return signed
 
 
 def reserve(ledger_path: Path, **request: Any) -> str:
@@ -206,6 +269,8 @@ def _checked_release(
     out: Path,
     progress: bool,
     budget: Budget,
+    publication: Publication,
+    accountant_check: dict[str, Any],
 ) -> Manifest:
     """verify-accountant, the audit of this exact configuration, then the one CSPRNG fit: the
     manifest, with its card written (release.json is the caller's, last). ``budget``: what the
@@ -250,12 +315,13 @@ def _checked_release(
         claim=_claim(spec, phase, calibrated),
         inputs=inputs,
         spec=_public_spec(spec, inputs["problem"], out),
-        verification=verification_record(verification),
+        verification={**verification_record(verification), "accountant_check": accountant_check},
         audit=_audit_record(audit, spec, prob),
         budget=budget,
         timestamp=now(),
+        publication=publication,
     )
-    write_card(manifest.to_dict(), out)
+    write_card(manifest.to_dict(), out, signing.signer())
     return manifest
 
 

@@ -1,15 +1,17 @@
 """A published release.json, as types: its claim, budget and sections (:class:`Manifest`), the
-digest that binds them, and the paths it may name. check-release reads a manifest as untrusted
-JSON (:mod:`.check`); the gate writes one through :meth:`Manifest.to_dict`."""
+digest that binds them, its signature, the files it publishes, and the paths it may name.
+check-release reads a manifest as untrusted JSON (:mod:`.check`); the gate writes one through
+:meth:`Manifest.to_dict`."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..cache import json_sha256
+from ..cache import json_sha256, sha256_bytes
+from ..errors import require
 
 
 @dataclass(frozen=True)
@@ -39,8 +41,25 @@ class Budget:
     delta: float
 
 
+@dataclass(frozen=True)
+class Publication:
+    """What every release.json carries besides its sections: the release's id (its ledger entry),
+    the data set it spent (its ledger key and what that hashes), every other file it publishes
+    with its sha256, and the signature (added last, over everything else)."""
+
+    release_id: str
+    data: dict[str, str]  # {"sha256": the ledger's key, "identity": "sensitive" | "rows"}
+    files: dict[str, str] = field(default_factory=dict)  # name (beside release.json) → sha256
+    signature: dict[str, str] | None = None
+
+    def fields(self) -> dict[str, Any]:
+        return {"release_id": self.release_id, "data": dict(self.data), "files": dict(self.files)}
+
+
 class Digested:
-    """A manifest whose release.json is its ``body()`` and the digest over it."""
+    """A manifest whose release.json is its ``body()``, the digest over it and its signature."""
+
+    publication: Publication
 
     def body(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -50,7 +69,22 @@ class Digested:
         return manifest_digest(self.body())
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.body(), "manifest_sha256": self.digest}
+        signature = self.publication.signature
+        return {
+            **self.body(),
+            "manifest_sha256": self.digest,
+            **({} if signature is None else {"signature": signature}),
+        }
+
+
+def published_files(out: Path, names: tuple[str, ...]) -> dict[str, str]:
+    """The sha256 of each file a release publishes beside release.json (each must be there)."""
+    found = {}
+    for name in names:
+        path = out / name
+        require(path.is_file() and not path.is_symlink(), f"the release's {name} was not written to {out}")
+        found[name] = sha256_bytes(path.read_bytes())
+    return found
 
 
 @dataclass(frozen=True)
@@ -68,10 +102,12 @@ class Manifest(Digested):
     audit: dict[str, Any]
     budget: Budget
     timestamp: str
+    publication: Publication
 
     def body(self) -> dict[str, Any]:
-        """Every section, in release.json's order, without the digest."""
+        """Every section, in release.json's order, without the digest and the signature."""
         return {
+            **self.publication.fields(),
             "weights": list(self.weights),
             "sources": list(self.sources),
             "task": self.task,
@@ -86,8 +122,9 @@ class Manifest(Digested):
 
 
 def manifest_digest(manifest: dict[str, Any]) -> str:
-    """sha256 over the canonical JSON of every field but the digest itself."""
-    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
+    """sha256 over the canonical JSON of every field but the digest itself and the signature
+    (which signs the digest with the rest)."""
+    body = {k: v for k, v in manifest.items() if k not in ("manifest_sha256", "signature")}
     return json_sha256(body, compact=True).hexdigest()
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..reporting import Block, write_pages
+from .card import provenance
 
 
 def _phase(phase: dict[str, Any] | None) -> str:
@@ -15,7 +16,7 @@ def _phase(phase: dict[str, Any] | None) -> str:
     return f"σ = {phase['noise_multiplier']:.5g}, q = {phase['sample_rate']:.4g}, T = {phase['steps']}"
 
 
-def write_model_card(manifest: dict[str, Any], out: Path) -> None:
+def write_model_card(manifest: dict[str, Any], out: Path, fingerprint: str) -> None:
     """release.md / release.html of a model release."""
     claim, audit, budget, model = manifest["claim"], manifest["audit"], manifest["budget"], manifest["model"]
     cap = "no cap" if budget["budget_epsilon"] is None else f"{budget['budget_epsilon']:g}"
@@ -44,8 +45,10 @@ def write_model_card(manifest: dict[str, Any], out: Path) -> None:
         ),
         (
             "p",
-            f"Spent ε = {budget['spent_epsilon']:.4g} of {cap} on this data (both phases of this model charged, "
-            f"with every other release on it, composed by PLD at δ = {budget['delta']:g}).",
+            f"Spent ε = {budget['spent_epsilon']:.4g} of {cap} on this data set after this release (both phases "
+            "of this model charged to the split each ran on, with every other release on the data, λ and models, "
+            f"composed by PLD at δ = {budget['delta']:g}: parallel across disjoint splits, sequential on the same "
+            "examples).",
         ),
         (
             "p",
@@ -59,5 +62,6 @@ def write_model_card(manifest: dict[str, Any], out: Path) -> None:
         ),
         ("table", metrics),
         ("p", f"Weights: {model['file']}, sha256 {model['sha256'][:16]}…; released {manifest['timestamp']}."),
+        ("p", provenance(manifest, fingerprint)),
     ]
     write_pages(out, "dpaudit-mix model release", blocks, name="release")

@@ -15,9 +15,8 @@ from .. import accounting, npz
 from ..audit.one_run import MIN_CANARIES
 from ..cache import sha256_bytes
 from ..errors import InputError
-from .check import _field
-from .manifest import manifest_digest
 from .model_manifest import ModelClaim, composed_epsilon
+from .publication import field_of as _field
 
 #: how far a recorded ε may sit from its recomputation (float formatting, not accounting).
 RELATIVE, ABSOLUTE = 1e-6, 1e-9
@@ -51,14 +50,12 @@ def _claim(manifest: dict[str, Any], where: str) -> ModelClaim:
 
 
 def check_model_release(manifest: dict[str, Any], folder: Path, where: str) -> list[str]:
-    """Everything about a model release.json that does not hold; [] when it all does."""
+    """Everything about a model release.json's own sections that does not hold; [] when it all
+    does (the digest, signature and files are :mod:`.publication`'s)."""
     claim = _claim(manifest, where)
     for key in ("model", "audit", "verification", "inputs"):
         _field(manifest, key, (dict,), where)
-    problems = []
-    if manifest.get("manifest_sha256") != manifest_digest(manifest):
-        problems.append("manifest_sha256 does not match the manifest's contents (edited after release)")
-    problems += _weights(manifest["model"], folder, f"{where}, model")
+    problems = _weights(manifest["model"], folder, f"{where}, model")
     problems += _claim_mismatch(claim)
     if manifest["verification"].get("passed") is not True:
         problems.append("verification: the manifest's own verification did not pass (verification.passed is not true)")

@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import accounting
 from ..specfile import spec_table
-from .manifest import Budget, Digested
+from .manifest import Budget, Digested, Publication
 
 #: the released weights' file, beside release.json.
 MODEL_FILE = "model.npz"
@@ -64,10 +64,12 @@ class ModelManifest(Digested):
     budget: Budget
     inputs: dict[str, str]
     timestamp: str
+    publication: Publication
 
     def body(self) -> dict[str, Any]:
         return {
             "kind": "model",
+            **self.publication.fields(),
             "model": dict(self.model),
             "metrics": dict(self.metrics),
             "claim": asdict(self.claim),

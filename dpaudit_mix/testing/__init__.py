@@ -5,13 +5,14 @@ audited with Dirac canaries through their loader, clipping and noise) and ``chec
 :class:`CheckFailed`, an ``AssertionError`` naming what broke; a passing one returns its
 :class:`Report`."""
 
-from .accountant import DEFAULT_GRID, Point, check_accountant
+from .accountant import DEFAULT_GRID, QUICK_GRID, Point, check_accountant
 from .dpsgd import check_dpsgd
 from .failure import Case, CheckFailed, Report
 from .mechanism import check_mechanism
 
 __all__ = [
     "DEFAULT_GRID",
+    "QUICK_GRID",
     "Case",
     "CheckFailed",
     "Point",

@@ -72,6 +72,9 @@ DEFAULT_GRID: tuple[Point, ...] = (
     Point(0.5, 1.0, 10, 1e-5),  # large ε (46)
     Point(0.6, 0.5, 20, 1e-5),  # large ε, subsampled (34)
 )
+#: the quick grid: a typical point, full batch, the tiny-q corner and a large ε (what the release
+#: gate puts a registered accountant through before it calibrates a release with it).
+QUICK_GRID: tuple[Point, ...] = (DEFAULT_GRID[0], DEFAULT_GRID[2], DEFAULT_GRID[3], DEFAULT_GRID[9])
 #: monotonicity sweeps: (axis, values) around SWEEP_BASE; ε must fall along σ and rise along q, T.
 SWEEP_BASE = Point(1.0, 0.01, 1000, 1e-5)
 SWEEPS: tuple[tuple[str, tuple[float, ...]], ...] = (
