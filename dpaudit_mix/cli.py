@@ -345,12 +345,13 @@ def cmd_check_release(args: argparse.Namespace) -> int:
 def cmd_signing_key(args: argparse.Namespace) -> None:
     """The public key this machine signs releases with (made now if it has none): what a reader
     passes to ``check-release --public-key``."""
-    from .atomic import write_text
+    from .atomic import check_output, write_text
     from .release import signing
 
+    out = None if args.out is None else check_output(args.out, folder=False)  # before a key is made
     public = signing.signing_key().public_key()
-    if args.out:
-        write_text(Path(args.out), signing.public_pem(public))
+    if out is not None:
+        write_text(out, signing.public_pem(public))
     _emit({"fingerprint": signing.fingerprint(public), "public_key_pem": signing.public_pem(public)}, None)
 
 

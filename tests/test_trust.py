@@ -276,6 +276,7 @@ def released(tmp_path_factory: pytest.TempPathFactory) -> Path:
         patch.setattr(gate, "VERIFY_LEVEL", TINY)
         assert main(["release", str(spec), "--out", str(folder / "r")]) == 0
         assert main(["signing-key", "--out", str(folder / "releaser.pem")]) == 0
+        assert main(["signing-key", "--out", "/dev/full"]) == 2 and Path("/dev/full").is_char_device()
     return folder / "r" / "release.json"
 
 

@@ -196,10 +196,10 @@ def _parts(world: Any, claim: ModelClaim) -> tuple[str, ...]:
     return (partition.part("A"), partition.part("B"))[-phases:]
 
 
-def _with_sigma(claim: ModelClaim, sigma: float, delta: float) -> ModelClaim:
+def _with_sigma(claim: ModelClaim, sigma: float) -> ModelClaim:
     """The claim of a finetune run at ``sigma`` (no smaller than the calibrated one)."""
     finetune = replace(claim.finetune_phase, noise_multiplier=sigma)
-    spent = accounting.epsilon([finetune], delta, claim.finetune_accountant)
+    spent = accounting.epsilon([finetune], claim.delta, claim.finetune_accountant)
     changed = replace(claim, finetune_phase=finetune, finetune_epsilon=spent)
     return replace(changed, epsilon=composed_epsilon(changed))
 
@@ -223,7 +223,7 @@ def release_model(
     spec = ready.spec
     calibrated = ready.claim.finetune_phase.noise_multiplier
     sigma = gate.released_sigma(calibrated, noise_multiplier)
-    claim = ready.claim if sigma == calibrated else _with_sigma(ready.claim, sigma, ready.claim.delta)
+    claim = ready.claim if sigma == calibrated else _with_sigma(ready.claim, sigma)
     ready = replace(ready, claim=claim)
     checked_accountant = check_release_accountant(
         claim.finetune_accountant, claim.finetune_epsilon, claim.delta, [claim.finetune_phase]
