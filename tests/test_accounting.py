@@ -52,7 +52,7 @@ def _searched(curve, target: float, rel_tol: float = 1e-3) -> tuple[float, int]:
         asked.add(sigma)
         return curve(sigma) - target
 
-    return accounting._search(excess, target, 1e-5, 0.5, 10, "toy", rel_tol), len(asked)
+    return accounting.calibration.search(excess, target, 1e-5, 0.5, 10, "toy", rel_tol), len(asked)
 
 
 @pytest.mark.parametrize("power", [0.5, 1.0, 2.0, 4.0])
@@ -62,7 +62,7 @@ def test_the_search_returns_a_minimal_sigma_in_few_questions(power: float, offse
     ``offset``: σ within the target, and σ one tolerance smaller above it. From a start within
     half to 1.5 times the root (where the accountants' starts fall), at most 6 accountant
     questions (Brent's method from a bracket of fixed steps asked PLD 3 to 7)."""
-    root = accounting._start_sigma(1.0, 1e-5, 0.5, 10) * offset
+    root = accounting.calibration.start_sigma(1.0, 1e-5, 0.5, 10) * offset
     sigma, asked = _searched(lambda s: (root / s) ** power, 1.0)
     assert (root / sigma) ** power <= 1.0 < (root / (sigma / 1.001)) ** power
     assert asked <= 6 or offset == 20.0
@@ -259,7 +259,7 @@ def test_epsilon_each_answers_as_epsilon_does_each_request_once(monkeypatch) -> 
             return 2 * accounting.epsilon(phases, delta, "pld")
 
     batches: list[int] = []
-    real = accounting._library_epsilons
+    real = accounting.libraries.library_epsilons
 
     def counting(requests):  # type: ignore[no-untyped-def]
         batches.append(len(requests))
@@ -271,7 +271,7 @@ def test_epsilon_each_answers_as_epsilon_does_each_request_once(monkeypatch) -> 
     try:
         expected = [epsilon(phases, delta, name) for phases, delta, name in requests]
         accounting.clear_caches()  # asked afresh below
-        monkeypatch.setattr(accounting, "_library_epsilons", counting)
+        monkeypatch.setattr(accounting.libraries, "library_epsilons", counting)
         assert accounting.epsilon_each(requests) == expected
     finally:
         accounting.ACCOUNTANTS.unregister("test-doubled-pld")
@@ -285,14 +285,14 @@ def test_epsilon_each_names_the_request_a_library_fails_on(monkeypatch) -> None:
     the one InputError line names that request, as :func:`epsilon` would."""
     from dpaudit_mix import accounting
 
-    real = accounting._library_epsilon
+    real = accounting.libraries.library_epsilon
 
     def failing(phases, delta, name):  # type: ignore[no-untyped-def]
         if phases[0].steps == 7:
             raise ValueError("the library's own complaint")
         return real(phases, delta, name)
 
-    monkeypatch.setattr(accounting, "_library_epsilon", failing)
+    monkeypatch.setattr(accounting.libraries, "library_epsilon", failing)
     accounting.clear_caches()
     requests = [([GaussianPhase(1.0, 1.0, steps)], 1e-5, "pld") for steps in (5, 7, 9)]
     with pytest.raises(InputError, match=r"the pld accountant failed on \[GaussianPhase.*steps=7.*the library's own"):
@@ -313,7 +313,7 @@ def test_calibrate_each_searches_side_by_side_and_this_process_learns_the_answer
     def no_library(requests):  # type: ignore[no-untyped-def]
         raise AssertionError(f"asked the library {requests}")
 
-    monkeypatch.setattr(accounting, "_library_epsilons", no_library)
+    monkeypatch.setattr(accounting.libraries, "library_epsilons", no_library)
     assert [calibrate(*r) for r in requests] == alone
     spent = accounting.epsilon_each(
         [([GaussianPhase(s, r[2], r[3])], r[1], r[4]) for s, r in zip(alone, requests, strict=True)]
@@ -328,7 +328,7 @@ def test_a_child_forked_while_a_thread_holds_the_answers_lock_does_not_wait_for_
 
     from dpaudit_mix import accounting, resources
 
-    memo, held, done = accounting._EPSILONS, threading.Event(), threading.Event()
+    memo, held, done = accounting.answers.EPSILONS, threading.Event(), threading.Event()
 
     def hold() -> None:
         with memo._lock:

@@ -24,13 +24,13 @@ def own_cache(monkeypatch, tmp_path: Path) -> None:
 def _counted(monkeypatch) -> list[int]:
     """The accountant's answers, by the number asked at once (each in a bounded child)."""
     calls: list[int] = []
-    real = accounting._library_epsilons
+    real = accounting.libraries.library_epsilons
 
     def counting(requests):
         calls.append(len(requests))
         return real(requests)
 
-    monkeypatch.setattr(accounting, "_library_epsilons", counting)
+    monkeypatch.setattr(accounting.libraries, "library_epsilons", counting)
     return calls
 
 
@@ -56,7 +56,7 @@ def test_a_hint_the_accountant_does_not_confirm_is_calibrated_afresh(tmp_path: P
     sigma = accounting.calibrate(*REQUEST)
     (path,) = _hint_files(tmp_path)
     path.write_text(json.dumps({"noise_multiplier": sigma * factor}))
-    accounting._SIGMAS.clear()  # σ forgotten; the accountant's answers kept
+    accounting.answers.SIGMAS.clear()  # σ forgotten; the accountant's answers kept
     again = accounting.calibrate(*REQUEST)
     assert again == sigma and accounting.epsilon([accounting.GaussianPhase(again, 0.1, 50)], 1e-5) <= 1.0
     assert json.loads(path.read_text())["noise_multiplier"] == sigma  # the bad hint was replaced
@@ -67,7 +67,7 @@ def test_an_unreadable_hint_is_ignored(tmp_path: Path, content: str) -> None:
     sigma = accounting.calibrate(*REQUEST)
     (path,) = _hint_files(tmp_path)
     path.write_text(content)
-    accounting._SIGMAS.clear()
+    accounting.answers.SIGMAS.clear()
     assert accounting.calibrate(*REQUEST) == sigma
 
 

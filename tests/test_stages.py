@@ -166,14 +166,14 @@ def test_preflight_searches_every_sigma_without_a_prior_side_by_side_not_here(mo
     track = TextTrack(TextPipelineSpec(epsilons=(1.25, 2.5)), world, secure=False)  # type: ignore[arg-type]
     asked = [request for eps in (1.25, 2.5) for request in track.calibrations(eps)]
     assert len(asked) == 6 and sorted({request[2] for request in asked}) == [0.5, 1.0]  # q = 32 of 64 users
-    parent, afresh = os.getpid(), accounting._calibrate_afresh
+    parent, afresh = os.getpid(), accounting.calibration.calibrate_afresh
 
     def in_a_child_only(*key: Any) -> float:
         assert os.getpid() != parent, f"searched in the parent: {key}"
         return afresh(*key)
 
     accounting.clear_caches()
-    monkeypatch.setattr(accounting, "_calibrate_afresh", in_a_child_only)
+    monkeypatch.setattr(accounting.calibration, "calibrate_afresh", in_a_child_only)
     preflight(track, [1.25, 2.5])
     phases = [phase for eps in (1.25, 2.5) for phase in track.mixing_phases(eps)]
     assert [p.steps for p in phases] == [100, 1, 100, 1]  # dpmixmin, random search
