@@ -197,7 +197,7 @@ def test_a_full_disk_is_one_line(capsys, monkeypatch, tmp_path: Path, problem_fi
     def full(path, obj):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
-    monkeypatch.setattr(cli, "write_json", full)
+    monkeypatch.setattr(cli.common, "write_json", full)
     code = main(["mix", "--problem", str(problem_file), "--nonprivate", "--out", str(tmp_path / "w.json")])
     err = capsys.readouterr().err
     assert code == cli.EXIT_FAULT and _one_line(err) and "No space left" in err

@@ -1,0 +1,207 @@
+"""audit (a mechanism, by its spec) and audit-scores (any stack's membership scores): exit 3 on a
+violation, 4 when a σ = 0 control shows the audit blind."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from .. import accounting
+from ..atomic import check_output
+from ..backend import BACKENDS
+from .common import Parser, add_json, finite, positive_int, seed_number
+from ..errors import EXIT_INCONCLUSIVE, EXIT_VIOLATION, require
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from .. import finished
+    from ..audit.spec import load_spec
+
+    spec = load_spec(args.spec, problem=args.problem, runs=args.runs, epsilon=args.epsilon)
+    if spec.one_run:
+        require(args.runs is None, "--runs: a one-run audit trains once; set one_run_canaries in the spec instead")
+        require(args.backend == "local", "--backend: a one-run audit is one training run; it runs here")
+    out = check_output(
+        args.out or Path("reports") / Path(args.spec).stem, folder=True, inputs=[args.spec, args.problem]
+    )
+    audit = _one_run_audit if spec.one_run else _many_run_audit
+    return finished.once("audit", out, vars(args), Path(args.spec), [spec.problem], lambda: audit(args, spec, out))
+
+
+def _many_run_audit(args: argparse.Namespace, spec: Any, out: Path) -> int:
+    """``audit`` of a spec's neighbouring runs (``runs`` trainings, half with the canary)."""
+    from ..audit.engine import run_audit
+    from ..audit.report import summary_verdict, write_report
+
+    outcome = run_audit(
+        spec,
+        out,
+        noise_multiplier=args.noise_multiplier,
+        backend=args.backend,
+        scheduler=args.scheduler,
+        report=write_report,
+    )
+    print(json.dumps(outcome.summary.to_dict(), indent=2))
+    if outcome.summary.violation:
+        print(f"dpaudit-mix: {summary_verdict(outcome.summary)}; see {out}/report.md", file=sys.stderr)
+        return EXIT_VIOLATION
+    return _inconclusive(outcome.summary, spec.epsilon, out)
+
+
+def _one_run_audit(args: argparse.Namespace, spec: Any, out: Path) -> int:
+    """``audit`` of a spec with ``one_run = true``: one training run, many canaries."""
+    from ..audit.run_once import run_one_run_audit, write_one_run_report
+    from ..audit.score_file import one_run_line
+
+    outcome = run_one_run_audit(spec, out, noise_multiplier=args.noise_multiplier, report=write_one_run_report)
+    print(json.dumps(outcome.summary.to_dict(), indent=2))
+    if outcome.summary.violation:
+        found = next(r for r in outcome.summary.results if r.noise and r.result.violation)
+        print(f"dpaudit-mix: {found.name}: {one_run_line(found.result)}; see {out}/report.md", file=sys.stderr)
+        return EXIT_VIOLATION
+    return _inconclusive(outcome.summary, spec.epsilon, out)
+
+
+def _inconclusive(summary: Any, epsilon: float, out: Path) -> int:
+    if summary.inconclusive:
+        print(
+            f"dpaudit-mix: INCONCLUSIVE: the sigma=0 control(s) {', '.join(summary.blind_controls)} "
+            f"stay within the claimed epsilon {epsilon:g}: this audit cannot see leakage; see {out}/report.md",
+            file=sys.stderr,
+        )
+        return EXIT_INCONCLUSIVE
+    return 0
+
+
+def cmd_audit_scores(args: argparse.Namespace) -> int:
+    from ..audit.score_file import audit_score_file, read_scores
+    from ..audit.scores import verdict_line
+
+    mechanism = (args.noise_multiplier, args.sample_rate, args.steps)
+    require(
+        all(v is None for v in mechanism) or all(v is not None for v in mechanism),
+        "give all of --noise-multiplier, --sample-rate and --steps (the mechanism's phase), or none",
+    )
+    phases = None if args.steps is None else [accounting.GaussianPhase(*mechanism)]
+    path = Path(args.file)
+    out = Path(args.out) if args.out else None
+    if args.one_run:
+        return _one_run_scores(args, path, phases, out)
+    result = audit_score_file(
+        path,
+        read_scores(path),
+        args.epsilon,
+        args.delta,
+        phases,
+        args.confidence,
+        args.threshold,
+        args.seed,
+        args.label,
+        out,
+        args.accountant,
+        progress=True,
+        curve=args.curve,
+    )
+    print(json.dumps(result.to_dict(), indent=2))
+    see = f"; see {out}/report.md" if out else ""
+    for warning in result.warnings:
+        print(f"dpaudit-mix: warning: {warning}", file=sys.stderr)
+    if result.violation:
+        print(f"dpaudit-mix: {verdict_line(result, args.epsilon)}{see}", file=sys.stderr)
+        return EXIT_VIOLATION
+    if result.inconclusive:
+        print(
+            f"dpaudit-mix: INCONCLUSIVE: the sigma=0 control stays within the claimed epsilon {args.epsilon:g}: "
+            f"this attack cannot see leakage, and its silence proves nothing{see}",
+            file=sys.stderr,
+        )
+        return EXIT_INCONCLUSIVE
+    return 0
+
+
+def _one_run_scores(
+    args: argparse.Namespace, path: Path, phases: list[accounting.GaussianPhase] | None, out: Path | None
+) -> int:
+    """``audit-scores --one-run``: one training run's canaries (scores, membership), exit 3 on a violation."""
+    from ..audit.score_file import audit_canary_file, one_run_line, read_canaries
+
+    require(args.threshold == "bonferroni", "--one-run chooses its guesses by its own fixed grid: drop --threshold")
+    result = audit_canary_file(
+        path, read_canaries(path), args.epsilon, args.delta, phases, args.confidence, out, args.accountant
+    )
+    print(json.dumps(result.to_dict(), indent=2))
+    if result.violation:
+        see = f"; see {out}/report.md" if out else ""
+        print(f"dpaudit-mix: {one_run_line(result)}{see}", file=sys.stderr)
+        return EXIT_VIOLATION
+    return 0
+
+
+def commands(sub: argparse._SubParsersAction[Parser]) -> None:
+    """audit (a mechanism, by spec) and audit-scores (any stack's scores)."""
+    audit = sub.add_parser("audit", help="empirical privacy audit of DP-MixMin (exit 3 on a violation)")
+    audit.add_argument("spec")
+    audit.add_argument("--problem", help="a problem file (overrides the spec)")
+    audit.add_argument("--out", help="output folder (default reports/<spec name>)")
+    audit.add_argument("--runs", type=positive_int)
+    audit.add_argument("--epsilon", type=finite)
+    audit.add_argument(
+        "--noise-multiplier",
+        type=finite,
+        help="override the calibrated sigma while the claim stays epsilon (simulates a broken mechanism)",
+    )
+    audit.add_argument("--backend", choices=BACKENDS, default="local")
+    audit.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://host:8786")
+    audit.set_defaults(func=cmd_audit)
+
+    scores = sub.add_parser(
+        "audit-scores",
+        help="audit a claimed (epsilon, delta) from membership scores of any stack (exit 3 on a violation)",
+    )
+    scores.add_argument(
+        "file", help=".npz with in_scores and out_scores, or .csv with columns score and label (1 = canary in)"
+    )
+    scores.add_argument("--epsilon", type=finite, required=True)
+    scores.add_argument("--delta", type=finite, required=True)
+    scores.add_argument(
+        "--noise-multiplier",
+        type=finite,
+        help="with --sample-rate and --steps: the mechanism's "
+        "phase; its PLD profile is the claim when q < 1 (default: mu-GDP from epsilon)",
+    )
+    scores.add_argument("--sample-rate", type=finite)
+    scores.add_argument("--steps", type=positive_int)
+    scores.add_argument(
+        "--accountant",
+        default=accounting.DEFAULT_ACCOUNTANT,
+        help="the accountant that calibrated sigma: --epsilon must be its epsilon for the phase (default pld)",
+    )
+    scores.add_argument("--confidence", type=finite, default=0.95)
+    scores.add_argument("--threshold", default="bonferroni", help="bonferroni (default) or split")
+    scores.add_argument(
+        "--curve",
+        choices=("gdp",),
+        help="without --steps: state that the mechanism is mu-GDP, so its curve is tested (default: the claim is "
+        "(epsilon, delta) alone and the verdict rests on the strict bound)",
+    )
+    scores.add_argument(
+        "--seed", type=seed_number, default=0, help="names the stream of the split strategy's SELECT half"
+    )
+    scores.add_argument(
+        "--label",
+        default="scores",
+        help="names those streams too (an audit's scores/<label>.npz with --seed of the audit reproduces its result)",
+    )
+    scores.add_argument(
+        "--one-run",
+        action="store_true",
+        help="FILE holds one training run's canaries: scores and membership (.npz), or score,label (.csv)",
+    )
+    scores.add_argument("--out", help="output folder for audit.json, report.md/html and tradeoff.png")
+    scores.set_defaults(func=cmd_audit_scores)
+
+    for p in (audit, scores):
+        add_json(p)

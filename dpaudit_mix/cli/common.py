@@ -1,0 +1,122 @@
+"""What every command shares: the parser that turns a usage error into exit 2, JSON output, the
+argument types, and the options several commands take (backend, device, JSON)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import json
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ..atomic import write_json
+from ..backend import BACKENDS, Backend
+from ..errors import InputError
+from ..models.device import DEVICES
+
+# Each command imports what it needs when it runs: torch, opacus, pandas and seaborn take seconds
+# to load, and `--help` or `bound` should not wait for them (bench/startup.py measures this).
+
+#: errors of a path the user gave (exit 2); any other OSError is the machine's fault (exit 5).
+PATH_ERRORS = {
+    errno.ELOOP,
+    errno.ENAMETOOLONG,
+    errno.ENOTDIR,
+    errno.EISDIR,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EROFS,
+    errno.ENOENT,
+    errno.EEXIST,
+}
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr and exit 2 like every other bad input."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise InputError(message)
+
+
+def emit(result: dict[str, Any], out: str | None) -> None:
+    """JSON on stdout; with ``out``, the JSON goes to that file and stdout gets a short summary
+    (lists longer than a few entries are left out of it)."""
+    if out:
+        write_json(out, result)
+        result = {
+            "out": out,
+            **{key: value for key, value in result.items() if not (isinstance(value, list) and len(value) > 64)},
+        }
+    print(json.dumps(result, indent=2))
+
+
+def integer(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = "integer"  # argparse names the type in its message
+    return parse
+
+
+positive_int, count, seed_number = integer(1), integer(0), integer(0)
+
+
+def finite(text: str) -> float:
+    """An argparse type: a finite float (ranges are checked where the value is used)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+ACCOUNTANT_HELP = "the accountant that calibrates sigma: rdp, prv, pld (default) or a registered one"
+
+
+def add_backend(parser: argparse.ArgumentParser, what: str) -> None:
+    """--workers, --backend and --scheduler: where the command's independent {what} run (same results)."""
+    parser.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        help=f"local processes running the {what} side by side (same results)",
+    )
+    parser.add_argument(
+        "--backend", choices=BACKENDS, default="local", help=f"run the {what} here or on a Dask cluster"
+    )
+    parser.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://host:8786 (with --backend dask)")
+
+
+def add_device(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--device",
+        choices=DEVICES,
+        help=f"where {what} compute (default: the spec's device key, cpu); auto takes CUDA when present",
+    )
+
+
+def add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="JSON on stdout (always on; accepted for scripts)")
+
+
+@contextlib.contextmanager
+def connected_backend(args: argparse.Namespace) -> Iterator[Backend]:
+    """The command's backend, connected (an unreachable scheduler is exit 2 before anything is
+    written) and closed when the command ends."""
+    backend = Backend.connect(args.backend, args.scheduler, args.workers)
+    try:
+        yield backend
+    finally:
+        backend.close()

@@ -1,0 +1,87 @@
+"""recovery, pipeline and warmsyn: the long runs, each with its report, resumable."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..atomic import check_output
+from .common import Parser, add_backend, add_device, add_json, connected_backend
+
+
+def cmd_recovery(args: argparse.Namespace) -> int:
+    from .. import finished
+    from ..recovery.spec import load_recovery_spec
+
+    spec = load_recovery_spec(args.spec)
+    out = check_output(args.out or Path("reports") / f"recovery-{Path(args.spec).stem}", folder=True)
+
+    def run() -> int:
+        from ..recovery.grid import run_recovery
+        from ..recovery.report import write_recovery_report
+
+        with connected_backend(args) as backend:
+            result = run_recovery(spec, backend=backend)
+        write_recovery_report(result, out)
+        ks = result.k_scaling
+        summary = {"out": str(out), "cells": len(result.cells), "k_slope": ks["slope"], "k_fit_range": ks["fit_range"]}
+        print(json.dumps(summary, indent=2))
+        return 0
+
+    return finished.once("recovery", out, vars(args), Path(args.spec), [spec.problem], run)
+
+
+def cmd_pipeline(args: argparse.Namespace) -> int:
+    from .. import finished
+    from ..experiments import pipeline_folder, pipeline_world, run_pipeline_file
+    from ..specfile import read_spec_bytes, spec_table
+
+    out = pipeline_folder(args.spec, args.out)
+    world = pipeline_world(spec_table(Path(args.spec), read_spec_bytes(Path(args.spec))))
+
+    def run() -> int:
+        with connected_backend(args) as backend:
+            summary = run_pipeline_file(args.spec, str(out), secure=args.secure, backend=backend, device=args.device)
+        print(json.dumps(summary.to_dict(), indent=2))
+        return 0
+
+    return finished.once("pipeline", out, vars(args), Path(args.spec), [world], run)
+
+
+def cmd_warmsyn(args: argparse.Namespace) -> None:
+    from ..experiments import run_warmsyn_file
+
+    print(json.dumps(run_warmsyn_file(args.spec, args.out, device=args.device).to_dict(), indent=2))
+
+
+def commands(sub: argparse._SubParsersAction[Parser]) -> None:
+    """recovery, pipeline and warmsyn: the long runs, each with its report."""
+    recovery = sub.add_parser("recovery", help="weight-recovery report: private λ against λ★ over ε × ρ and k")
+    recovery.add_argument("spec")
+    recovery.add_argument("--out", help="output folder (default reports/recovery-<spec name>)")
+    add_backend(recovery, "cells")
+    recovery.set_defaults(func=cmd_recovery)
+
+    pipeline = sub.add_parser("pipeline", help="proxies → private mixture → pretrain → DP finetune → evaluate")
+    pipeline.add_argument("spec")
+    pipeline.add_argument("--out", help="output folder (default reports/pipeline-<spec name>)")
+    pipeline.add_argument(
+        "--secure",
+        action="store_true",
+        help="every private noise and Poisson batch from the OS CSPRNG (not reproducible)",
+    )
+    add_backend(pipeline, "seeds")
+    add_device(pipeline, "pretraining and finetuning")
+    pipeline.set_defaults(func=cmd_pipeline)
+
+    warmsyn = sub.add_parser(
+        "warmsyn", help="EDM synthetic data from a small public set, warm-up, DP finetune: the seed paper's ablation"
+    )
+    warmsyn.add_argument("spec")
+    warmsyn.add_argument("--out", help="output folder (default reports/warmsyn-<spec name>)")
+    add_device(warmsyn, "the EDM, the warm-ups and the finetunes")
+    warmsyn.set_defaults(func=cmd_warmsyn)
+
+    for p in (recovery, pipeline, warmsyn):
+        add_json(p)

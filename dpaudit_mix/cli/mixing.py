@@ -1,0 +1,203 @@
+"""mix, account, calibrate, problem, bound and export-world: one answer each, on stdout."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from typing import Any
+
+from .. import accounting
+from .. import problem as problem_io
+from ..atomic import check_output
+from .common import ACCOUNTANT_HELP, Parser, add_json, count, emit, finite, positive_int, seed_number
+from ..data import registry
+from ..data.proxies import PROXIES
+from ..errors import require
+from ..learner import LearnerConfig
+
+
+def cmd_mix(args: argparse.Namespace) -> None:
+    from .. import mix
+
+    require(
+        not (args.secure and args.seed is not None),
+        "--secure and --seed exclude each other: --seed makes the noise reproducible, which a release must not be",
+    )
+    if args.out:
+        check_output(args.out, folder=False, inputs=[args.problem])
+    prob = problem_io.load(args.problem)
+    if args.nonprivate:
+        emit(mix.nonprivate(prob).to_dict(), args.out)
+        return
+    require(args.epsilon is not None and args.delta is not None, "give --nonprivate, or both --epsilon and --delta")
+    settings = LearnerConfig(steps=args.steps, clip=args.clip, sample_rate=args.sample_rate, user_level=args.user_level)
+    mixed = mix.private(prob, args.epsilon, args.delta, settings, args.runs, args.accountant, args.seed)
+    if args.seed is not None:
+        print(
+            f"dpaudit-mix: warning: --seed {args.seed}: the noise is reproducible from the seed; for audits and "
+            "experiments, not for release",
+            file=sys.stderr,
+        )
+    emit(mixed.to_dict(), args.out)
+
+
+def _phase(args: argparse.Namespace) -> accounting.GaussianPhase:
+    return accounting.GaussianPhase(args.noise_multiplier, args.sample_rate, args.steps)
+
+
+def cmd_account(args: argparse.Namespace) -> None:
+    emit({"epsilon": accounting.epsilons([_phase(args)], args.delta)}, None)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> None:
+    sigma = accounting.calibrate(args.epsilon, args.delta, args.sample_rate, args.steps, args.accountant)
+    emit({"noise_multiplier": sigma, "accountant": args.accountant}, None)
+
+
+def cmd_problem(args: argparse.Namespace) -> None:
+    import numpy as np
+
+    from ..optimum import mixmin
+    from ..recovery.metrics import cos_similarity
+
+    require((args.name is None) != (args.data is None), "give a world NAME or --data DATA.toml (one of them)")
+    name = args.name if args.data is None else args.data
+    require(args.data is None or args.data.endswith(".toml"), f"--data takes a data manifest (.toml), got {args.data}")
+    check_output(args.out, folder=False)
+    proxy = registry.proxy_spec(name, args.proxy, args.proxy_epochs)
+    prob = registry.build(name, args.task or registry.tasks(name)[0], args.seed, proxy=proxy)
+    problem_io.save(prob, args.out)
+    star = mixmin(prob.logp).weights
+    emit(
+        {
+            "problem": name,
+            "task": prob.task,
+            "n": prob.n,
+            "k": prob.k,
+            "out": args.out,
+            "sources": list(prob.sources),
+            **({"proxy": prob.meta["proxy"]} if "proxy" in prob.meta else {}),
+            **(
+                {"proxy_validation_accuracy": [float(a) for a in prob.meta["proxy_validation_accuracy"].split(",")]}
+                if "proxy_validation_accuracy" in prob.meta
+                else {}
+            ),
+            "lambda_star": star.tolist(),
+            "cos_lambda_star_uniform": float(cos_similarity(star, np.ones(prob.k))),
+        },
+        None,
+    )
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    from ..data.export import export_world
+
+    out = check_output(args.out, folder=True)
+    manifest = export_world(args.name, out, args.seed)
+    emit({"world": args.name, "seed": args.seed, "manifest": str(manifest)}, None)
+
+
+def cmd_bound(args: argparse.Namespace) -> None:
+    from ..audit.bounds import epsilon_lower_bound
+
+    bound = epsilon_lower_bound(args.fp, args.fn, args.negatives, args.positives, args.delta, args.confidence)
+    result: dict[str, Any] = dataclasses.asdict(bound)
+    if args.claimed_mu is not None:
+        from ..audit.profile import GaussianTradeOff  # scipy.stats: only when a curve is tested
+
+        require(args.claimed_mu > 0, f"--claimed-mu must be > 0, got {args.claimed_mu}")
+        result["claimed_mu"] = args.claimed_mu
+        result["profile_violation"] = bool(GaussianTradeOff(args.claimed_mu).violated(bound.fpr_upper, bound.fnr_upper))
+    emit(result, None)
+
+
+def commands(sub: argparse._SubParsersAction[Parser]) -> None:
+    """mix, account, calibrate, problem, bound: one answer each, on stdout."""
+    mix = sub.add_parser("mix", help="fit mixture weights (MixMin or DP-MixMin)")
+    mix.add_argument("--problem", required=True)
+    mode = mix.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--nonprivate", action="store_true")
+    mode.add_argument("--epsilon", type=finite)
+    mix.add_argument("--delta", type=finite)
+    mix.add_argument("--runs", type=positive_int, default=1)
+    mix.add_argument(
+        "--seed",
+        type=seed_number,
+        help="reproducible noise from this seed (audits, experiments; never for "
+        "release). Default: noise from the OS CSPRNG",
+    )
+    mix.add_argument("--steps", type=positive_int, default=LearnerConfig.steps)
+    mix.add_argument("--clip", type=finite, default=LearnerConfig.clip)
+    mix.add_argument("--sample-rate", type=finite, default=1.0)
+    mix.add_argument("--user-level", action="store_true")
+    mix.add_argument("--secure", action="store_true", help="noise from the OS CSPRNG (the default without --seed)")
+    mix.add_argument(
+        "--accountant",
+        default=accounting.DEFAULT_ACCOUNTANT,
+        help=ACCOUNTANT_HELP,
+    )
+    mix.add_argument("--out")
+    mix.set_defaults(func=cmd_mix)
+
+    account = sub.add_parser("account", help="epsilon of DP-SGD under every accountant")
+    account.add_argument("--noise-multiplier", type=finite, required=True)
+    account.add_argument("--sample-rate", type=finite, required=True)
+    account.add_argument("--steps", type=positive_int, required=True)
+    account.add_argument("--delta", type=finite, required=True)
+    account.set_defaults(func=cmd_account)
+
+    calibrate = sub.add_parser("calibrate", help="noise multiplier for a target (epsilon, delta)")
+    calibrate.add_argument("--epsilon", type=finite, required=True)
+    calibrate.add_argument("--delta", type=finite, required=True)
+    calibrate.add_argument("--sample-rate", type=finite, required=True)
+    calibrate.add_argument("--steps", type=positive_int, required=True)
+    calibrate.add_argument(
+        "--accountant",
+        default=accounting.DEFAULT_ACCOUNTANT,
+        help=ACCOUNTANT_HELP,
+    )
+    calibrate.set_defaults(func=cmd_calibrate)
+
+    for p in (mix, account, calibrate):
+        add_json(p)
+    _problem_commands(sub)
+
+
+def _problem_commands(sub: argparse._SubParsersAction[Parser]) -> None:
+    """problem, bound and export-world: files and figures a user makes or checks by hand."""
+    prob = sub.add_parser("problem", help="build a problem file from an embedded world or your own files")
+    prob.add_argument("name", nargs="?", help=f"one of: {', '.join(registry.PROBLEMS)}")
+    prob.add_argument("--data", help="a data manifest (.toml) naming your public sources and sensitive set")
+    prob.add_argument("--task", help="default: the world's first task (digit-0, or lm for the text world)")
+    prob.add_argument("--seed", type=seed_number, default=0)
+    prob.add_argument("--proxy", choices=PROXIES, default="logistic", help="image worlds: the per-source proxies")
+    prob.add_argument(
+        "--proxy-epochs",
+        type=positive_int,
+        help="cnn proxies: fixed epochs (default: early stopping on public validation)",
+    )
+    prob.add_argument("--out", required=True)
+    prob.set_defaults(func=cmd_problem)
+
+    bound = sub.add_parser("bound", help="Clopper-Pearson strict and GDP lower bounds from attack counts")
+    for flag in ("--fp", "--fn", "--negatives", "--positives"):
+        bound.add_argument(flag, type=count, required=True)
+    bound.add_argument("--delta", type=finite, required=True)
+    bound.add_argument("--confidence", type=finite, default=0.95)
+    bound.add_argument(
+        "--claimed-mu",
+        type=finite,
+        help="the claim as mu-GDP: adds profile_violation (the CP point lies below its trade-off curve)",
+    )
+    bound.set_defaults(func=cmd_bound)
+
+    for p in (prob, bound):
+        add_json(p)
+
+    export = sub.add_parser("export-world", help="write an embedded world as data files and a data manifest")
+    export.add_argument("name", help=f"one of: {', '.join(registry.PROBLEMS)}")
+    export.add_argument("--seed", type=seed_number, default=0)
+    export.add_argument("--out", required=True, help="a new folder: data.toml and the files it names")
+    export.set_defaults(func=cmd_export)
+    add_json(export)
