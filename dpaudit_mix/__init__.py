@@ -24,7 +24,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.2.0"  # the one place the version is written (pyproject.toml reads it)
+from .version import __version__ as __version__
 
 #: each exported name and the module that defines it.
 _HOMES = {
@@ -42,7 +42,7 @@ _HOMES = {
     "run_audit": "audit.engine",
     "AuditSpec": "audit.spec",
     "verify": "verification.suite",
-    "load_model": "models.cnn",
+    "load_model": "models.networks",
     "register_network": "models.networks",
     "run_pipeline_file": "experiments",
 }
@@ -74,8 +74,7 @@ if TYPE_CHECKING:
     from .audit.spec import AuditSpec
     from .experiments import run_pipeline_file
     from .learner import LearnerConfig, fit
-    from .models.cnn import load_model
-    from .models.networks import register_network
+    from .models.networks import load_model, register_network
     from .optimum import mixmin
     from .problem import Problem
     from .verification.suite import verify

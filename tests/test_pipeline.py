@@ -9,7 +9,7 @@ import pytest
 from dpaudit_mix import accounting
 from dpaudit_mix.backend import Backend
 from dpaudit_mix.cli import main
-from dpaudit_mix.models import cnn
+from dpaudit_mix.models import cnn, networks
 from dpaudit_mix.pipeline.methods import LOSS_BOUND, _candidate_losses, choose
 from dpaudit_mix.pipeline.run import build_world, run_pipeline
 from dpaudit_mix.pipeline.spec import DEFAULT_METHODS, PipelineSpec
@@ -52,7 +52,7 @@ def test_quick_spec_end_to_end(capsys, tmp_path: Path) -> None:
     assert [e["method"] for e in index if not e["releasable"]] == ["nonprivate_mixmin"]
     entry = next(e for e in index if e["method"] == "dpmixmin")
     world = build_world(load_spec_file(PipelineSpec, QUICK))
-    model = cnn.load_model(out / "models" / entry["file"])
+    model = networks.load_model(out / "models" / entry["file"])
     assert cnn.evaluate(model, world.test_images, world.test_labels)["macro_auc"] == entry["metrics"]["macro_auc"]
     said = capsys.readouterr().out
     assert main(["pipeline", str(QUICK), "--out", str(out)]) == 0  # finished: said again, nothing recomputed

@@ -18,14 +18,14 @@ import numpy as np
 
 from .. import accounting
 from ..data import registry
-from ..errors import InputError, require
+from ..errors import require
 from ..learner import LearnerConfig
 from ..problem import Problem, load
 from ..randomness import stream
 from ..specfile import Seed, check_fields, load_spec_file
 from .attack import THRESHOLDS
 from .canaries import CANARY_KINDS, NATURAL_POLICIES
-from .mechanisms import MECHANISMS, supports_one_run
+from .catalog import check_spec, supports_one_run
 from .one_run import MIN_CANARIES
 
 THREATS = ("black_box", "white_box")
@@ -35,7 +35,7 @@ THREATS = ("black_box", "white_box")
 class AuditSpec:
     """An audit, as written in ``audits/*.toml`` (every key optional, unknown keys rejected)."""
 
-    mechanism: str = "dpmixmin"  # a registered mechanism (:data:`.mechanisms.MECHANISMS`)
+    mechanism: str = "dpmixmin"  # a registered mechanism (:data:`.catalog.MECHANISMS`)
     problem: str = "mnist"  # an embedded problem name, or a path to a problem file
     task: str = registry.DEFAULT_TASK
     proxy: str = "logistic"  # an embedded image world's proxies: logistic or cnn
@@ -83,14 +83,7 @@ class AuditSpec:
             self.natural_policy in NATURAL_POLICIES,
             f"natural_policy must be one of {NATURAL_POLICIES}, got {self.natural_policy!r}",
         )
-        check = getattr(MECHANISMS.get(self.mechanism), "check", None)
-        if check is not None:
-            try:
-                check(self)
-            except InputError:
-                raise
-            except ValueError as exc:  # a user's mechanism refusing the spec in its own words
-                raise InputError(f"mechanism {self.mechanism}: {exc}") from None
+        check_spec(self)
         if self.one_run:
             _check_one_run(self)
         LearnerConfig(

@@ -12,8 +12,8 @@ from typing import Any
 from .. import accounting
 from ..atomic import check_output
 from ..backend import BACKENDS
-from .common import Parser, add_json, finite, positive_int, seed_number
 from ..errors import EXIT_INCONCLUSIVE, EXIT_VIOLATION, require
+from .common import Parser, add_json, finite, positive_int, seed_number
 
 
 def cmd_audit(args: argparse.Namespace) -> int:

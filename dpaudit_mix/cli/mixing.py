@@ -10,11 +10,11 @@ from typing import Any
 from .. import accounting
 from .. import problem as problem_io
 from ..atomic import check_output
-from .common import ACCOUNTANT_HELP, Parser, add_json, count, emit, finite, positive_int, seed_number
 from ..data import registry
 from ..data.proxies import PROXIES
 from ..errors import require
 from ..learner import LearnerConfig
+from .common import ACCOUNTANT_HELP, Parser, add_json, count, emit, finite, positive_int, seed_number
 
 
 def cmd_mix(args: argparse.Namespace) -> None:

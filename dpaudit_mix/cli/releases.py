@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from .common import Parser, add_json, emit, finite
 from ..errors import EXIT_VIOLATION, require
+from .common import Parser, add_json, emit, finite
 
 
 def cmd_release(args: argparse.Namespace) -> int:

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from ..atomic import check_output, write_text
-from .common import Parser
 from ..errors import EXIT_VIOLATION
+from .common import Parser
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

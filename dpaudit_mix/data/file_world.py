@@ -23,6 +23,7 @@ from ..randomness import world_layout
 from .image_files import SIZE, ImageSet, read_images
 from .manifest import DataManifest, load_manifest
 from .ngram import text_arrays
+from .problems import image_problem, text_problem
 from .proxies import TASKS, ProxySpec
 from .sources import PublicSource, SensitiveData
 from .text_files import TextSet, read_texts
@@ -95,9 +96,7 @@ class FileImageWorld:
         return PublicSource("public-validation", images[pick], labels[pick])
 
     def build(self, task: str, seed: int, shards: int, proxy: ProxySpec) -> Problem:
-        from . import registry
-
-        return registry.image_problem(self.name, task, seed, shards, proxy, self.sensitive.users)
+        return image_problem(self.name, task, seed, shards, proxy, self.sensitive.users)
 
     def sensitive_set(self, seed: int, shards: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """The sensitive file's images, labels and users: what the budget of this world belongs to."""
@@ -124,9 +123,7 @@ class FileTextWorld:
         return len(self.source_sets)
 
     def build(self, task: str, seed: int, shards: int, proxy: ProxySpec) -> Problem:
-        from . import registry
-
-        return registry.text_problem(self.name, seed, self.arrays)
+        return text_problem(self.name, seed, self.arrays)
 
     def sensitive_set(self, seed: int, shards: int) -> tuple[tuple[str, ...], None, np.ndarray | None]:
         """The sensitive documents and their users: what the budget of this world belongs to."""

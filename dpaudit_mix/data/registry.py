@@ -1,9 +1,9 @@
 """`dpaudit-mix problem NAME`: problems built from registered worlds (DESIGN §8–9).
 
-A world is a sensitive set and its public sources, registered by name in :data:`WORLDS` (a
-:class:`~..registry.Registry`; :func:`register_world` adds a user's own). It has ``tasks`` and
-``build(task, seed, shards, proxy) -> Problem``; an *image* world also has ``sources(seed,
-shards)`` and ``validation(seed)`` (the pipeline pretrains on its images) and may take any proxy.
+Worlds are registered by name in :data:`.worlds.WORLDS` (:func:`register_world` adds a user's
+own; the capabilities a world may offer are Protocols there); their problems are built and cached
+by :mod:`.problems`. Here: names resolved (aliases, data manifests), the built-in worlds, and
+``build`` / ``build_public``, which add what every problem carries (its sensitive set's identity).
 The built-ins: ``mnist-labels`` (sources split by label; MixMin's premise fails there),
 ``mnist-shift`` (sources shifted by degrees; it holds), ``fashion-shift`` (mnist-shift's design on
 Debian's Fashion-MNIST, at the paper's scale) and the text world ``shakespeare-users``.
@@ -12,90 +12,87 @@ The old name ``mnist`` is ``mnist-labels``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
 
-from ..atomic import write_npz
-from ..cache import cached, json_sha256, load_npz, save_npz, user_cache_dir
 from ..errors import require
 from ..identity import META_KEY, sensitive_sha256
 from ..models import DEFAULT_NETWORK
 from ..problem import Problem
-from ..randomness import Key, stream
-from ..registry import Registry
-from ..threads import one_thread
 from . import fashion
-from .file_world import FileImageWorld, FileTextWorld
+from .file_world import load_world, signature
 from .manifest import is_manifest
 from .ngram import text_arrays
-from .proxies import (
-    LOGISTIC,
-    TASKS,
-    ProxySpec,
-    accuracies,
-    probabilities,
-    task_log_likelihood,
-    train_proxies,
-)
+from .problems import USER_SIZE, image_problem, image_sources, proxy_meta, text_problem, world_probabilities
+from .proxies import LOGISTIC, TASKS, ProxySpec, task_log_likelihood
 from .shift import graded_sources, public_validation, shift_world
 from .sources import PublicSource, SensitiveData, mnist_world, public_shards, validation_slice
 from .text import BBC_TOPICS, GENRES, SENSITIVE_GENRE, text_world
+from .worlds import (
+    ALIASES,
+    DEFAULT_TASK,
+    FASHION_WORLD,
+    TEXT_TASK,
+    TEXT_WORLD,
+    WORLDS,
+    ImageSources,
+    TextDocuments,
+    World,
+    content_of,
+    identity_of,
+    is_image,
+    register_world,
+    world_files,
+)
 
-TEXT_WORLD = "shakespeare-users"
-FASHION_WORLD = "fashion-shift"
-TEXT_TASK = "lm"  # one task: each speech's mean per-character log-likelihood
-ALIASES = {"mnist": "mnist-labels"}
-DEFAULT_TASK = "digit-0"
-#: examples per synthetic user: MNIST has no writer ids here, so users are seeded groups.
-USER_SIZE = 3
-
+__all__ = [
+    "ALIASES",
+    "DEFAULT_TASK",
+    "FASHION_WORLD",
+    "MAX_SHARDS",
+    "PROBLEMS",
+    "TEXT_SOURCES",
+    "TEXT_TASK",
+    "TEXT_WORLD",
+    "USER_SIZE",
+    "WORLDS",
+    "ImageSources",
+    "ImageWorld",
+    "SensitiveSet",
+    "TextDocuments",
+    "TextWorld",
+    "World",
+    "build",
+    "build_public",
+    "canonical",
+    "content",
+    "identity",
+    "image_problem",
+    "image_world",
+    "image_worlds",
+    "is_image",
+    "is_text",
+    "max_sources",
+    "problem_path",
+    "proxy_meta",
+    "proxy_spec",
+    "register_data",
+    "register_world",
+    "sensitive_identity",
+    "tasks",
+    "text_problem",
+    "world",
+    "world_files",
+    "world_probabilities",
+    "world_sources",
+    "world_validation",
+]
 
 #: the largest number of shard sources `build(..., shards=K)` offers for k-scaling.
 MAX_SHARDS = 64
-
-
-#: source names, then (class probabilities, labels) on the sensitive train split, the sensitive
-#: test split and the public validation slice, then each proxy's training epochs (0: logistic).
-Probabilities = tuple[
-    tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray
-]
-PARTS = ("train", "train_y", "test", "test_y", "public", "public_y", "epochs")
-T = TypeVar("T")
-
-
-class World(Protocol):
-    """A data source problems are built from: its tasks, and a problem for each (``shards`` > 0:
-    that many k-scaling sources, up to ``max_sources``; ``proxy``: the proxies, for a world that
-    trains them)."""
-
-    @property
-    def tasks(self) -> tuple[str, ...]: ...
-
-    def build(self, task: str, seed: int, shards: int, proxy: ProxySpec) -> Problem: ...
-
-
-def _check_world(name: str, obj: Any) -> None:
-    tasks = getattr(obj, "tasks", None)
-    require(
-        isinstance(tasks, tuple) and len(tasks) >= 1 and all(isinstance(t, str) and t for t in tasks),
-        f"world {name!r} needs tasks, a non-empty tuple of names",
-    )
-    require(callable(getattr(obj, "build", None)), f"world {name!r} needs a build(task, seed, shards, proxy) method")
-    require(name not in ALIASES, f"{name!r} is an alias of {ALIASES.get(name)!r}")
-
-
-#: every world a spec, a command or a call may name (besides the aliases in ALIASES).
-WORLDS: Registry[World] = Registry("world", "worlds", _check_world)
-
-
-def register_world(name: str, world: World, *, replace: bool = False) -> World:
-    """Make ``world`` a problem every spec and ``dpaudit-mix problem`` accept by ``name``."""
-    return WORLDS.register(name, world, replace=replace)
 
 
 class _Problems:
@@ -121,8 +118,6 @@ def register_data(path: str | Path) -> str:
     """Register the world a data manifest names under ``data.<its content hash>``; returns that
     key. It is read again only when the manifest or a file it names has changed since (size or
     modification time): naming it again in the same process costs a stat per file."""
-    from .file_world import load_world, signature
-
     resolved = Path(path).resolve()
     known = _DATA.get(resolved)
     if known is not None and signature(resolved, world_files(known[1])) == known[0]:
@@ -132,10 +127,6 @@ def register_data(path: str | Path) -> str:
     register_world(key, replace(loaded, name=key), replace=True)
     _DATA[resolved] = (loaded.signature, key)
     return key
-
-
-def world_files(key: str) -> tuple[Path, ...]:
-    return tuple(getattr(WORLDS.get(key), "files", ()))
 
 
 def canonical(name: str) -> str:
@@ -149,13 +140,13 @@ def canonical(name: str) -> str:
 def identity(name: str) -> str:
     """What streams, cache file names and reports call the world: its name (a file world's
     manifest ``name``), never a path or a hash."""
-    return str(getattr(world(name), "identity", canonical(name)))
+    return identity_of(canonical(name))
 
 
 def content(name: str) -> str:
     """The sha256 of a file world's manifest and files ("" for an embedded world, whose cache
     keys hash the code that builds it)."""
-    return str(getattr(world(name), "content", ""))
+    return content_of(canonical(name))
 
 
 def world(name: str) -> World:
@@ -163,13 +154,13 @@ def world(name: str) -> World:
 
 
 def is_text(name: str) -> bool:
-    """Whether ``name`` is the embedded text world or a text data manifest's (read if a manifest)."""
-    return isinstance(name, str) and name in PROBLEMS and isinstance(world(name), (TextWorld, FileTextWorld))
-
-
-def is_image(world: World) -> bool:
-    """Whether ``world`` has images to pretrain on (``sources`` and ``validation``)."""
-    return callable(getattr(world, "sources", None)) and callable(getattr(world, "validation", None))
+    """Whether ``name`` is the embedded text world or one offering its documents
+    (:class:`.worlds.TextDocuments`: a text data manifest's, read if a manifest, or a user's)."""
+    return (
+        isinstance(name, str)
+        and name in PROBLEMS
+        and (canonical(name) == TEXT_WORLD or isinstance(world(name), TextDocuments))
+    )
 
 
 def image_worlds() -> tuple[str, ...]:
@@ -218,7 +209,7 @@ def world_sources(
     """The world's public sources (or, with ``shards`` = K > 0, its K k-scaling sources: class-skewed
     shards for mnist-labels, random compositions of graded shifts for mnist-shift); ``synthetic``
     adds EDM samples of the world's public validation slice as one more source."""
-    sources, sensitive = cast(ImageWorld, world(image_world(name))).sources(seed, shards)
+    sources, sensitive = image_sources(image_world(name)).sources(seed, shards)
     if synthetic:
         from .synthetic import synthetic_source  # torch-heavy; only when asked for
 
@@ -228,86 +219,7 @@ def world_sources(
 
 def world_validation(name: str, seed: int) -> PublicSource:
     """The world's clean public validation slice (never private: free to choose hyper-parameters on)."""
-    return cast(ImageWorld, world(image_world(name))).validation(seed)
-
-
-def _compute_probabilities(name: str, seed: int, shards: int, proxy: ProxySpec) -> Probabilities:
-    sources, sensitive = world_sources(name, seed, shards)
-    public = world_validation(name, seed)
-    proxies = train_proxies(sources, proxy, public, Key(seed).child(proxies=identity(name), shards=shards))
-    parts = [
-        (sensitive.train_images, sensitive.train_labels),
-        (sensitive.test_images, sensitive.test_labels),
-        (public.images, public.labels),
-    ]
-    arrays = [a for images, labels in parts for a in (probabilities(proxies, images), labels)]
-    epochs = np.array([p.epochs or 0 for p in proxies], dtype=np.int64)
-    return (tuple(s.name for s in sources), *arrays, epochs)  # type: ignore[return-value]  # the cache file's parts
-
-
-def _cache_key(name: str, seed: int, shards: int, proxy: ProxySpec = LOGISTIC) -> str:
-    """What the probabilities depend on: the arguments, the code that builds them and the data
-    it reads (this package's data modules; the CNN's module for network proxies), and the
-    numeric libraries that train the proxies."""
-    import sklearn
-
-    versions = {"numpy": np.__version__, "sklearn": sklearn.__version__}
-    modules = sorted(Path(__file__).parent.glob("*.py"))
-    if proxy.kind == "cnn":
-        import torch
-
-        versions["torch"] = torch.__version__
-        modules.append(Path(__file__).parent.parent / "models" / "cnn.py")
-    data = content(name) if name in WORLDS else ""
-    world_id = {"world": identity(name), "content": data} if data else {"world": name}
-    digest = json_sha256({**world_id, "seed": seed, "shards": shards, **proxy.ids, **versions})
-    for module in modules:
-        digest.update(module.read_bytes())
-    return digest.hexdigest()[:24]
-
-
-def _save(path: Path, value: Probabilities) -> None:
-    write_npz(path, names=np.array(value[0], dtype=str), **dict(zip(PARTS, value[1:], strict=True)))
-
-
-def _load(path: Path) -> Probabilities:
-    arrays = load_npz(path)
-    return cast(Probabilities, (tuple(str(n) for n in arrays["names"]), *(arrays[part] for part in PARTS)))
-
-
-def on_one_thread(compute: Callable[..., T], *args: Any, torch: bool = False) -> Callable[[], T]:
-    """``compute(*args)`` on one thread (:func:`..threads.one_thread`; ``torch``: a CNN proxy
-    trains): a problem's bytes are cached, released and compared by digest (``check-release``
-    rebuilds an embedded problem), so they must not follow the machine's core count."""
-
-    def pinned() -> T:
-        with one_thread(torch=torch):
-            return compute(*args)
-
-    return pinned
-
-
-@lru_cache(maxsize=4)
-def world_probabilities(name: str, seed: int, shards: int = 0, proxy: ProxySpec = LOGISTIC) -> Probabilities:
-    """Every proxy's class probabilities on the sensitive splits: training the proxies is most of
-    the cost of a problem, so the result is cached on disk (:func:`..cache.user_cache_dir`), under
-    a key that names the proxies."""
-    name = canonical(name)
-    path = user_cache_dir() / "problems" / f"{identity(name)}-{_cache_key(name, seed, shards, proxy)}.npz"
-    compute = on_one_thread(_compute_probabilities, name, seed, shards, proxy, torch=proxy.kind == "cnn")
-    return cached(path, compute, _save, _load)
-
-
-def proxy_meta(proxy: ProxySpec, public: np.ndarray, public_y: np.ndarray, epochs: np.ndarray) -> dict[str, str]:
-    """What a built problem says about its proxies: their kind, each one's accuracy on the public
-    validation slice (the slice a CNN's early stopping watched), and a CNN's epochs."""
-    meta = {
-        "proxy": proxy.label,
-        "proxy_validation_accuracy": ",".join(f"{a:.4f}" for a in accuracies(public, public_y)),
-    }
-    if proxy.kind == "cnn":
-        meta["proxy_epochs"] = ",".join(str(int(e)) for e in epochs)
-    return meta
+    return image_sources(image_world(name)).validation(seed)
 
 
 TEXT_SOURCES = (*(f"shakespeare-{g}" for g in GENRES if g != SENSITIVE_GENRE), *(f"bbc-{t}" for t in BBC_TOPICS))
@@ -316,22 +228,6 @@ TEXT_SOURCES = (*(f"shakespeare-{g}" for g in GENRES if g != SENSITIVE_GENRE), *
 def _text_problem(seed: int) -> dict[str, np.ndarray]:
     sources, train, test = text_world(seed)
     return text_arrays([(s.name, s.texts) for s in sources], train.texts, train.users, test.texts, test.users)
-
-
-def text_problem(name: str, seed: int, compute: Callable[[], dict[str, np.ndarray]]) -> Problem:
-    """A text world's problem: its arrays cached on disk under its identity and content; users are
-    the documents' users (speakers), held-out rows the test users' documents."""
-    path = user_cache_dir() / "problems" / f"{identity(name)}-{_cache_key(name, seed, 0)}.npz"
-    arrays = cached(path, on_one_thread(compute), save_npz, load_npz)
-    return Problem(
-        arrays["logp"],
-        tuple(str(n) for n in arrays["names"]),
-        users=arrays["users"],
-        heldout_logp=arrays.get("heldout_logp"),
-        task=TEXT_TASK,
-        meta={"name": identity(name), "seed": str(seed)},
-        heldout_users=arrays.get("test_users"),
-    )
 
 
 def build(name: str, task: str = DEFAULT_TASK, seed: int = 0, shards: int = 0, proxy: ProxySpec = LOGISTIC) -> Problem:
@@ -423,26 +319,6 @@ class ImageWorld:
         return image_problem(self.name, task, seed, shards, proxy)
 
 
-def image_problem(
-    name: str, task: str, seed: int, shards: int, proxy: ProxySpec, users: np.ndarray | None = None
-) -> Problem:
-    """An image world's problem for ``task``: its proxies' log-likelihoods on the sensitive train
-    split (held out: on the test split, when it has one); ``users`` per row, else seeded groups
-    of USER_SIZE (MNIST has no writer ids)."""
-    names, train, train_y, test, test_y, public, public_y, epochs = world_probabilities(name, seed, shards, proxy)
-    n = len(train_y)
-    if users is None:
-        users = stream(seed, "problem-users", world=identity(name)).numpy().permutation(n) // USER_SIZE
-    return Problem(
-        logp=task_log_likelihood(train, train_y, task),
-        sources=names,
-        users=users.astype(np.int64),
-        heldout_logp=task_log_likelihood(test, test_y, task) if len(test_y) else None,
-        task=task,
-        meta={"name": identity(name), "seed": str(seed), **proxy_meta(proxy, public, public_y, epochs)},
-    )
-
-
 @dataclass(frozen=True)
 class TextWorld:
     """The embedded text world: Shakespeare's speakers, with 4-gram proxies of its own."""
@@ -470,10 +346,6 @@ def build_public(
     sensitive one and costs no privacy, for choosing the learner's settings."""
     name = image_world(name)
     require(task in TASKS, f"unknown task {task!r} for {name}; available: {', '.join(TASKS)}")
-    require(
-        isinstance(world(name), (ImageWorld, FileImageWorld)),
-        f"{name} has no proxies of this package's to mirror on public data",
-    )
     names, *_, public, public_y, epochs = world_probabilities(name, seed, shards, proxy)
     return Problem(
         task_log_likelihood(public, public_y, task),

@@ -21,9 +21,9 @@ from ..alphabet import V
 from ..backend import Backend
 from ..cache import content_key
 from ..data import registry
-from ..data.file_world import FileTextWorld
 from ..data.text import speeches, text_world
 from ..data.text_files import TextSet
+from ..data.worlds import TextDocuments
 from ..errors import InputError, present, require
 from ..models import chargru as lm
 from ..models import device
@@ -79,7 +79,7 @@ def build_text_world(spec: TextPipelineSpec) -> TextWorld:
         rehearsal_users, rehearsal_test = _rehearsal(speeches(spec.rehearsal_genre), spec.seed, spec.rehearsal_genre)
     else:
         files = registry.world(spec.world)
-        assert isinstance(files, FileTextWorld)  # the spec accepts only text worlds
+        assert isinstance(files, TextDocuments)  # the spec accepts only text worlds (registry.is_text)
         if files.test is None:
             raise InputError(f"{spec.world}: the text pipeline scores held-out users: give the manifest sensitive_test")
         named = [(name, texts.texts) for name, texts in files.source_sets]

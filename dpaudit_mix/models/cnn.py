@@ -26,7 +26,7 @@ from .. import accounting, calibrations, npz
 from ..errors import InputError, require
 from ..randomness import Key, torch_scope
 from ..resources import bounded
-from . import DEFAULT_NETWORK, opacus_sgd
+from . import opacus_sgd
 
 CLASSES = 10
 
@@ -92,23 +92,6 @@ def load_state(path: str | Path, build: Callable[[dict[str, np.ndarray]], nn.Mod
         require(value.dtype == np.float32 and np.isfinite(value).all(), f"{path}: {key} is not finite float32")
     model.load_state_dict({key: torch.from_numpy(value.copy()) for key, value in arrays.items()})
     return model.eval()
-
-
-def load_model(path: str | Path, network: str = DEFAULT_NETWORK) -> nn.Module:
-    """The ``network`` (a registered name; the index beside a pipeline's models names it) from a
-    weights file the image pipeline or a release wrote (:func:`load_state`): ten classes, or two
-    for a ``digit-d`` task."""
-    from .networks import NETWORKS
-
-    factory = NETWORKS.get(network)
-
-    def build(arrays: dict[str, np.ndarray]) -> nn.Module:
-        bias = arrays.get("head.bias")
-        if bias is None or bias.ndim != 1:
-            raise InputError(f"{path}: no head.bias vector: not a {network}'s weights")
-        return factory(int(bias.shape[0]))
-
-    return load_state(path, build, network)
 
 
 def binary_head(arrays: dict[str, np.ndarray], digit: int) -> dict[str, np.ndarray]:

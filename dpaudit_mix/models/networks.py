@@ -13,13 +13,16 @@ Stages are keyed by the network's *name*: a changed factory needs a new name (or
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 from torch import nn
 
 from ..errors import InputError, require
 from ..randomness import Key
 from ..registry import Registry
 from . import DEFAULT_NETWORK
-from .cnn import Factory, SmallCNN, from_arrays
+from .cnn import Factory, SmallCNN, from_arrays, load_state
 
 
 def _check_network(name: str, factory: Factory) -> None:
@@ -48,6 +51,21 @@ NETWORKS: Registry[Factory] = Registry("network", "networks", _check_network)
 def register_network(name: str, factory: Factory, *, replace: bool = False) -> Factory:
     """Make ``factory`` the network a spec names ``name`` (checked now: a head, Opacus-compatible)."""
     return NETWORKS.register(name, factory, replace=replace)
+
+
+def load_model(path: str | Path, network: str = DEFAULT_NETWORK) -> nn.Module:
+    """The ``network`` (a registered name; the index beside a pipeline's models names it) from a
+    weights file the image pipeline or a release wrote (:func:`load_state`): ten classes, or two
+    for a ``digit-d`` task."""
+    factory = NETWORKS.get(network)
+
+    def build(arrays: dict[str, np.ndarray]) -> nn.Module:
+        bias = arrays.get("head.bias")
+        if bias is None or bias.ndim != 1:
+            raise InputError(f"{path}: no head.bias vector: not a {network}'s weights")
+        return factory(int(bias.shape[0]))
+
+    return load_state(path, build, network)
 
 
 NETWORKS.register(DEFAULT_NETWORK, SmallCNN)

@@ -1,7 +1,7 @@
 """The finetuned model of every pipeline run, written beside its report (issue #35).
 
 ``OUT/models/<task>-<method>-eps<ε>-seed<s>.npz`` holds the network's state as float32 arrays
-(``models.cnn.load_model(path, network)`` reads an image network back, without pickle;
+(``models.networks.load_model(path, network)`` reads an image network back, without pickle;
 ``models.chargru.load_model(path)`` the text track's), and
 ``OUT/models/index.json`` says of each file what made it: the network's registered name,
 method, ε, seed, task, its sha256, its outputs, its test metrics (or perplexity) and its privacy

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import __version__, accounting
+from .. import accounting
 from ..atomic import write_json, write_npz
 from ..audit.gradient_canaries import BYTES_PER_CANARY_STEP, Canaries, attach
 from ..audit.one_run import MIN_CANARIES
@@ -44,6 +44,7 @@ from ..resources import require_memory
 from ..specfile import check_fields, parse_spec, read_spec_bytes, spec_table
 from ..verification.suite import verify
 from ..verification.variants import OPACUS
+from ..version import __version__
 from .methods import Mixture, mix_epsilon, mixing_phase
 from .run import ImageTrack, build_world, image_track
 from .spec import PipelineSpec

@@ -9,65 +9,46 @@ so a rerun or an interrupted run skips every finished stage; it holds what it co
 
 from __future__ import annotations
 
-import json
 import math
 import sys
-import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from functools import cached_property
-from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
-import numpy as np
 from tqdm import tqdm
 
 from .. import accounting
-from .. import problem as problem_io
-from ..atomic import write_json
 from ..backend import Backend
-from ..cache import cached, content_key, load_json, load_npz, save_npz, verified
-from ..errors import InputError, present
-from ..models import device
-from ..problem import Problem
-from ..randomness import Key, Stream, stream
 from ..threads import one_thread
-from ..tuning import rehearse
 from .methods import (
-    LOSS_BOUND,
-    PRIVATE_METHODS,
-    MixingSpec,
     Mixture,
-    choose,
-    mix_epsilon,
-    mixing_phase,
-    mixing_request,
 )
+from .mixing_track import MixingTrack, mixture_draw
+from .rehearsal import REHEARSAL_IDS, Rehearsal, choose_by_rehearsal
+from .stage_cache import KINDS, LAYOUT, Arrays, Job, Stage, StageCache
+
+__all__ = [
+    "KINDS",
+    "LAYOUT",
+    "REHEARSAL_IDS",
+    "Arrays",
+    "Job",
+    "MixingTrack",
+    "Privacy",
+    "Rehearsal",
+    "Run",
+    "Stage",
+    "StageCache",
+    "Track",
+    "choose_by_rehearsal",
+    "composed_privacy",
+    "mixture_draw",
+    "preflight",
+    "release_privacy",
+    "run_stages",
+]
 
 T = TypeVar("T")
-Arrays = dict[str, np.ndarray]
-
-#: the layout of the stage files; part of every file name, so a changed layout never loads an old file.
-LAYOUT = 2
-
-
-@dataclass(frozen=True)
-class Job:
-    """One cell of a track's grid: a method (for WarmSyn, an ablation row) at ε in seed ``seed``,
-    for ``task`` (a mixing track's task: "multiclass", "lm", or a digit under the per-task protocol)."""
-
-    method: str
-    epsilon: float
-    seed: int
-    task: str = ""
-
-
-@dataclass(frozen=True)
-class Stage(Generic[T]):
-    """One cached step of a job: its content key (which names its file) and how to compute it."""
-
-    key: str
-    compute: Callable[[], T]
 
 
 class Track(Protocol):
@@ -138,106 +119,6 @@ class Run:
             "mixture": self.mixture.to_dict(),
             **self.privacy.to_dict(),
         }
-
-
-def _save_finetuned(path: Path, value: dict[str, Any]) -> None:
-    """A finetune's result (JSON, as bytes) and, under ``model``, its weights: one npz, no pickle."""
-    result = json.dumps({k: v for k, v in value.items() if k != "model"}, sort_keys=True).encode()
-    weights = {f"model.{name}": array for name, array in value.get("model", {}).items()}
-    save_npz(path, {"result": np.frombuffer(result, dtype=np.uint8), **weights})
-
-
-def _load_finetuned(path: Path) -> dict[str, Any]:
-    arrays = load_npz(path)
-    result: dict[str, Any] = json.loads(arrays["result"].tobytes().decode("utf-8"))
-    model = {name.removeprefix("model."): a for name, a in arrays.items() if name.startswith("model.")}
-    return {**result, "model": model} if model else result
-
-
-#: a stage's kind: its file extension, how it is saved and loaded.
-KINDS: dict[str, tuple[str, Callable[[Path, Any], None], Callable[[Path], Any]]] = {
-    "arrays": ("npz", save_npz, load_npz),
-    "json": ("json", write_json, load_json),
-    "problem": ("npz", lambda path, value: problem_io.save(value, path), problem_io.load),
-    "finetuned": ("npz", _save_finetuned, _load_finetuned),  # a finetune's result with its model's weights
-}
-
-
-class StageCache:
-    """Finished stage outputs under ``root/<stage>/<key>.<ext>``, each reused only if it passes its
-    checksum. A root that cannot be written is said once, then only read: the run holds its stages
-    in memory and finishes. Nothing is created before the first stage (a preflight writes nothing).
-
-    ``salt`` (a file world's content hash) is in every entry's name, so that stages computed on
-    one version of a user's files are never reused for another (the stage keys, which seed the
-    streams, name the world by its name only). A worker's cache (``root`` None) only holds what it
-    computes, in ``computed``: the worker sends that back, and the parent offers it (:meth:`offer`)
-    to the one cache where results land."""
-
-    def __init__(self, root: Path | None, salt: str = "") -> None:
-        self.root = root
-        self.salt = salt  # a file world's content hash: its stages are never served for other files
-        self.computed: dict[tuple[str, str, str], Any] = {}  # (stage, key, kind) → value, in memory
-        self._offered: dict[tuple[str, str], Any] = {}
-
-    @cached_property
-    def writable(self) -> bool:
-        if self.root is None:
-            return False
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=self.root, prefix=".probe-"):
-                pass
-        except OSError as exc:
-            print(
-                f"dpaudit-mix: warning: cannot write the stage cache {self.root}: {exc.strerror or exc}; every "
-                "stage is computed (none is kept for a rerun)",
-                file=sys.stderr,
-            )
-            return False
-        return True
-
-    def _path(self, stage: str, key: str, kind: str) -> Path | None:
-        if self.root is None:
-            return None
-        salted = {"data": self.salt} if self.salt else {}
-        return self.root / stage / f"{content_key(key=key, layout=LAYOUT, **salted)}.{KINDS[kind][0]}"
-
-    def get(self, stage: str, key: str, kind: str, compute: Callable[[], T]) -> T:
-        """The stage's output: checked from disk, else offered by a worker, else computed (and saved)."""
-        path = self._path(stage, key, kind)
-
-        def value() -> T:
-            if (stage, key) in self._offered:
-                return self._offered.pop((stage, key))
-            result = compute()
-            if path is None:
-                self.computed[(stage, key, kind)] = result
-            return result
-
-        if path is None:
-            return value()
-        _, save, load = KINDS[kind]
-        return cached(path, value, save, load, write=self.writable)
-
-    def has(self, stage: str, key: str, kind: str) -> bool:
-        """Whether the stage is on disk with its checksum (its output is not loaded)."""
-        path = self._path(stage, key, kind)
-        return path is not None and verified(path)
-
-    def offer(self, stage: str, key: str, kind: str, value: Any) -> None:
-        """A worker's output: saved now when the cache is writable (a killed run keeps it), else
-        held until the stage is asked for."""
-        self._offered[(stage, key)] = value
-        if self.writable:
-            self.get(stage, key, kind, lambda: value)
-            self._offered.pop((stage, key), None)  # on disk now (or already was)
-
-    def arrays(self, stage: str, step: Stage[Arrays]) -> Arrays:
-        return self.get(stage, step.key, "arrays", step.compute)
-
-    def json(self, stage: str, step: Stage[Any]) -> Any:
-        return self.get(stage, step.key, "json", step.compute)
 
 
 def release_privacy(
@@ -391,199 +272,6 @@ def _models(
     return runs
 
 
-class MixingTrack:
-    """The part of a track that chooses λ on split A and pretrains on public data drawn by λ: the
-    image and the text track alike (WarmSyn mixes nothing)."""
-
-    def __init__(
-        self,
-        spec: MixingSpec,
-        tasks: tuple[str, ...],
-        problems: Callable[[str], tuple[Problem, Problem]],
-        data_key: str,
-        split_key: str,
-        secure: bool,
-        user_level: bool = False,
-        loss_bound: float = LOSS_BOUND,
-        public: Callable[[str], Problem] | None = None,
-    ) -> None:
-        """Every job runs each of ``tasks``, mixing on ``problems(task)``: split A (what DP-MixMin
-        sees) and all the training data (the non-private upper bound's). ``data_key`` names the
-        data (it keys the pretraining stages and their streams); ``split_key`` names split A too
-        (it keys the mixtures and names their noise streams). ``public(task)``: the same proxies'
-        problem on public data, where a spec's ``mix_tuning`` rehearses DP-MixMin's C and η."""
-        self.spec, self.tasks, self.problems, self.secure = spec, tasks, problems, secure
-        self.public = public
-        self.data_key, self.split_key = data_key, split_key
-        self.user_level, self.loss_bound = user_level, loss_bound
-        self.delta = spec.delta
-        self.sequential = spec.composition == "sequential"
-        self.finetune_kind = "json"
-        self.model_ids: dict[str, str] = {}  # what names a non-default model in the pretraining keys
-        self._problems: dict[str, tuple[Problem, Problem]] = {}
-
-    def mixing_phases(self, epsilon: float) -> list[accounting.GaussianPhase]:
-        """The DP phases the spec's private methods run on split A for a release at ``epsilon``."""
-        phases = [mixing_phase(m, mix_epsilon(self.spec, epsilon), self.spec) for m in self.spec.methods]
-        return [p for p in phases if p is not None]
-
-    def calibrations(self, epsilon: float) -> list[accounting.CalibrationRequest]:
-        """The private mixtures' (the finetune's are the subclass's to add)."""
-        asked = [mixing_request(m, mix_epsilon(self.spec, epsilon), self.spec) for m in self.spec.methods]
-        return [request for request in asked if request is not None]
-
-    def jobs(self) -> list[Job]:
-        spec = self.spec
-        return [
-            Job(m, eps, s, task)
-            for eps in spec.epsilons
-            for m in spec.methods
-            for s in range(spec.seeds)
-            for task in self.tasks
-        ]
-
-    def tuned(self, job: Job) -> bool:
-        """Whether the job's DP-MixMin takes its C and η from a rehearsal on public data."""
-        return job.method == "dpmixmin" and bool(getattr(self.spec, "mix_tuning", False))
-
-    def rehearsal(self, job: Job, epsilon: float) -> dict[str, float]:
-        """C and η rehearsed at the job's σ on the task's public problem (:func:`..tuning.rehearse`)."""
-        if self.public is None:
-            raise InputError("mix_tuning needs a public problem; this track has none")
-        phase = present(mixing_phase(job.method, epsilon, self.spec), "DP-MixMin runs a DP phase")
-        ids = {"split": self.split_key, "task": job.task, "epsilon": epsilon, "seed": job.seed}
-
-        def noise(clip: float, learning_rate: float) -> Stream:
-            return stream(self.spec.seed, "learner-tuning", **ids, clip=clip, learning_rate=learning_rate)
-
-        public = self.public(job.task)
-        rows = len(self.mixing_problems(job.task)[0].logp)
-        if public.n > rows:  # as many rows as split A: the noise weighs on the mean as it will there
-            draw = stream(self.spec.seed, "learner-tuning", **ids, rows=rows).numpy()
-            public = public.subset(np.sort(draw.permutation(public.n)[:rows]))
-        chosen = rehearse(public, phase.noise_multiplier, phase.steps, 1.0, noise)
-        return {"clip": chosen["clip"], "learning_rate": chosen["learning_rate"], "public_n": float(public.n)}
-
-    def mixing_problems(self, task: str) -> tuple[Problem, Problem]:
-        if task not in self._problems:
-            self._problems[task] = self.problems(task)
-        return self._problems[task]
-
-    def mixture(self, job: Job) -> Stage[Mixture]:
-        spec = self.spec
-        private = job.method in PRIVATE_METHODS
-        eps_mix = mix_epsilon(spec, job.epsilon)
-        key = content_key(
-            split=self.split_key,
-            task=job.task,
-            method=job.method,
-            seed=job.seed,
-            delta=spec.delta,
-            epsilon=eps_mix if private else None,
-            steps=spec.mix_steps,
-            clip=spec.mix_clip,
-            lr=spec.mix_learning_rate,
-            candidates=spec.search_candidates,
-            secure=self.secure and private,
-            **({"tuning": "rehearsal"} if self.tuned(job) else {}),
-        )
-
-        def compute() -> Mixture:
-            split_a, full = self.mixing_problems(job.task)
-            ids = {"split": self.split_key, "task": job.task}
-            settings = self.rehearsal(job, eps_mix) if self.tuned(job) else None
-            return choose(
-                job.method,
-                split_a,
-                full,
-                eps_mix,
-                spec,
-                job.seed,
-                ids,
-                self.secure,
-                self.user_level,
-                self.loss_bound,
-                settings,
-            )
-
-        return Stage(key, compute)
-
-    def pretrain_on(
-        self,
-        job: Job,
-        mixture: Mixture,
-        examples: int,
-        epochs: int,
-        learning_rate: float,
-        train: Callable[[list[float] | None, Key], Arrays],
-    ) -> Stage[Arrays] | None:
-        """Pretraining on ``examples`` public items drawn by λ, or (method ``warm``) from the public
-        in-distribution slice; None when the job has neither. Its streams are named by its key."""
-        weights = None if mixture.weights is None else [float(w) for w in mixture.weights]
-        if weights is None and job.method != "warm":
-            return None
-        key = content_key(
-            data=self.data_key,
-            weights="warm" if weights is None else [round(w, 12) for w in weights],
-            seed=job.seed,
-            n=examples,
-            epochs=epochs,
-            lr=learning_rate,
-            **self.model_ids,
-            **device.key_ids(self.spec.device),
-        )
-        return Stage(key, lambda: train(weights, Key(self.spec.seed).child(pretrain=key)))
-
-    def finetune_key(self, job: Job) -> Key:
-        """The key the private finetune of ``job`` (and its rehearsals, as children) draws from."""
-        return Key(self.spec.seed).child(task=job.task, method=job.method, epsilon=job.epsilon, seed=job.seed)
-
-
 def _as_dict(choice: Stage[Mixture]) -> Stage[dict[str, Any]]:
     """The mixture stage as its JSON form (what the cache stores)."""
     return Stage(choice.key, lambda: choice.compute().to_dict())
-
-
-def mixture_draw(
-    sizes: Sequence[int], weights: Sequence[float], count: int, rng: np.random.Generator
-) -> list[np.ndarray]:
-    """``count`` public items drawn by λ: per source, how many (multinomial in λ), then which
-    (uniform within the source). Returns each source's picked indices."""
-    counts = rng.multinomial(count, np.asarray(weights) / np.sum(weights))
-    return [rng.integers(size, size=c) for size, c in zip(sizes, counts, strict=True)]
-
-
-#: the stream identifier each rehearsed setting adds to the finetune's key.
-REHEARSAL_IDS = {"learning_rate": "rehearsal_lr", "epochs": "rehearsal_epochs"}
-
-
-@dataclass(frozen=True)
-class Rehearsal:
-    """How a track scores a rehearsed finetune on public data, and where the scores are recorded."""
-
-    label: str  # the choice's key for the list of scored candidates
-    score: str  # each candidate's score name
-    higher_is_better: bool
-
-
-def choose_by_rehearsal(
-    candidates: Sequence[dict[str, float]],
-    rehearse: Callable[[dict[str, float], Key], float],
-    rehearsal: Rehearsal,
-    stage: Key,
-) -> dict[str, Any]:
-    """The finetune's settings, by one rule for every method, at no privacy cost.
-
-    Each candidate runs the same DP finetune (same ε, δ, clip, prior, q, T and σ) on public data and
-    is scored on other public data; the test set is never looked at. Rehearsals draw from children
-    of ``stage`` named by the candidate, never from the private finetune's streams. A single
-    candidate is taken as it is.
-    """
-    if len(candidates) == 1:
-        return dict(candidates[0])
-    scores = [rehearse(c, stage.child(**{REHEARSAL_IDS[name]: value for name, value in c.items()})) for c in candidates]
-    pick = (max if rehearsal.higher_is_better else min)(range(len(scores)), key=lambda i: scores[i])
-    return {
-        **candidates[pick],
-        rehearsal.label: [{**c, rehearsal.score: s} for c, s in zip(candidates, scores, strict=True)],
-    }

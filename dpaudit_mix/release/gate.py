@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import __version__, accounting
+from .. import accounting
 from .. import problem as problem_io
 from ..atomic import check_output, write_bytes, write_json
 from ..audit.engine import run_audit
@@ -42,6 +42,7 @@ from ..specfile import parse_spec, read_spec_bytes
 from ..verification.checks import QUICK
 from ..verification.suite import Verification, verify
 from ..verification.variants import ACCOUNTANT, LEARNER, WIRING
+from ..version import __version__
 from . import ledger, signing
 from .accountant_check import check_release_accountant
 from .card import CARD, write_card
@@ -49,6 +50,7 @@ from .check import check_manifest
 from .manifest import Budget, Claim, Manifest, Publication, public_path, published_files
 from .model_manifest import MODEL_FILE, ModelManifest, is_model_spec
 from .publication import Trust
+from .published import Published
 from .refused import Refused
 from .spec import ReleaseSpec
 
@@ -62,52 +64,6 @@ VERIFY_LEVEL = QUICK
 #: what releasing λ runs, so what its verification checks: the accountants, the σ they are
 #: told (the wiring) and the learner's DP step; not the pipeline's DP-SGD.
 LAMBDA_PARTS = frozenset({ACCOUNTANT, WIRING, LEARNER})
-
-
-@dataclass(frozen=True)
-class Published:
-    """A published release: its folder and its manifest (release.json, exactly as hashed)."""
-
-    out: Path
-    manifest: Manifest | ModelManifest
-
-    def to_dict(self) -> dict[str, Any]:
-        """What the command line says of it."""
-        manifest = self.manifest
-        if isinstance(manifest, ModelManifest):
-            return {
-                "out": str(self.out),
-                "manifest": str(self.out / "release.json"),
-                "model": str(self.out / manifest.model["file"]),
-                "model_sha256": manifest.model["sha256"],
-                "epsilon": manifest.claim.epsilon,
-                "delta": manifest.claim.delta,
-                "one_run_epsilon_lower_bound": manifest.audit["epsilon_lower_bound"],
-                "metrics": manifest.metrics,
-                "manifest_sha256": manifest.digest,
-                **self._common(),
-            }
-        return {
-            "out": str(self.out),
-            "manifest": str(self.out / "release.json"),
-            "sources": list(manifest.sources),
-            "weights": list(manifest.weights),
-            "epsilon": manifest.claim.epsilon,
-            "delta": manifest.claim.delta,
-            "manifest_sha256": manifest.digest,
-            **self._common(),
-        }
-
-    def _common(self) -> dict[str, Any]:
-        """What both kinds say: the data set spent and its standing, and the signer."""
-        manifest, signature = self.manifest, self.manifest.publication.signature or {}
-        return {
-            "data_sha256": manifest.publication.data["sha256"],
-            "data_identity": manifest.publication.data["identity"],
-            "spent_epsilon": manifest.budget.spent_epsilon,
-            "budget_epsilon": manifest.budget.budget_epsilon,
-            "signed_by": signature.get("fingerprint"),
-        }
 
 
 def _problem_bytes(spec: ReleaseSpec, out: Path) -> tuple[str, bytes]:

@@ -1,0 +1,57 @@
+"""What a data set's releases spend together: each phase charged to the part of the data it ran
+on (all of it, or one side of a partition), parallel sides by their worst, everything on one part
+sequentially (PLD), never below any release's own claim."""
+
+from __future__ import annotations
+
+from itertools import product
+
+from .. import accounting
+from ..identity import ALL, split_part
+from .ledger_records import MAX_PARTITIONS, Entry
+
+#: a phase and the part of the data it ran on (:data:`..identity.ALL`, or one side of a partition).
+Charge = tuple[accounting.GaussianPhase, str]
+
+
+def composed(charges: list[Charge], delta: float, claims: tuple[float, ...] = ()) -> float:
+    """ε at ``delta`` of ``charges`` on one data set: for every choice of one side in each
+    partition, every phase on all of the data or on a chosen side, composed by PLD; the worst
+    choice, since each example lies on one side of each partition (parallel composition across
+    the sides, sequential within one). Never below any of ``claims``: a release's own stated ε
+    (its accountant's; PLD may put its phases a little lower) is what it spent."""
+    sides: dict[str, set[str]] = {}
+    for _, part in charges:
+        named = split_part(part)
+        if named is not None:
+            sides.setdefault(named[0], set()).add(named[1])
+    partitions = sorted(sides)[:MAX_PARTITIONS]
+    worst = 0.0
+    for choice in product(*(sorted(sides[p]) for p in partitions)):
+        chosen = {f"{p}:{side}" for p, side in zip(partitions, choice, strict=True)}
+        phases = [
+            phase
+            for phase, part in charges
+            if part == ALL or part in chosen or (split_part(part) or ("", ""))[0] not in partitions
+        ]
+        if phases:
+            worst = max(worst, accounting.epsilon(phases, delta, "pld"))
+    return max((worst, *claims))
+
+
+def spent(
+    entries: list[Entry],
+    data_sha256: str,
+    problem_sha256: str,
+    delta: float,
+    extra: tuple[Charge | accounting.GaussianPhase, ...] = (),
+    aliases: tuple[str, ...] = (),
+    claims: tuple[float, ...] = (),
+) -> float:
+    """ε at ``delta`` of every entry (reservations too) on this data, plus ``extra`` (a release
+    not yet reserved, whose own claims are ``claims``; a bare phase runs on all of the data),
+    composed as :func:`composed` does."""
+    mine = [e for e in entries if e.on(data_sha256, problem_sha256, aliases)]
+    more = [(c, ALL) if isinstance(c, accounting.GaussianPhase) else c for c in extra]
+    charges = [c for e in mine for c in e.charges] + more
+    return composed(charges, delta, (*(e.epsilon for e in mine), *claims)) if charges else 0.0
