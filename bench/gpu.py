@@ -64,19 +64,19 @@ def stages(scale: float) -> dict[str, Callable[[str], object]]:
             cnn.from_arrays(None, key),
             world.train_images[private],
             world.train_labels[private],
-            1.0,
-            image.delta,
-            _count(image.finetune_epochs, scale),
-            image.finetune_batch,
-            image.finetune_learning_rate,
-            image.finetune_clip,
-            key,
+            epsilon=1.0,
+            delta=image.delta,
+            epochs=_count(image.finetune_epochs, scale),
+            batch=image.finetune_batch,
+            learning_rate=image.finetune_learning_rate,
+            clip=image.finetune_clip,
+            key=key,
             device=device,
         )
 
     return {
         "image pretrain": lambda d: cnn.pretrain(
-            public_x[pick], public_y[pick], _count(image.pretrain_epochs, scale), image.pretrain_learning_rate, key, d
+            public_x[pick], public_y[pick], _count(image.pretrain_epochs, scale), image.pretrain_learning_rate, key, device=d
         ),
         "image DP finetune (Opacus)": finetune_image,
         "text pretrain": lambda d: chargru.pretrain(
@@ -84,10 +84,10 @@ def stages(scale: float) -> dict[str, Callable[[str], object]]:
             _count(text.pretrain_epochs, scale),
             text.pretrain_learning_rate,
             key,
-            text.pretrain_batch,
-            d,
-            text.pretrain_cooldown,
-            text.pretrain_length,
+            batch=text.pretrain_batch,
+            device=d,
+            cooldown=text.pretrain_cooldown,
+            length=text.pretrain_length,
         ),
         "text user-level DP finetune": lambda d: userdp.train(
             chargru.new_model(key), users, user_config, key, device=d

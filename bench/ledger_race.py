@@ -71,7 +71,7 @@ def main() -> int:
                 "budget" if "REFUSED (budget)" in err else "published" if code == 0 else err.strip()[-80:]
                 for code, err in results
             ]
-            total = ledger.spent(ledger.read(book), data, "", DELTA)
+            total = ledger.spent(ledger.read(book), data, problem_sha256="", delta=DELTA)
             ok = codes == [0, 3] and sorted(stages) == ["budget", "published"] and total <= 1.2
             outcomes.append(ok)
             print(
@@ -96,7 +96,8 @@ def main() -> int:
         entries = ledger.read(book)
         print(
             f"kill -9 during the audit: exit {victim.returncode}, ledger entries "
-            f"{[e.status for e in entries]}, eps counted {ledger.spent(entries, data, '', DELTA):.4f}"
+            f"{[e.status for e in entries]}, "
+            f"eps counted {ledger.spent(entries, data, problem_sha256='', delta=DELTA):.4f}"
         )
         spec.write_text(spec.read_text().replace("audit_runs = 200000", "audit_runs = 2000"))
         after = _release(spec, root / "out-after-kill")

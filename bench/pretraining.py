@@ -60,7 +60,7 @@ def main() -> None:
                 picks = mixture_draw(sizes, [1.0] * len(sizes), windows, key.stream("pretrain-sample").numpy())
                 data = np.concatenate([w[p] for w, p in zip(world.source_windows, picks, strict=True)])
                 start = time.process_time()
-                model = lm.pretrain(data, 1, rate, key, batch, cooldown=cooldown, length=length)
+                model = lm.pretrain(data, 1, rate, key, batch=batch, cooldown=cooldown, length=length)
                 seconds[i, seed] = time.process_time() - start
                 perplexity[i, seed] = lm.perplexity(model, world.rehearsal_test)
                 print(f"seed {seed} {args.settings[i]}: perplexity {perplexity[i, seed]:.4f}, {seconds[i, seed]:.1f} s")

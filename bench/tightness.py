@@ -55,9 +55,13 @@ def strategies(trials: int = 100, runs: int = 20_000) -> None:
         for _ in range(trials):
             include, select = rng.permutation(half), rng.permutation(half)
             noise = rng.standard_normal(runs)
-            ratio.append(attack(noise + mu * include, include, select, 1e-5, strategy=strategy).mu_lower_bound / mu)
+            ratio.append(
+                attack(noise + mu * include, include, select, delta=1e-5, strategy=strategy).mu_lower_bound / mu
+            )
             flagged.append(
-                attack(noise + 1.5 * mu * include, include, select, 1e-5, strategy=strategy).profile_violation(claim)
+                attack(noise + 1.5 * mu * include, include, select, delta=1e-5, strategy=strategy).profile_violation(
+                    claim
+                )
             )
         print(
             f"exact Gaussian scores, eps=1, {runs:,} runs, {trials} trials, {strategy:<10}: mu_LB/mu = "

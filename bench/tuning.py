@@ -44,7 +44,7 @@ def sigma_zero() -> None:
             def noise(clip: float, learning_rate: float, world: str = world, task: str = task):
                 return stream(0, "learner-tuning", bench="sigma-0", world=world, task=task, clip=clip, lr=learning_rate)
 
-            chosen = rehearse(public, 0.0, STEPS, 1.0, noise, runs=1)
+            chosen = rehearse(public, noise_multiplier=0.0, steps=STEPS, sample_rate=1.0, noise=noise, runs=1)
 
             rehearsed = _cos_at_zero(sensitive, star, chosen["clip"], chosen["learning_rate"])
             default = _cos_at_zero(sensitive, star, 3.0, 1.0)
@@ -81,7 +81,7 @@ def main() -> None:
             def noise(clip: float, learning_rate: float, ids: dict = ids):
                 return stream(0, "learner-tuning", **ids, clip=clip, learning_rate=learning_rate)
 
-            tuned = rehearse(rehearsal, sigma, STEPS, 1.0, noise)
+            tuned = rehearse(rehearsal, noise_multiplier=sigma, steps=STEPS, sample_rate=1.0, noise=noise)
             chosen.add((tuned["clip"], tuned["learning_rate"]))
             for name, (clip, lr) in {"default": (3.0, 1.0), "tuned": (tuned["clip"], tuned["learning_rate"])}.items():
                 config = LearnerConfig(steps=STEPS, clip=clip, noise_multiplier=sigma, learning_rate=lr)

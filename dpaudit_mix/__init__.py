@@ -16,7 +16,12 @@ the command line and ``import dpaudit_mix`` stay fast):
 - ``run_pipeline_file``: the pipeline of a spec file (image or text track), then its report;
 - ``register_network``: your own ``torch.nn.Module`` factory for the pipeline's ``network`` (the
   pretrained and DP-finetuned model) and ``proxy_network`` (the network proxies);
-- ``load_model``: a finetuned network from a pipeline run's or a release's weights file (no pickle).
+- ``load_model``: a finetuned network from a pipeline run's or a release's weights file (no pickle);
+- the extension API, one shape for every registry of objects, ``register_<kind>(name, obj, *,
+  replace=False) -> obj``: ``register_accountant``, ``register_mechanism``, ``register_network``,
+  ``register_threshold_strategy``, ``register_world`` (a world offers its capabilities by the
+  Protocols of :mod:`.data.worlds`); and two that register a name: ``register_purpose(name)`` (a
+  named random stream for your mechanism) and ``register_data(path)`` (a data manifest's world).
 """
 
 from __future__ import annotations
@@ -44,6 +49,12 @@ _HOMES = {
     "verify": "verification.suite",
     "load_model": "models.networks",
     "register_network": "models.networks",
+    "register_accountant": "accounting",
+    "register_mechanism": "audit.mechanisms",
+    "register_threshold_strategy": "audit.attack",
+    "register_world": "data.worlds",
+    "register_data": "data.registry",
+    "register_purpose": "randomness",
     "run_pipeline_file": "experiments",
 }
 __all__ = [
@@ -60,23 +71,34 @@ __all__ = [
     "fit",
     "load_model",
     "mixmin",
+    "register_accountant",
+    "register_data",
+    "register_mechanism",
     "register_network",
+    "register_purpose",
+    "register_threshold_strategy",
+    "register_world",
     "run_audit",
     "run_pipeline_file",
     "verify",
 ]
 
 if TYPE_CHECKING:
-    from .accounting import GaussianPhase, calibrate, epsilon
+    from .accounting import GaussianPhase, calibrate, epsilon, register_accountant
+    from .audit.attack import register_threshold_strategy
     from .audit.engine import run_audit
+    from .audit.mechanisms import register_mechanism
     from .audit.one_run import OneRunResult, audit_one_run
     from .audit.scores import AuditResult, audit_scores
     from .audit.spec import AuditSpec
+    from .data.registry import register_data
+    from .data.worlds import register_world
     from .experiments import run_pipeline_file
     from .learner import LearnerConfig, fit
     from .models.networks import load_model, register_network
     from .optimum import mixmin
     from .problem import Problem
+    from .randomness import register_purpose
     from .verification.suite import verify
 
 

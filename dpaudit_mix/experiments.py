@@ -75,7 +75,14 @@ _Prepared = Callable[[Path, Path], tuple["RowResult", dict[str, dict[float, floa
 
 
 def _prepare(
-    spec: Any, variant: Variant[Any], text: bool, secure: bool, progress: bool, backend: Backend, worlds: dict[str, Any]
+    spec: Any,
+    variant: Variant[Any],
+    *,
+    text: bool,
+    secure: bool,
+    progress: bool,
+    backend: Backend,
+    worlds: dict[str, Any],
 ) -> _Prepared:
     """The image or the text track of ``spec``; bad input (an unreachable ε …) raises here."""
     from .pipeline.models import write_models
@@ -90,7 +97,9 @@ def _prepare(
         preflight(TextTrack(spec, world, secure), spec.epsilons)
 
         def run_text(out: Path, cache: Path) -> tuple[RowResult, dict[str, dict[float, float]]]:
-            runs = run_text_pipeline(spec, out, world, progress, secure, cache, backend)
+            runs = run_text_pipeline(
+                spec, out, world=world, progress=progress, secure=secure, cache=cache, backend=backend
+            )
             write_models(out, runs, "chargru")
             records = [r.to_dict() for r in runs]
             frame = write_text_report(records, spec, list(world.sources), user_counts(spec, world), out)
@@ -116,7 +125,9 @@ def _prepare(
     preflight(image_track(spec, image_world, StageCache(Path()), False, secure), spec.epsilons)
 
     def run_image(out: Path, cache: Path) -> tuple[RowResult, dict[str, dict[float, float]]]:
-        runs = run_pipeline(spec, out, progress, image_world, secure, cache, backend)
+        runs = run_pipeline(
+            spec, out, progress=progress, world=image_world, secure=secure, cache_root=cache, backend=backend
+        )
         write_models(out, runs, spec.network)
         records = [r.to_dict() for r in runs]
         proxies = proxy_report(spec, image_world, cache)
@@ -136,6 +147,7 @@ def _prepare(
 def run_pipeline_file(
     path: str,
     out: str | None = None,
+    *,
     secure: bool = False,
     progress: bool = True,
     backend: Backend | None = None,
@@ -155,7 +167,12 @@ def run_pipeline_file(
     spec = with_device(parse_spec(TextPipelineSpec if text else PipelineSpec, Path(path), content), device)
     rows = variants(spec) or [Variant((), spec)]
     worlds: dict[str, Any] = {}
-    prepared = [_prepare(row.spec, row, text, secure, progress, backend or Backend(), worlds) for row in rows]
+    prepared = [
+        _prepare(
+            row.spec, row, text=text, secure=secure, progress=progress, backend=backend or Backend(), worlds=worlds
+        )
+        for row in rows
+    ]
     folder = pipeline_folder(path, out)
     measure = "dpmixmin_perplexity_reduction_vs" if text else "dpmixmin_minus"
     if len(rows) == 1 and not rows[0].settings:

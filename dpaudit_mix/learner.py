@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import cast
+from dataclasses import dataclass, fields
+from typing import Any, cast
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -54,6 +54,43 @@ class LearnerConfig:
     @property
     def poisson(self) -> bool:
         return self.sample_rate < 1.0
+
+
+#: the :class:`LearnerConfig` fields a spec does not give: σ comes from the accountant, and where
+#: the noise comes from is the caller's (a release's is always the OS CSPRNG).
+RUN_FIELDS = ("noise_multiplier", "secure")
+
+
+def learner_settings(spec: object, *, prefix: str = "", **given: Any) -> dict[str, Any]:
+    """The learner's settings that ``spec`` gives: every :class:`LearnerConfig` field but
+    :data:`RUN_FIELDS`, read from the spec's key of that name (``prefix`` first: a pipeline spec's
+    ``mix_clip``), unless ``given`` (what the caller runs instead: the accounted phase's T and q,
+    a tuned C and η, a grid cell's user level). A field the spec lacks and the caller does not
+    give is an error naming it, never a default: a setting added to the learner reaches every
+    spec kind, or every spec kind fails, so an audited learner cannot silently differ from the
+    released one."""
+    settings: dict[str, Any] = {}
+    for field in fields(LearnerConfig):
+        if field.name in RUN_FIELDS:
+            continue
+        if field.name in given:
+            settings[field.name] = given.pop(field.name)
+        elif hasattr(spec, prefix + field.name):
+            settings[field.name] = getattr(spec, prefix + field.name)
+        else:
+            raise TypeError(f"{type(spec).__name__} has no {prefix + field.name}: the learner needs it given")
+    if given:
+        raise TypeError(f"not settings of the learner: {sorted(given)}")
+    return settings
+
+
+def learner_config(
+    spec: object, *, prefix: str = "", noise_multiplier: float = 0.0, secure: bool = False, **given: Any
+) -> LearnerConfig:
+    """The one place a spec becomes a learner: :func:`learner_settings` with σ and the noise's source."""
+    return LearnerConfig(
+        **learner_settings(spec, prefix=prefix, **given), noise_multiplier=noise_multiplier, secure=secure
+    )
 
 
 @dataclass(frozen=True)
@@ -202,6 +239,7 @@ def _fit_block(
     config: LearnerConfig,
     runs: np.ndarray,
     noise: Stream | None,
+    *,
     canary: Canary | None,
     include: np.ndarray | None,
     privatiser: Privatiser,
@@ -256,6 +294,7 @@ def fit(
     config: LearnerConfig,
     runs: int | np.ndarray,
     noise: Stream | None = None,
+    *,
     canary: Canary | None = None,
     include: np.ndarray | None = None,
     threads: int | None = None,
@@ -304,7 +343,7 @@ def fit(
             inc = np.zeros(BLOCK, dtype=bool)
             where = np.flatnonzero(run_ids // BLOCK == block)
             inc[run_ids[where] - block * BLOCK] = include[where]
-        return _fit_block(prep, config, ids, noise, canary, inc, step)
+        return _fit_block(prep, config, ids, noise, canary=canary, include=inc, privatiser=step)
 
     with threadpool_limits(limits=1):
         if threads == 1 or len(blocks) == 1:

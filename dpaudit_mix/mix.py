@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -69,6 +69,7 @@ def private(
     problem: Problem,
     epsilon: float,
     delta: float,
+    *,
     settings: LearnerConfig,
     runs: int = 1,
     accountant: str = accounting.DEFAULT_ACCOUNTANT,
@@ -80,15 +81,7 @@ def private(
     accounting.check_delta(delta)
     require_memory(runs * problem.k * BYTES_PER_WEIGHT, f"mix --runs {runs} (it returns every λ)")
     sigma = accounting.calibrate(epsilon, delta, settings.sample_rate, settings.steps, accountant)
-    config = LearnerConfig(
-        steps=settings.steps,
-        clip=settings.clip,
-        noise_multiplier=sigma,
-        sample_rate=settings.sample_rate,
-        learning_rate=settings.learning_rate,
-        user_level=settings.user_level,
-        secure=seed is None,
-    )
+    config = replace(settings, noise_multiplier=sigma, secure=seed is None)
     noise = None if seed is None else stream(seed, "learner-noise", command="mix")
     weights = learner.fit(problem, config, runs, noise).weights
     spent = accounting.epsilons([accounting.GaussianPhase(sigma, settings.sample_rate, settings.steps)], delta)

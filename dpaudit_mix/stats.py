@@ -81,7 +81,7 @@ def verdict(row: pd.Series) -> str:
     return "helped" if row["mean"] > 0 else "hurt"
 
 
-def finding(eps: float, row: pd.Series, label: str, quantity: str, value: str, subject: str = "DP-MixMin") -> str:
+def finding(eps: float, row: pd.Series, *, label: str, quantity: str, value: str, subject: str = "DP-MixMin") -> str:
     """One sentence for ``subject`` against ``label`` at ε: the paired ``quantity`` (formatted by
     ``value``, e.g. "+.4f" or "+.1%"), its spread, the test and the Holm-corrected p."""
     spread = value.lstrip("+")

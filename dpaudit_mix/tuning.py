@@ -45,6 +45,7 @@ NoiseFor = Callable[[float, float], Stream]
 
 def rehearse(
     public: Problem,
+    *,
     noise_multiplier: float,
     steps: int,
     sample_rate: float,
@@ -83,7 +84,7 @@ def rehearse(
     }
 
 
-def tune(public: Problem, epsilon: float, delta: float, steps: int, sample_rate: float, seed: int) -> dict[str, Any]:
+def tune(public: Problem, *, epsilon: float, delta: float, steps: int, sample_rate: float, seed: int) -> dict[str, Any]:
     """Recovery's rule: :func:`rehearse` on its grid under the noise calibrated for (ε, δ), the lowest
     α alone (no tie rule: recovery's reports were measured so)."""
     sigma = accounting.calibrate(epsilon, delta, sample_rate, steps)
@@ -91,6 +92,15 @@ def tune(public: Problem, epsilon: float, delta: float, steps: int, sample_rate:
     def noise(clip: float, learning_rate: float) -> Stream:
         return stream(seed, "recovery-tuning", clip=clip, learning_rate=learning_rate)
 
-    chosen = rehearse(public, sigma, steps, sample_rate, noise, CLIPS, LEARNING_RATES, equal_within=0.0)
+    chosen = rehearse(
+        public,
+        noise_multiplier=sigma,
+        steps=steps,
+        sample_rate=sample_rate,
+        noise=noise,
+        clips=CLIPS,
+        learning_rates=LEARNING_RATES,
+        equal_within=0.0,
+    )
     order = ("clip", "learning_rate", "epsilon", "public_n", "task", "candidates")
     return {key: epsilon if key == "epsilon" else chosen[key] for key in order}

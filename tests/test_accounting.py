@@ -52,7 +52,9 @@ def _searched(curve, target: float, rel_tol: float = 1e-3) -> tuple[float, int]:
         asked.add(sigma)
         return curve(sigma) - target
 
-    return accounting.calibration.search(excess, target, 1e-5, 0.5, 10, "toy", rel_tol), len(asked)
+    return accounting.calibration.search(
+        excess, target, delta=1e-5, sample_rate=0.5, steps=10, accountant="toy", rel_tol=rel_tol
+    ), len(asked)
 
 
 @pytest.mark.parametrize("power", [0.5, 1.0, 2.0, 4.0])
@@ -267,7 +269,7 @@ def test_epsilon_each_answers_as_epsilon_does_each_request_once(monkeypatch) -> 
 
     a, b = [GaussianPhase(1.0, 0.1, 50)], [GaussianPhase(2.0, 1.0, 10), GaussianPhase(1.5, 0.5, 4)]
     requests = [(a, 1e-5, "pld"), (a, 1e-6, "prv"), (b, 1e-5, "rdp"), (a, 1e-5, "pld"), (b, 1e-5, "test-doubled-pld")]
-    accounting.register_accountant(Doubled())
+    accounting.register_accountant(Doubled.name, Doubled())
     try:
         expected = [epsilon(phases, delta, name) for phases, delta, name in requests]
         accounting.clear_caches()  # asked afresh below

@@ -37,7 +37,7 @@ def test_null_scores_give_zero_within_coverage(strategy: str) -> None:
     include = np.arange(400) < 200
     positive = [
         attack(
-            rng.standard_normal(400), rng.permutation(include), rng.permutation(include), 1e-5, strategy=strategy
+            rng.standard_normal(400), rng.permutation(include), rng.permutation(include), delta=1e-5, strategy=strategy
         ).epsilon_lower_bound
         > 0
         for _ in range(300)
@@ -61,7 +61,7 @@ def test_optimal_gaussian_attack_is_sound(eps: float, strategy: str) -> None:
     for _ in range(60):
         inc, sel = rng.permutation(include), rng.permutation(include)
         scores = rng.standard_normal(runs) + mu * inc
-        bounds.append(attack(scores, inc, sel, delta, strategy=strategy).epsilon_lower_bound)
+        bounds.append(attack(scores, inc, sel, delta=delta, strategy=strategy).epsilon_lower_bound)
     bounds = np.array(bounds)
     assert np.mean(bounds > eps) <= 0.05 + 0.05
     assert bounds.mean() > 0  # the test has power: a real separation is seen
@@ -80,8 +80,8 @@ def test_the_attack_carries_the_runs_it_counted() -> None:
     rng = np.random.default_rng(5)
     include, select = rng.random(400) < 0.5, rng.random(400) < 0.5
     scores = rng.normal(size=400) + include
-    every = attack(scores, include, select, 1e-5)
-    halves = attack(scores, include, select, 1e-5, strategy="split")
+    every = attack(scores, include, select, delta=1e-5)
+    halves = attack(scores, include, select, delta=1e-5, strategy="split")
     assert every.evaluated.all() and np.array_equal(halves.evaluated, ~select)
     for result in (every, halves):
         counted = result.evaluated

@@ -45,8 +45,8 @@ def test_reserve_commit_withdraw(tmp_path: Path) -> None:
     (entry,) = ledger.read(path)
     assert entry.id == one and entry.status == "released" and entry.manifest_sha256 == "a" * 64
     single = accounting.epsilon([PHASE], DELTA, "pld")
-    assert ledger.spent(ledger.read(path), "d" * 64, "", DELTA) == pytest.approx(single)
-    assert ledger.spent(ledger.read(path), "e" * 64, "", DELTA) == 0.0  # other data, other budget
+    assert ledger.spent(ledger.read(path), "d" * 64, problem_sha256="", delta=DELTA) == pytest.approx(single)
+    assert ledger.spent(ledger.read(path), "e" * 64, problem_sha256="", delta=DELTA) == 0.0  # other data, other budget
 
 
 def test_a_reservation_counts_until_withdrawn_and_over_budget_writes_nothing(tmp_path: Path) -> None:
@@ -98,7 +98,7 @@ def test_two_reservations_started_together_cannot_share_one_budget(tmp_path: Pat
         for r in racers:
             r.join()
         assert sorted(results.get() for _ in racers) == ["refused", "reserved"]
-        assert ledger.spent(ledger.read(path), "d" * 64, "", DELTA) <= budget
+        assert ledger.spent(ledger.read(path), "d" * 64, problem_sha256="", delta=DELTA) <= budget
 
 
 @pytest.mark.parametrize(
@@ -202,7 +202,7 @@ def test_v1_entries_keep_counting(tmp_path: Path) -> None:
         )
     )
     (entry,) = ledger.read(path)
-    assert entry.status == "released" and ledger.spent([entry], "d" * 64, "f" * 64, DELTA) > 0
+    assert entry.status == "released" and ledger.spent([entry], "d" * 64, problem_sha256="f" * 64, delta=DELTA) > 0
 
 
 def test_the_cap_and_delta_belong_to_the_data_not_the_spec(tmp_path: Path) -> None:

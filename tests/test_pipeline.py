@@ -89,7 +89,9 @@ def test_sequential_composition_spends_the_budget_once(tmp_path: Path) -> None:
 def test_random_search_selects_privately_and_accounts_for_it() -> None:
     problem = random_problem(300, 5, seed=2)
     spec = PipelineSpec(search_candidates=6)
-    precise = choose("random_search", problem, problem, 20.0, spec, 0, {"task": "t"})
+    precise = choose(
+        "random_search", split_a=problem, full=problem, epsilon=20.0, spec=spec, seed=0, names={"task": "t"}
+    )
     candidates = (
         stream(spec.seed, "random-search-candidates", task="t", epsilon=20.0, seed=0)
         .numpy()
@@ -97,7 +99,7 @@ def test_random_search_selects_privately_and_accounts_for_it() -> None:
     )
     best = candidates[np.argmin(_candidate_losses(problem, candidates, False, LOSS_BOUND).sum(axis=0))]
     assert np.allclose(precise.weights, best)  # at huge ε the noisy choice is the true best
-    cheap = choose("random_search", problem, problem, 0.5, spec, 0, {"task": "t"})
+    cheap = choose("random_search", split_a=problem, full=problem, epsilon=0.5, spec=spec, seed=0, names={"task": "t"})
     assert cheap.phase.steps == 1 and accounting.epsilon([cheap.phase], spec.delta) <= 0.5
 
 
@@ -313,7 +315,19 @@ def test_a_finetunes_epsilon_is_what_its_opacus_accountant_counted_asked_once(mo
         key = Key(0).child(test="finetune-epsilon", seed=seed)
         seen: list[Any] = []
         model = cnn.from_arrays(None, key, "digit-1")
-        tuned = cnn.dp_finetune(model, images, labels, 2.0, 1e-5, 1, 10, 0.1, 1.0, key, on_private=seen.append)
+        tuned = cnn.dp_finetune(
+            model,
+            images,
+            labels,
+            epsilon=2.0,
+            delta=1e-5,
+            epochs=1,
+            batch=10,
+            learning_rate=0.1,
+            clip=1.0,
+            key=key,
+            on_private=seen.append,
+        )
         epsilons.append(tuned.opacus_epsilon)
     assert len(asked) == 1 and epsilons[0] == epsilons[1] <= 2.0
     assert epsilons[0] == answer(seen[0].engine.accountant, 1e-5)  # Opacus' own answer, to the bit

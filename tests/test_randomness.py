@@ -142,7 +142,11 @@ def _noise(problem: Problem, spec: PipelineSpec, seeds: int, names: dict[str, ob
     ).weights[0]
     return np.stack(
         [
-            centred_log(methods.choose("dpmixmin", problem, problem, 1.0, spec, seed, names).weights)
+            centred_log(
+                methods.choose(
+                    "dpmixmin", split_a=problem, full=problem, epsilon=1.0, spec=spec, seed=seed, names=names
+                ).weights
+            )
             - centred_log(exact)
             for seed in range(seeds)
         ]

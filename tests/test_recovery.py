@@ -147,7 +147,7 @@ def test_mnist_k_beyond_the_shards_is_an_input_error() -> None:
 def test_c_and_eta_are_chosen_on_public_data(small_problem) -> None:
     from dpaudit_mix.tuning import CLIPS, LEARNING_RATES, tune
 
-    choice = tune(small_problem, 1.0, 1e-5, 20, 1.0, 0)
+    choice = tune(small_problem, epsilon=1.0, delta=1e-5, steps=20, sample_rate=1.0, seed=0)
     assert len(choice["candidates"]) == len(CLIPS) * len(LEARNING_RATES)
     best = min(c["alpha_1e3"] for c in choice["candidates"])
     assert {"clip": choice["clip"], "learning_rate": choice["learning_rate"], "alpha_1e3": best} in choice["candidates"]

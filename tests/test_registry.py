@@ -98,7 +98,7 @@ def _strictest(scores, include, select, delta, confidence):  # type: ignore[no-u
 
 @pytest.fixture
 def toys() -> Iterator[None]:
-    accounting.register_accountant(GDPAccountant())
+    accounting.register_accountant("toy-gdp", GDPAccountant())
     register_mechanism("toy-gaussian", GaussianMechanism())
     worlds.register_world("toy-world", ToyWorld())
     attacks.register_threshold_strategy("toy-strict", _strictest)
@@ -180,11 +180,11 @@ def test_a_dishonest_accountant_is_an_error_never_a_claim(toys) -> None:
         def calibrate(self, target_epsilon, delta, sample_rate, steps, prior):  # type: ignore[no-untyped-def]
             return 0.5  # far too little noise for the target
 
-    accounting.register_accountant(Liar())
+    accounting.register_accountant(Liar.name, Liar())
     try:
         with pytest.raises(InputError, match="returned nan"):
             accounting.epsilon([GaussianPhase(1.0, 1.0, 1)], 1e-5, "toy-liar")
-        accounting.register_accountant(Liar(answer=50.0), replace=True)
+        accounting.register_accountant(Liar.name, Liar(answer=50.0), replace=True)
         with pytest.raises(InputError, match="whose epsilon by its own epsilon\\(\\) is 50"):
             accounting.calibrate(1.0, 1e-5, 1.0, 1, accountant="toy-liar")
     finally:
@@ -199,7 +199,7 @@ def test_a_dishonest_accountant_is_an_error_never_a_claim(toys) -> None:
         (lambda: AuditSpec(mechanism="sgd"), "unknown mechanism 'sgd'; known: dpmixmin"),
         (lambda: AuditSpec(threshold="holm"), "unknown threshold strategy 'holm'; known: bonferroni, split"),
         (lambda: worlds.build("cifar"), "unknown problem 'cifar'"),
-        (lambda: accounting.register_accountant(GDPAccountant(name="pld")), "already registered"),
+        (lambda: accounting.register_accountant("pld", GDPAccountant(name="pld")), "already registered"),
         (lambda: register_mechanism("Bad Name", GaussianMechanism()), "lowercase letters"),
         (lambda: register_mechanism("no-plan", object()), "needs a plan"),  # type: ignore[arg-type]
         (lambda: worlds.register_world("mnist", ToyWorld()), "already registered|alias"),

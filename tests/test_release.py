@@ -177,7 +177,7 @@ def test_ledger_composes_in_pld_and_enforces_the_budget(tmp_path: Path, problem_
     event = dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma), STEPS)
     pld.compose(dp_accounting.ComposedDpEvent([event, event]))
     phase = accounting.GaussianPhase(sigma, 1.0, STEPS)
-    composed = ledger.spent(entries, entries[0].data_sha256, "", DELTA, (phase,))
+    composed = ledger.spent(entries, entries[0].data_sha256, problem_sha256="", delta=DELTA, extra=(phase,))
     assert composed == pytest.approx(pld.get_epsilon(DELTA), rel=1e-9) and composed > 1.2
 
 

@@ -82,7 +82,9 @@ def test_the_user_level_step_with_canary_users_passes_and_a_leak_is_flagged(tmp_
     assert not honest.summary.violation and not honest.summary.inconclusive
     assert honest.summary.canaries["max_clip"]["canaries"] == 1000
     sigma = honest.summary.calibrated_noise_multiplier
-    leaky = run_one_run_audit(_user_spec(), tmp_path / "leaky", sigma / 5, problem=dpsgd_probe_problem())
+    leaky = run_one_run_audit(
+        _user_spec(), tmp_path / "leaky", noise_multiplier=sigma / 5, problem=dpsgd_probe_problem()
+    )
     assert leaky.summary.violation
     assert leaky.summary.calibrated_noise_multiplier == sigma  # the claim stays the calibrated one
 

@@ -68,7 +68,7 @@ def test_a_held_out_user_canary_is_clipped_like_any_user() -> None:
     """The natural user canary: all rows of one held-out user, summed and clipped as one unit,
     exactly as the learner treats a training user; its black-box score sums the rows."""
     prob = _user_problem()
-    index = natural_canary_index(prob, "index", 3.0, index=2, user_level=True)
+    index = natural_canary_index(prob, "index", clip=3.0, index=2, user_level=True)
     canary = natural_canary(prob, index, user_level=True)
     assert canary.logp.shape == (9, 5)
     lam = np.random.default_rng(1).dirichlet(np.ones(5), size=3).T  # (k, R)
@@ -81,7 +81,7 @@ def test_a_held_out_user_canary_is_clipped_like_any_user() -> None:
     weights = lam.T
     rows = np.log(weights @ np.exp(canary.logp).T).sum(axis=1)
     assert np.allclose(black_box_scores(canary, weights), rows)
-    strongest = natural_canary_index(prob, "most_influential", 1e6, user_level=True)
+    strongest = natural_canary_index(prob, "most_influential", clip=1e6, user_level=True)
     assert strongest in (0, 1, 2)
     with pytest.raises(InputError, match="user-level DP"):
         fit(prob, LearnerConfig(steps=2), 2, stream(0, "learner-noise"), canary=canary)

@@ -32,7 +32,7 @@ def gaussian_audits(mu: float, runs: int, trials: int, strategy: str, seed: int 
     out = []
     for _ in range(trials):
         include, select = rng.permutation(half), rng.permutation(half)
-        out.append(attack(rng.standard_normal(runs) + mu * include, include, select, DELTA, strategy=strategy))
+        out.append(attack(rng.standard_normal(runs) + mu * include, include, select, delta=DELTA, strategy=strategy))
     return out
 
 

@@ -149,8 +149,8 @@ def test_lambda_and_model_releases_on_one_manifest_share_one_budget(tmp_path: Pa
     choice = None
     for epsilon in np.arange(0.3, 2.6, 0.1):
         phase = accounting.GaussianPhase(accounting.calibrate(float(epsilon), DELTA, 1.0, 10), 1.0, 10)
-        alone = ledger.spent(lambdas, key, "", DELTA, (phase,), claims=(float(epsilon),))
-        together = ledger.spent(entries, key, "", DELTA, (phase,), claims=(float(epsilon),))
+        alone = ledger.spent(lambdas, key, problem_sha256="", delta=DELTA, extra=(phase,), claims=(float(epsilon),))
+        together = ledger.spent(entries, key, problem_sha256="", delta=DELTA, extra=(phase,), claims=(float(epsilon),))
         if alone <= CAP < together:
             choice = round(float(epsilon), 1)
             break
@@ -404,8 +404,8 @@ def test_an_accountant_that_under_reports_is_refused_before_the_audit(tmp_path: 
     monkeypatch.setattr(gate, "VERIFY_LEVEL", TINY)
     prob = random_problem(80, 4, seed=7)
     save(Problem(prob.logp, prob.sources, task="t"), tmp_path / "p.npz")
-    accounting.register_accountant(Scaled("liar", 1 / 1.6))
-    accounting.register_accountant(Scaled("careful", 1.5))
+    accounting.register_accountant("liar", Scaled("liar", 1 / 1.6))
+    accounting.register_accountant("careful", Scaled("careful", 1.5))
     try:
         audited = gate.run_audit
         monkeypatch.setattr(gate, "run_audit", lambda *a, **k: pytest.fail("the audit ran"))

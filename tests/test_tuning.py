@@ -24,7 +24,7 @@ def _noise(world: str, task: str):
 @pytest.mark.parametrize(("world", "task"), CASES, ids=[f"{w}-{t}" for w, t in CASES])
 def test_sigma_0_fits_with_the_rehearsed_settings_reach_lambda_star(world: str, task: str):
     public = registry.build_public(world, task)
-    chosen = rehearse(public, 0.0, 100, 1.0, _noise(world, task), runs=1)
+    chosen = rehearse(public, noise_multiplier=0.0, steps=100, sample_rate=1.0, noise=_noise(world, task), runs=1)
     sensitive = registry.build(world, task)
     star = mixmin(sensitive.logp).weights
 

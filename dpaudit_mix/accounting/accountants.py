@@ -45,10 +45,10 @@ def _check_accountant(name: str, obj: Accountant) -> None:
 ACCOUNTANTS: Registry[Accountant] = Registry("accountant", "accountants", _check_accountant)
 
 
-def register_accountant(obj: Accountant, *, replace: bool = False) -> Accountant:
-    """Make ``obj`` (``obj.name``, ``obj.epsilon(phases, delta)``) an accountant every command and
-    call accepts by its name; ``replace`` replaces one already registered under that name."""
-    return ACCOUNTANTS.register(getattr(obj, "name", None), obj, replace=replace)  # type: ignore[arg-type]
+def register_accountant(name: str, accountant: Accountant, *, replace: bool = False) -> Accountant:
+    """Make ``accountant`` (``.name`` = ``name``, ``.epsilon(phases, delta)``) an accountant every
+    command and call accepts by ``name``; ``replace`` replaces one already registered under it."""
+    return ACCOUNTANTS.register(name, accountant, replace=replace)
 
 
 def check_accountant(name: str) -> None:
@@ -146,5 +146,5 @@ def epsilons(phases: Sequence[GaussianPhase], delta: float) -> dict[str, float]:
 
 
 for _name in BUILTIN_ACCOUNTANTS:
-    register_accountant(LibraryAccountant(_name))
+    register_accountant(_name, LibraryAccountant(_name))
 ACCOUNTANTS.on_change(clear_caches)

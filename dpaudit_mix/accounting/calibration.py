@@ -36,6 +36,7 @@ def calibrate(
     sample_rate: float,
     steps: int,
     accountant: str = DEFAULT_ACCOUNTANT,
+    *,
     rel_tol: float = 1e-3,
     prior: tuple[GaussianPhase, ...] = (),
 ) -> float:
@@ -46,7 +47,7 @@ def calibrate(
     (experiments and verification ask for the same σ again and again; a PLD calibration under
     Poisson sampling takes seconds) until the registered accountants change.
     """
-    return calibrate_each([(target_epsilon, delta, sample_rate, steps, accountant)], rel_tol, prior)[0]
+    return calibrate_each([(target_epsilon, delta, sample_rate, steps, accountant)], rel_tol=rel_tol, prior=prior)[0]
 
 
 #: a checked calibration request: (ε, δ, q, T, accountant, rel_tol, prior), as :func:`_calibrate` takes it.
@@ -59,6 +60,7 @@ CalibrationRequest = tuple[float, float, float, int, str]
 
 def calibrate_each(
     requests: Sequence[CalibrationRequest],
+    *,
     rel_tol: float = 1e-3,
     prior: Sequence[GaussianPhase] = (),
 ) -> list[float]:
@@ -118,7 +120,15 @@ def calibrate_afresh(
 ) -> float:
     own = getattr(ACCOUNTANTS.get(accountant), "calibrate", None)
     if own is not None:
-        return _checked_calibration(own, target_epsilon, delta, sample_rate, steps, accountant, prior)
+        return _checked_calibration(
+            own,
+            target_epsilon,
+            delta=delta,
+            sample_rate=sample_rate,
+            steps=steps,
+            accountant=accountant,
+            prior=prior,
+        )
     if prior:
         spent = epsilon(prior, delta, accountant)
         require(spent < target_epsilon, f"the earlier phases already spend ε = {spent:.4g} of {target_epsilon:g}")
@@ -152,7 +162,15 @@ def calibrate_afresh(
         spent, smaller = epsilon_each([(phases, delta, accountant) for phases in candidates])
         if spent <= target_epsilon < smaller:
             return remembered
-    sigma = search(excess, target_epsilon, delta, sample_rate, steps, accountant, rel_tol)
+    sigma = search(
+        excess,
+        target_epsilon,
+        delta=delta,
+        sample_rate=sample_rate,
+        steps=steps,
+        accountant=accountant,
+        rel_tol=rel_tol,
+    )
     if accountant in BUILTIN_ACCOUNTANTS:
         calibrations.remember(request, sigma)
     return sigma
@@ -161,6 +179,7 @@ def calibrate_afresh(
 def search(
     excess: Callable[[float], float],
     target_epsilon: float,
+    *,
     delta: float,
     sample_rate: float,
     steps: int,
@@ -269,6 +288,7 @@ def _inside(
 def _checked_calibration(
     own: Callable[..., float],
     target_epsilon: float,
+    *,
     delta: float,
     sample_rate: float,
     steps: int,

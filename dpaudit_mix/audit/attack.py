@@ -206,6 +206,7 @@ def attack(
     scores: np.ndarray,
     include: np.ndarray,
     select: np.ndarray,
+    *,
     delta: float,
     confidence: float = 0.95,
     strategy: str = "bonferroni",

@@ -77,7 +77,7 @@ def cp_upper(
 
 
 def epsilon_lower_bound(
-    fp: int, fn: int, negatives: int, positives: int, delta: float, confidence: float = 0.95
+    fp: int, fn: int, negatives: int, positives: int, delta: float, *, confidence: float = 0.95
 ) -> Bound:
     """Every bound from the counts of one test (FP among canary-out, FN among canary-in)."""
     require(negatives >= 1 and positives >= 1, "need at least one negative and one positive trial")

@@ -57,7 +57,7 @@ def _heldout(problem: Problem) -> np.ndarray:
 
 
 def natural_canary_index(
-    problem: Problem, policy: str, clip: float, index: int = 0, seed: int = 0, user_level: bool = False
+    problem: Problem, policy: str, *, clip: float, index: int = 0, seed: int = 0, user_level: bool = False
 ) -> int:
     """Which held-out example (at user level: which held-out user) is the canary under ``policy``."""
     _heldout(problem)

@@ -35,6 +35,7 @@ from .profile import TradeOff, claimed_tradeoff
 from .result import AuditSummary, SettingResult
 from .scores import analyse, check_claim
 from .spec import THREATS, AuditSpec, assignments, mixing_data, resolve_problem
+from .verdict import summary_fields
 
 
 def spec_hash(spec: AuditSpec, sigma: float, problem: Problem) -> str:
@@ -105,6 +106,7 @@ class AuditOutcome:
 def run_audit(
     spec: AuditSpec,
     out: Path,
+    *,
     noise_multiplier: float | None = None,
     backend: str = "local",
     scheduler: str | None = None,
@@ -138,7 +140,17 @@ def run_audit(
     # release the GIL) or, for Python-bound torch loops, processes
     runner = Backend.connect(backend, scheduler, threads)
     with owned.folder_lock(out, "audit"):
-        scores = _collect(spec, out, plan, full, include, bounds, settings, runner, progress)
+        scores = _collect(
+            spec,
+            out,
+            plan,
+            full=full,
+            include=include,
+            bounds=bounds,
+            settings=settings,
+            runner=runner,
+            progress=progress,
+        )
         outcome = _analyse(spec, plan, settings, include, scores)
         if report is not None:
             report(outcome, out)
@@ -149,6 +161,7 @@ def _collect(
     spec: AuditSpec,
     out: Path,
     plan: Plan[Collector],
+    *,
     full: Problem,
     include: np.ndarray,
     bounds: list[tuple[int, int]],
@@ -205,36 +218,22 @@ def _analyse(
             result, found = analyse(
                 scores_in,
                 scores_out,
-                spec.epsilon,
-                spec.delta,
-                claimed,
-                plan.claimed_phases,
-                per_result,
-                spec.threshold,
-                spec.seed,
-                score_label(s.canary, threat, s.noise),
+                epsilon=spec.epsilon,
+                delta=spec.delta,
+                claimed=claimed,
+                phases=plan.claimed_phases,
+                confidence=per_result,
+                threshold=spec.threshold,
+                seed=spec.seed,
+                label=score_label(s.canary, threat, s.noise),
             )
             attacks[(s.canary, threat, s.noise)] = Attacked(found, scores_in, scores_out)
             results.append(SettingResult.of(result, s.canary, threat, s.noise))
     # A σ = 0 control releases its canary in the clear: if even it stays within the claim, this
     # audit (its runs, canary or attack) cannot see leakage, and its silence proves nothing.
-    blind = tuple(r.name for r in results if not r.noise and not r.exceeds_claim)
     summary = AuditSummary(
-        spec.epsilon,
-        spec.delta,
-        violation=any(r.noise and r.exceeds_claim for r in results),
-        inconclusive=bool(blind),
-        blind_controls=blind,
-        results=tuple(results),
-        mechanism=spec.mechanism,
-        noise_multiplier=plan.noise_multiplier,
-        calibrated_noise_multiplier=plan.calibrated_noise_multiplier,
-        problem=plan.problem,
-        canaries=plan.canaries,
-        confidence=spec.confidence,
-        confidence_per_result=per_result,
+        **summary_fields(spec, plan, results, lambda r: r.exceeds_claim, per_result),
         threshold_strategy=spec.threshold,
         claimed_tradeoff=claimed.describe(),
-        seed=spec.seed,
     )
     return AuditOutcome(summary, attacks, claimed)

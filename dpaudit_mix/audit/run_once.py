@@ -32,6 +32,7 @@ from .one_run import OneRunResult, audit_one_run
 from .result import summary_json
 from .score_file import one_run_line
 from .spec import THREATS, AuditSpec, mixing_data, resolve_problem
+from .verdict import summary_fields
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ def membership(spec: AuditSpec) -> np.ndarray:
 def run_one_run_audit(
     spec: AuditSpec,
     out: Path,
+    *,
     noise_multiplier: float | None = None,
     problem: Problem | None = None,
     report: Callable[[OneRunOutcome, Path], None] | None = None,
@@ -141,23 +143,7 @@ def _analyse(
         )
         for (threat, noise), values in scores.items()
     )
-    blind = tuple(r.name for r in results if not r.noise and not r.result.violation)
-    summary = OneRunSummary(
-        spec.epsilon,
-        spec.delta,
-        violation=any(r.noise and r.result.violation for r in results),
-        inconclusive=bool(blind),
-        blind_controls=blind,
-        results=results,
-        mechanism=spec.mechanism,
-        noise_multiplier=plan.noise_multiplier,
-        calibrated_noise_multiplier=plan.calibrated_noise_multiplier,
-        problem=plan.problem,
-        canaries=plan.canaries,
-        confidence=spec.confidence,
-        confidence_per_result=per_result,
-        seed=spec.seed,
-    )
+    summary = OneRunSummary(**summary_fields(spec, plan, results, lambda r: r.result.violation, per_result))
     return OneRunOutcome(summary, member, scores)
 
 

@@ -29,15 +29,13 @@ from .profile import TradeOff
 from .report import tradeoff_figure
 from .scores import (
     STEPS,
+    Audited,
     AuditResult,
-    analyse,
     checked_claim,
     checked_scores,
     claimed_curve,
-    control_label,
     power_line,
     verdict_line,
-    with_control,
 )
 
 #: the arrays an ``.npz`` score file may hold: the audited canary's scores, and optionally the
@@ -115,6 +113,7 @@ PROGRESS_RUNS = 1_000_000
 def audit_score_file(
     path: Path,
     scores: dict[str, np.ndarray],
+    *,
     epsilon: float,
     delta: float,
     phases: Sequence[accounting.GaussianPhase] | None = None,
@@ -125,18 +124,19 @@ def audit_score_file(
     out: Path | None = None,
     accountant: str = accounting.DEFAULT_ACCOUNTANT,
     progress: bool = False,
-    *,
     curve: str | None = None,
 ) -> AuditResult:
     """:func:`.scores.audit_scores` on ``scores`` as :func:`read_scores` read them from ``path``
     (read once: the caller checks them before it makes ``out``); with ``out``, the report there.
     ``progress``: a bar of the analysis' steps on stderr, from PROGRESS_RUNS scores on;
     ``curve="gdp"``: without phases, the mechanism is stated to be μ-GDP."""
-    claimed = checked_claim(epsilon, delta, phases, confidence, threshold, accountant)
+    claimed = checked_claim(
+        epsilon, delta, phases=phases, confidence=confidence, threshold=threshold, accountant=accountant
+    )
     claimed_curve(phases, curve)
     if out is not None:  # every input checked first: a refused audit makes no folder
         out = check_output(out, folder=True, inputs=[path])
-    args = (epsilon, delta, claimed, phases, confidence, threshold, seed)
+    audited = Audited(epsilon, delta, claimed, phases, confidence, threshold, seed)
     runs = sum(len(v) for v in scores.values())
     with tqdm(
         total=len(STEPS) * (1 + ("control_in" in scores)),
@@ -152,19 +152,29 @@ def audit_score_file(
             started.append(name)
             bar.set_postfix_str(name)
 
-        result, found = analyse(scores["in_scores"], scores["out_scores"], *args, label, step, curve=curve)
-        if "control_in" in scores:
-            control_args = (*args, control_label(label), step)
-            control = analyse(scores["control_in"], scores["control_out"], *control_args, curve=curve)[0]
-            result = with_control(result, control)
+        result, found = audited.scored(scores, label, step=step, curve=curve)
         bar.update(len(started) - bar.n)
     if out is not None:
-        _write_report(out, path, scores, result, found, claimed, epsilon, delta, phases, confidence, threshold, label)
+        _write_report(
+            out,
+            path=path,
+            scores=scores,
+            result=result,
+            found=found,
+            claimed=claimed,
+            epsilon=epsilon,
+            delta=delta,
+            phases=phases,
+            confidence=confidence,
+            threshold=threshold,
+            label=label,
+        )
     return result
 
 
 def _write_report(
     out: Path,
+    *,
     path: Path,
     scores: dict[str, np.ndarray],
     result: AuditResult,
@@ -240,6 +250,7 @@ def _write_report(
 def audit_canary_file(
     path: Path,
     canaries: tuple[np.ndarray, np.ndarray],
+    *,
     epsilon: float,
     delta: float,
     phases: Sequence[accounting.GaussianPhase] | None = None,
@@ -249,7 +260,7 @@ def audit_canary_file(
 ) -> OneRunResult:
     """:func:`.one_run.audit_one_run` on one run's canaries as :func:`read_canaries` read them;
     with ``out``, audit.json and report.md/html there (made only after every check)."""
-    checked_claim(epsilon, delta, phases, confidence, "bonferroni", accountant)
+    checked_claim(epsilon, delta, phases=phases, confidence=confidence, threshold="bonferroni", accountant=accountant)
     if out is not None:  # every input checked first: a refused audit makes no folder
         out = check_output(out, folder=True, inputs=[path])
     result = audit_one_run(

@@ -225,6 +225,7 @@ def claimed_curve(phases: Sequence[accounting.GaussianPhase] | None, curve: str 
 def checked_claim(
     epsilon: float,
     delta: float,
+    *,
     phases: Sequence[accounting.GaussianPhase] | None,
     confidence: float,
     threshold: str,
@@ -276,6 +277,7 @@ STEPS = ("attack", "diagnostics", "profile")
 def analyse(
     scores_in: np.ndarray,
     scores_out: np.ndarray,
+    *,
     epsilon: float,
     delta: float,
     claimed: TradeOff,
@@ -303,7 +305,7 @@ def analyse(
     scores = np.concatenate([scores_in, scores_out])
     include = np.arange(len(scores)) < len(scores_in)
     select = stream(seed, "audit-assignment", scores=label, runs=len(scores)).numpy().permutation(len(scores))
-    found = attack(scores, include, select < len(scores) // 2, delta, confidence, threshold)
+    found = attack(scores, include, select < len(scores) // 2, delta=delta, confidence=confidence, strategy=threshold)
     tell(STEPS[1])
     diag = diagnose(scores_in, scores_out)
     tell(STEPS[2])
@@ -359,6 +361,41 @@ def with_control(result: AuditResult, control: AuditResult) -> AuditResult:
     return replace(result, control=control)
 
 
+@dataclass(frozen=True)
+class Audited:
+    """What one audit analyses each pair of scores against: the claim (ε, δ, its trade-off curve
+    and phases), the level, the threshold strategy, and the seed that names its streams."""
+
+    epsilon: float
+    delta: float
+    claimed: TradeOff
+    phases: Sequence[accounting.GaussianPhase] | None
+    confidence: float
+    threshold: str
+    seed: int
+
+    def scored(
+        self,
+        scores: dict[str, np.ndarray],
+        label: str,
+        *,
+        step: Callable[[str], None] | None = None,
+        curve: str | None = None,
+    ) -> tuple[AuditResult, AttackResult]:
+        """:func:`analyse` of ``scores``' in and out scores and, where it holds ``control_in``
+        and ``control_out``, of the σ = 0 control's too (the result then says if it is blind);
+        the private result's attack."""
+        claim: dict[str, Any] = {
+            f: getattr(self, f) for f in ("epsilon", "delta", "claimed", "phases", "confidence", "threshold")
+        }
+        named: dict[str, Any] = {"seed": self.seed, "step": step, "curve": curve}
+        result, found = analyse(scores["in_scores"], scores["out_scores"], **claim, **named, label=label)
+        if "control_in" in scores:
+            control = analyse(scores["control_in"], scores["control_out"], **claim, **named, label=control_label(label))
+            result = with_control(result, control[0])
+        return result, found
+
+
 def control_label(label: str) -> str:
     """The streams a control's analysis draws from: its own, beside its private result's."""
     return f"{label}-control"
@@ -399,12 +436,11 @@ def audit_scores(
     controls = None
     if control_in is not None and control_out is not None:
         controls = checked_scores(control_in, "control_in"), checked_scores(control_out, "control_out")
-    claimed = checked_claim(epsilon, delta, phases, confidence, threshold, accountant)
+    claimed = checked_claim(
+        epsilon, delta, phases=phases, confidence=confidence, threshold=threshold, accountant=accountant
+    )
     claimed_curve(phases, curve)
-    args = (epsilon, delta, claimed, phases, confidence, threshold, seed)
-    result = analyse(scores_in, scores_out, *args, label, curve=curve)[0]
-    if controls is None:
-        return result
-    control_in_scores, control_out_scores = controls
-    control = analyse(control_in_scores, control_out_scores, *args, control_label(label), curve=curve)[0]
-    return with_control(result, control)
+    pairs = {"in_scores": scores_in, "out_scores": scores_out}
+    if controls is not None:
+        pairs.update(control_in=controls[0], control_out=controls[1])
+    return Audited(epsilon, delta, claimed, phases, confidence, threshold, seed).scored(pairs, label, curve=curve)[0]

@@ -19,7 +19,7 @@ import numpy as np
 from .. import accounting
 from ..data import registry
 from ..errors import require
-from ..learner import LearnerConfig
+from ..learner import LearnerConfig, learner_config
 from ..problem import Problem, load
 from ..randomness import stream
 from ..specfile import Seed, check_fields, load_spec_file
@@ -86,13 +86,11 @@ class AuditSpec:
         check_spec(self)
         if self.one_run:
             _check_one_run(self)
-        LearnerConfig(
-            steps=self.steps,
-            clip=self.clip,
-            sample_rate=self.sample_rate,
-            learning_rate=self.learning_rate,
-            user_level=self.user_level,
-        )
+        self.learner()
+
+    def learner(self, noise_multiplier: float = 0.0) -> LearnerConfig:
+        """The audited learner at σ = ``noise_multiplier`` (:func:`..learner.learner_config`)."""
+        return learner_config(self, noise_multiplier=noise_multiplier)
 
 
 def _check_one_run(spec: AuditSpec) -> None:

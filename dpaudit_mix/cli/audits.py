@@ -88,23 +88,12 @@ def cmd_audit_scores(args: argparse.Namespace) -> int:
     phases = None if args.steps is None else [accounting.GaussianPhase(*mechanism)]
     path = Path(args.file)
     out = Path(args.out) if args.out else None
+    claim = {"epsilon": args.epsilon, "delta": args.delta, "phases": phases, "confidence": args.confidence}
+    claim.update(out=out, accountant=args.accountant)
     if args.one_run:
-        return _one_run_scores(args, path, phases, out)
-    result = audit_score_file(
-        path,
-        read_scores(path),
-        args.epsilon,
-        args.delta,
-        phases,
-        args.confidence,
-        args.threshold,
-        args.seed,
-        args.label,
-        out,
-        args.accountant,
-        progress=True,
-        curve=args.curve,
-    )
+        return _one_run_scores(args, path, claim)
+    extra = {"threshold": args.threshold, "seed": args.seed, "label": args.label, "curve": args.curve}
+    result = audit_score_file(path, read_scores(path), **claim, **extra, progress=True)
     print(json.dumps(result.to_dict(), indent=2))
     see = f"; see {out}/report.md" if out else ""
     for warning in result.warnings:
@@ -122,19 +111,15 @@ def cmd_audit_scores(args: argparse.Namespace) -> int:
     return 0
 
 
-def _one_run_scores(
-    args: argparse.Namespace, path: Path, phases: list[accounting.GaussianPhase] | None, out: Path | None
-) -> int:
+def _one_run_scores(args: argparse.Namespace, path: Path, claim: dict[str, Any]) -> int:
     """``audit-scores --one-run``: one training run's canaries (scores, membership), exit 3 on a violation."""
     from ..audit.score_file import audit_canary_file, one_run_line, read_canaries
 
     require(args.threshold == "bonferroni", "--one-run chooses its guesses by its own fixed grid: drop --threshold")
-    result = audit_canary_file(
-        path, read_canaries(path), args.epsilon, args.delta, phases, args.confidence, out, args.accountant
-    )
+    result = audit_canary_file(path, read_canaries(path), **claim)
     print(json.dumps(result.to_dict(), indent=2))
     if result.violation:
-        see = f"; see {out}/report.md" if out else ""
+        see = f"; see {claim['out']}/report.md" if claim["out"] else ""
         print(f"dpaudit-mix: {one_run_line(result)}{see}", file=sys.stderr)
         return EXIT_VIOLATION
     return 0

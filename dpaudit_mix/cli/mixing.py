@@ -13,7 +13,7 @@ from ..atomic import check_output
 from ..data import registry
 from ..data.proxies import PROXIES
 from ..errors import require
-from ..learner import LearnerConfig
+from ..learner import LearnerConfig, learner_config
 from .common import ACCOUNTANT_HELP, Parser, add_json, count, emit, finite, positive_int, seed_number
 
 
@@ -31,8 +31,10 @@ def cmd_mix(args: argparse.Namespace) -> None:
         emit(mix.nonprivate(prob).to_dict(), args.out)
         return
     require(args.epsilon is not None and args.delta is not None, "give --nonprivate, or both --epsilon and --delta")
-    settings = LearnerConfig(steps=args.steps, clip=args.clip, sample_rate=args.sample_rate, user_level=args.user_level)
-    mixed = mix.private(prob, args.epsilon, args.delta, settings, args.runs, args.accountant, args.seed)
+    settings = learner_config(args, learning_rate=LearnerConfig.learning_rate)  # the flags; η has none
+    mixed = mix.private(
+        prob, args.epsilon, args.delta, settings=settings, runs=args.runs, accountant=args.accountant, seed=args.seed
+    )
     if args.seed is not None:
         print(
             f"dpaudit-mix: warning: --seed {args.seed}: the noise is reproducible from the seed; for audits and "
@@ -66,7 +68,7 @@ def cmd_problem(args: argparse.Namespace) -> None:
     require(args.data is None or args.data.endswith(".toml"), f"--data takes a data manifest (.toml), got {args.data}")
     check_output(args.out, folder=False)
     proxy = registry.proxy_spec(name, args.proxy, args.proxy_epochs)
-    prob = registry.build(name, args.task or registry.tasks(name)[0], args.seed, proxy=proxy)
+    prob = registry.build(name, args.task or registry.tasks(name)[0], seed=args.seed, proxy=proxy)
     problem_io.save(prob, args.out)
     star = mixmin(prob.logp).weights
     emit(
@@ -101,7 +103,9 @@ def cmd_export(args: argparse.Namespace) -> None:
 def cmd_bound(args: argparse.Namespace) -> None:
     from ..audit.bounds import epsilon_lower_bound
 
-    bound = epsilon_lower_bound(args.fp, args.fn, args.negatives, args.positives, args.delta, args.confidence)
+    bound = epsilon_lower_bound(
+        args.fp, args.fn, args.negatives, args.positives, args.delta, confidence=args.confidence
+    )
     result: dict[str, Any] = dataclasses.asdict(bound)
     if args.claimed_mu is not None:
         from ..audit.profile import GaussianTradeOff  # scipy.stats: only when a curve is tested

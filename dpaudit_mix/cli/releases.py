@@ -72,7 +72,7 @@ def cmd_ledger(args: argparse.Namespace) -> None:
             "keyed_by": {"sensitive": "the sensitive data's identity", "rows": "the problem's rows"}.get(
                 fixed.identity, "an earlier ledger layout's key (migrated by the next release on this data)"
             ),
-            "spent_epsilon": ledger.spent(entries, key, "", fixed.delta),
+            "spent_epsilon": ledger.spent(entries, key, problem_sha256="", delta=fixed.delta),
             "releases": sum(e.data_sha256 == key for e in entries),
             "kinds": sorted({e.kind or "unknown" for e in entries if e.data_sha256 == key}),
         }

@@ -96,7 +96,7 @@ class FileImageWorld:
         return PublicSource("public-validation", images[pick], labels[pick])
 
     def build(self, task: str, seed: int, shards: int, proxy: ProxySpec) -> Problem:
-        return image_problem(self.name, task, seed, shards, proxy, self.sensitive.users)
+        return image_problem(self.name, task, seed=seed, shards=shards, proxy=proxy, users=self.sensitive.users)
 
     def sensitive_set(self, seed: int, shards: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """The sensitive file's images, labels and users: what the budget of this world belongs to."""

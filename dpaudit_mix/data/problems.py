@@ -141,7 +141,7 @@ def text_problem(name: str, seed: int, compute: Callable[[], dict[str, np.ndarra
 
 
 def image_problem(
-    name: str, task: str, seed: int, shards: int, proxy: ProxySpec, users: np.ndarray | None = None
+    name: str, task: str, *, seed: int, shards: int, proxy: ProxySpec, users: np.ndarray | None = None
 ) -> Problem:
     """An image world's problem for ``task``: its proxies' log-likelihoods on the sensitive train
     split (held out: on the test split, when it has one); ``users`` per row, else seeded groups

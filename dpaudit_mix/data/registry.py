@@ -230,7 +230,9 @@ def _text_problem(seed: int) -> dict[str, np.ndarray]:
     return text_arrays([(s.name, s.texts) for s in sources], train.texts, train.users, test.texts, test.users)
 
 
-def build(name: str, task: str = DEFAULT_TASK, seed: int = 0, shards: int = 0, proxy: ProxySpec = LOGISTIC) -> Problem:
+def build(
+    name: str, task: str = DEFAULT_TASK, *, seed: int = 0, shards: int = 0, proxy: ProxySpec = LOGISTIC
+) -> Problem:
     """The problem ``name`` for ``task``: logp on the sensitive train split, held-out on test.
 
     ``shards`` = K > 0 replaces the named sources by K k-scaling sources (an image world's
@@ -316,7 +318,7 @@ class ImageWorld:
         return validation_slice(seed) if self.name == "mnist-labels" else public_validation(seed)
 
     def build(self, task: str, seed: int, shards: int, proxy: ProxySpec) -> Problem:
-        return image_problem(self.name, task, seed, shards, proxy)
+        return image_problem(self.name, task, seed=seed, shards=shards, proxy=proxy)
 
 
 @dataclass(frozen=True)
@@ -340,7 +342,7 @@ class TextWorld:
 
 
 def build_public(
-    name: str, task: str = DEFAULT_TASK, seed: int = 0, shards: int = 0, proxy: ProxySpec = LOGISTIC
+    name: str, task: str = DEFAULT_TASK, *, seed: int = 0, shards: int = 0, proxy: ProxySpec = LOGISTIC
 ) -> Problem:
     """The same proxies on the world's public validation slice: a problem that mirrors the
     sensitive one and costs no privacy, for choosing the learner's settings."""

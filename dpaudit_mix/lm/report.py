@@ -73,7 +73,7 @@ def _summary_table(frame: pd.DataFrame) -> list[list[str]]:
 
 def _findings(frame: pd.DataFrame) -> list[str]:
     return [
-        finding(eps, row, label, "test perplexity reduction", "+.1%")
+        finding(eps, row, label=label, quantity="test perplexity reduction", value="+.1%")
         for other, label in COMPARED
         for eps, row in relative_reduction(frame, "dpmixmin", other).iterrows()
     ]

@@ -175,9 +175,9 @@ class TextTrack(MixingTrack):
             spec,
             (registry.TEXT_TASK,),
             lambda task: (_rows(world.problem, world.split_a), world.problem),
-            data_key,
-            data_key,
-            secure,
+            data_key=data_key,
+            split_key=data_key,
+            secure=secure,
             user_level=True,
             loss_bound=TEXT_LOSS_BOUND,
         )
@@ -227,10 +227,10 @@ class TextTrack(MixingTrack):
                     spec.pretrain_epochs,
                     spec.pretrain_learning_rate,
                     stage,
-                    spec.pretrain_batch,
-                    spec.device,
-                    spec.pretrain_cooldown,
-                    spec.pretrain_length,
+                    batch=spec.pretrain_batch,
+                    device=spec.device,
+                    cooldown=spec.pretrain_cooldown,
+                    length=spec.pretrain_length,
                 )
             )
 
@@ -306,6 +306,7 @@ class TextTrack(MixingTrack):
 def run_text_pipeline(
     spec: TextPipelineSpec,
     out: Path,
+    *,
     world: TextWorld | None = None,
     progress: bool = True,
     secure: bool = False,

@@ -110,6 +110,7 @@ def pretrain(
     epochs: int,
     learning_rate: float,
     key: Key,
+    *,
     batch: int = 64,
     device: str = "cpu",
     cooldown: float = 0.0,

@@ -139,6 +139,7 @@ def pretrain(
     epochs: int,
     learning_rate: float,
     key: Key,
+    *,
     device: str = "cpu",
     network: Factory = SmallCNN,
 ) -> nn.Module:
@@ -249,6 +250,7 @@ def dp_finetune(
     model: nn.Module,
     images: np.ndarray,
     labels: np.ndarray,
+    *,
     epsilon: float,
     delta: float,
     epochs: int,

@@ -133,6 +133,7 @@ def train(
     epochs: int,
     loss: Loss,
     key: Key | None,
+    *,
     after_step: Callable[[bool], None] | None = None,
     sampler: Sampler = poisson_batches,
 ) -> int:

@@ -198,6 +198,7 @@ def train(
     user_windows: list[np.ndarray],
     config: UserLevelSGD,
     key: Key | None,
+    *,
     observe: Callable[[torch.Tensor], None] | None = None,
     device: str = "cpu",
     step: Step = released_step,

@@ -25,7 +25,7 @@ import numpy as np
 from .. import accounting
 from ..data.proxies import CLASSES, SMOOTHING
 from ..errors import present
-from ..learner import LearnerConfig, fit
+from ..learner import LearnerConfig, fit, learner_config
 from ..optimum import mixmin
 from ..problem import Problem
 from ..randomness import source, stream
@@ -116,6 +116,26 @@ def mixing_phase(method: str, epsilon: float, spec: MixingSpec) -> accounting.Ga
     return accounting.GaussianPhase(accounting.calibrate(*request), q, steps)
 
 
+def mix_learner(
+    spec: MixingSpec,
+    phase: accounting.GaussianPhase | None = None,
+    *,
+    user_level: bool = False,
+    secure: bool = False,
+    tuned: Mapping[str, float] | None = None,
+) -> LearnerConfig:
+    """DP-MixMin's learner on split A: the spec's ``mix_*`` settings (C and η as rehearsed on
+    public data when ``tuned``), running exactly the accounted full-batch ``phase`` (its σ, q
+    and T; none: the spec's T at σ = 0, to check the settings)."""
+    given: dict[str, Any] = {"user_level": user_level, "sample_rate": 1.0}
+    if phase is not None:
+        given.update(steps=phase.steps, sample_rate=phase.sample_rate)
+    if tuned is not None:
+        given.update(clip=tuned["clip"], learning_rate=tuned["learning_rate"])
+    sigma = 0.0 if phase is None else phase.noise_multiplier
+    return learner_config(spec, prefix="mix_", noise_multiplier=sigma, secure=secure, **given)
+
+
 def _candidate_losses(problem: Problem, candidates: np.ndarray, user_level: bool, bound: float) -> np.ndarray:
     """Per-unit mixture losses, (units, M), clipped to [0, B]: −log(λ_m · p_j) per example, or
     its mean over each user's examples at user level."""
@@ -147,6 +167,7 @@ def optimum(full: Problem) -> np.ndarray:
 
 def choose(
     method: str,
+    *,
     split_a: Problem,
     full: Problem,
     epsilon: float,
@@ -177,14 +198,7 @@ def choose(
         return Mixture(optimum(full), None, releasable=False)
     phase = mixing_phase(method, epsilon, spec)
     if method == "dpmixmin" and phase is not None:
-        config = LearnerConfig(
-            steps=phase.steps,
-            clip=spec.mix_clip if settings is None else settings["clip"],
-            noise_multiplier=phase.noise_multiplier,
-            learning_rate=spec.mix_learning_rate if settings is None else settings["learning_rate"],
-            user_level=user_level,
-            secure=secure,
-        )
+        config = mix_learner(spec, phase, user_level=user_level, secure=secure, tuned=settings)
         noise = (
             None if secure else stream(spec.seed, "learner-noise", **names, method=method, epsilon=epsilon, seed=seed)
         )

@@ -35,6 +35,7 @@ class MixingTrack:
         spec: MixingSpec,
         tasks: tuple[str, ...],
         problems: Callable[[str], tuple[Problem, Problem]],
+        *,
         data_key: str,
         split_key: str,
         secure: bool,
@@ -96,7 +97,9 @@ class MixingTrack:
         if public.n > rows:  # as many rows as split A: the noise weighs on the mean as it will there
             draw = stream(self.spec.seed, "learner-tuning", **ids, rows=rows).numpy()
             public = public.subset(np.sort(draw.permutation(public.n)[:rows]))
-        chosen = rehearse(public, phase.noise_multiplier, phase.steps, 1.0, noise)
+        chosen = rehearse(
+            public, noise_multiplier=phase.noise_multiplier, steps=phase.steps, sample_rate=1.0, noise=noise
+        )
         return {"clip": chosen["clip"], "learning_rate": chosen["learning_rate"], "public_n": float(public.n)}
 
     def mixing_problems(self, task: str) -> tuple[Problem, Problem]:
@@ -129,16 +132,16 @@ class MixingTrack:
             settings = self.rehearsal(job, eps_mix) if self.tuned(job) else None
             return choose(
                 job.method,
-                split_a,
-                full,
-                eps_mix,
-                spec,
-                job.seed,
-                ids,
-                self.secure,
-                self.user_level,
-                self.loss_bound,
-                settings,
+                split_a=split_a,
+                full=full,
+                epsilon=eps_mix,
+                spec=spec,
+                seed=job.seed,
+                names=ids,
+                secure=self.secure,
+                user_level=self.user_level,
+                loss_bound=self.loss_bound,
+                settings=settings,
             )
 
         return Stage(key, compute)

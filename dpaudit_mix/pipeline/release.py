@@ -249,8 +249,10 @@ def release_model(
     try:
         publication = Publication(reservation, ready.data)
         budget = gate.reserved_budget(path, reservation)
-        manifest = _trained_and_audited(ready, out, progress, budget, publication, checked_accountant)
-        manifest = gate.signed_and_checked(manifest, out, MODEL_FILES, path, reservation)
+        manifest = _trained_and_audited(
+            ready, out, progress=progress, budget=budget, publication=publication, accountant_check=checked_accountant
+        )
+        manifest = gate.signed_and_checked(manifest, out, files=MODEL_FILES, ledger_path=path, reservation=reservation)
     except BaseException as exc:
         (out / MODEL_FILE).unlink(missing_ok=True)  # weights go out with their manifest, or not at all
         if isinstance(exc, (Refused, InputError)):
@@ -265,6 +267,7 @@ def release_model(
 def _trained_and_audited(
     ready: Prepared,
     out: Path,
+    *,
     progress: bool,
     budget: Budget,
     publication: Publication,

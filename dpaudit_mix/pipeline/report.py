@@ -116,7 +116,7 @@ def _findings(frame: pd.DataFrame) -> list[str]:
     ]
     pairs.append(("nonprivate_mixmin", "uniform", "The non-private λ★", "uniform"))
     return [
-        finding(eps, row, label, "macro AUC difference", "+.4f", subject)
+        finding(eps, row, label=label, quantity="macro AUC difference", value="+.4f", subject=subject)
         for method, other, subject, label in pairs
         for eps, row in paired_differences(frame, method, other).iterrows()
     ]

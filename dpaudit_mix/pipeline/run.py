@@ -140,7 +140,9 @@ class ImageTrack(MixingTrack):
         public: Callable[[str], Problem] | None = None,
     ) -> None:
         tasks = DIGIT_TASKS if spec.protocol == "per_task" else ("multiclass",)
-        super().__init__(spec, tasks, problems, world_key(spec), split_key(spec), secure, public=public)
+        super().__init__(
+            spec, tasks, problems, data_key=world_key(spec), split_key=split_key(spec), secure=secure, public=public
+        )
         self.image_spec, self.world = spec, world
         self.finetune_kind = "finetuned"  # each run's model is kept with its scores, and written
         self.network = spec.factory  # the factory itself: it travels with the track to the workers
@@ -169,7 +171,13 @@ class ImageTrack(MixingTrack):
                 self.world, weights, spec.pretrain_examples, stage.stream("pretrain-sample").numpy()
             )
             model = cnn.pretrain(
-                images, labels, spec.pretrain_epochs, spec.pretrain_learning_rate, stage, spec.device, self.network
+                images,
+                labels,
+                spec.pretrain_epochs,
+                spec.pretrain_learning_rate,
+                stage,
+                device=spec.device,
+                network=self.network,
             )
             return cnn.state_arrays(model)
 
@@ -214,15 +222,15 @@ class ImageTrack(MixingTrack):
                 cnn.from_arrays(start, rehearsal, task, self.network),
                 world.validation.images[:half],
                 target(world.validation.labels[:half]),
-                job.epsilon,
-                spec.delta,
-                int(candidate["epochs"]),
-                batch,
-                candidate["learning_rate"],
-                spec.finetune_clip,
-                rehearsal,
-                prior,
-                spec.device,
+                epsilon=job.epsilon,
+                delta=spec.delta,
+                epochs=int(candidate["epochs"]),
+                batch=batch,
+                learning_rate=candidate["learning_rate"],
+                clip=spec.finetune_clip,
+                key=rehearsal,
+                prior=prior,
+                device=spec.device,
             )
             metrics = tuned.scored(world.validation.images[half:], world.validation.labels[half:], task)["metrics"]
             return metrics["macro_auc" if task == "multiclass" else "auc"]
@@ -257,16 +265,16 @@ class ImageTrack(MixingTrack):
             cnn.from_arrays(start, stage, job.task, self.network),
             world.train_images[self.rows],
             self.target(job.task)(world.train_labels[self.rows]),
-            job.epsilon,
-            spec.delta,
-            choice["epochs"],
-            spec.finetune_batch,
-            choice["learning_rate"],
-            spec.finetune_clip,
-            None if self.secure else stage,
-            prior,
-            spec.device,
-            on_private,
+            epsilon=job.epsilon,
+            delta=spec.delta,
+            epochs=choice["epochs"],
+            batch=spec.finetune_batch,
+            learning_rate=choice["learning_rate"],
+            clip=spec.finetune_clip,
+            key=None if self.secure else stage,
+            prior=prior,
+            device=spec.device,
+            on_private=on_private,
         )
 
 
@@ -348,6 +356,7 @@ def image_track(spec: PipelineSpec, world: World, cache: StageCache, progress: b
 def run_pipeline(
     spec: PipelineSpec,
     out: Path,
+    *,
     progress: bool = True,
     world: World | None = None,
     secure: bool = False,

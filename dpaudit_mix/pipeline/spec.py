@@ -15,6 +15,7 @@ from ..learner import LearnerConfig
 from ..models import DEFAULT_NETWORK, device
 from ..resources import BYTES_PER_IMAGE, require_memory
 from ..specfile import Seed, check_fields, load_spec_file
+from .methods import mix_learner
 
 #: every method; a spec runs DEFAULT_METHODS unless it names others.
 METHODS = ("dpmixmin", "uniform", "random_search", "no_pretrain", "nonprivate_mixmin", "warm")
@@ -191,7 +192,7 @@ def check_shared_keys(spec: Any, methods: tuple[str, ...], scope: str = "") -> N
             require(0 < rho < 1, f"every rho in rhos must be in (0, 1), got {rho}")
     require(spec.composition in COMPOSITIONS, f"composition must be one of {COMPOSITIONS}, got {spec.composition!r}")
     require(0 < spec.mix_share < 1, f"mix_share must be in (0, 1), got {spec.mix_share}")
-    LearnerConfig(steps=spec.mix_steps, clip=spec.mix_clip, learning_rate=spec.mix_learning_rate)
+    mix_learner(spec)
 
 
 #: a list key → the single key each of its rows sets (in this order in a row's label).

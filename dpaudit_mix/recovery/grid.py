@@ -179,12 +179,12 @@ def plan(spec: RecoverySpec) -> RecoveryPlan:
     tuning = None
     if spec.tune_on_public:
         tuning = tune(
-            registry.build_public(spec.problem, "multiclass", spec.seed, proxy=spec.proxy_spec),
-            spec.k_epsilon,
-            spec.delta,
-            spec.steps,
-            spec.sample_rate,
-            spec.seed,
+            registry.build_public(spec.problem, "multiclass", seed=spec.seed, proxy=spec.proxy_spec),
+            epsilon=spec.k_epsilon,
+            delta=spec.delta,
+            steps=spec.steps,
+            sample_rate=spec.sample_rate,
+            seed=spec.seed,
         )
         spec = replace(spec, clip=tuning["clip"], learning_rate=tuning["learning_rate"])
     for key in ("tasks", "user_level_tasks", "k_tasks"):
@@ -196,7 +196,7 @@ def plan(spec: RecoverySpec) -> RecoveryPlan:
         """The task's problem: built from the embedded world (with ``shards`` k-scaling sources), or the file's."""
         if file_problem is not None:
             return file_problem
-        return registry.build(spec.problem, task, spec.seed, shards=shards, proxy=spec.proxy_spec)
+        return registry.build(spec.problem, task, seed=spec.seed, shards=shards, proxy=spec.proxy_spec)
 
     grid = tuple(_target(t, problem(t)) for t in (spec.tasks or available))
     for t in spec.user_level_tasks or ():
@@ -257,6 +257,7 @@ class RecoveryResult:
 def _cell(
     spec: RecoverySpec,
     threads: int | None,
+    *,
     kind: str,
     target: Target,
     eps: float | None,

@@ -10,7 +10,7 @@ from .. import accounting
 from ..data import registry
 from ..data.proxies import ProxySpec
 from ..errors import require
-from ..learner import LearnerConfig
+from ..learner import LearnerConfig, learner_config
 from ..specfile import Seed, check_fields, load_spec_file
 
 
@@ -54,7 +54,7 @@ class RecoverySpec:
         require(self.seeds >= 1, f"seeds must be >= 1, got {self.seeds}")
         require(all(k >= 2 for k in self.k_values or ()), f"every k must be >= 2, got {list(self.k_values or ())}")
         accounting.check_delta(self.delta)
-        LearnerConfig(steps=self.steps, clip=self.clip, sample_rate=self.sample_rate, learning_rate=self.learning_rate)
+        self.config(0.0, user_level=False)
         require(
             not self.tune_on_public or self.embedded,
             "tune_on_public needs an embedded world (a problem file has no public validation slice)",
@@ -93,14 +93,8 @@ class RecoverySpec:
         return accounting.calibrate(epsilon, self.delta, self.sample_rate, self.steps)
 
     def config(self, sigma: float, user_level: bool) -> LearnerConfig:
-        return LearnerConfig(
-            steps=self.steps,
-            clip=self.clip,
-            noise_multiplier=sigma,
-            sample_rate=self.sample_rate,
-            learning_rate=self.learning_rate,
-            user_level=user_level,
-        )
+        """A cell's learner: the spec's settings at σ, at the cell's level (example or user)."""
+        return learner_config(self, noise_multiplier=sigma, user_level=user_level)
 
 
 def load_recovery_spec(path: str | Path, **overrides: Any) -> RecoverySpec:

@@ -35,7 +35,7 @@ from ..cache import sha256_bytes, user_cache_dir
 from ..data import registry
 from ..data.manifest import is_manifest
 from ..errors import EXIT_BAD_INPUT, InputError, require
-from ..learner import LearnerConfig, fit
+from ..learner import fit, learner_settings
 from ..problem import Problem
 from ..resources import alongside
 from ..specfile import parse_spec, read_spec_bytes
@@ -125,6 +125,7 @@ def _release(
     spec_path: Path,
     spec_bytes: bytes,
     spec: ReleaseSpec,
+    *,
     out: Path,
     ledger_path: Path,
     noise_multiplier: float | None,
@@ -163,9 +164,21 @@ def _release(
     try:
         publication = Publication(reservation, {"sha256": key, "identity": identity})
         budget = reserved_budget(ledger_path, reservation)
-        context = (calibrated, out, progress, budget, publication, checked_accountant)
-        manifest = _checked_release(spec, prob, inputs, phase, *context)
-        manifest = signed_and_checked(manifest, out, CARD, ledger_path, reservation, content)
+        manifest = _checked_release(
+            spec,
+            prob,
+            inputs,
+            phase=phase,
+            calibrated=calibrated,
+            out=out,
+            progress=progress,
+            budget=budget,
+            publication=publication,
+            accountant_check=checked_accountant,
+        )
+        manifest = signed_and_checked(
+            manifest, out, files=CARD, ledger_path=ledger_path, reservation=reservation, problem=content
+        )
     except (Refused, InputError):
         ledger.withdraw(ledger_path, reservation)  # refused: nothing published, nothing spent
         raise
@@ -186,7 +199,13 @@ def reserved_budget(ledger_path: Path, reservation: str) -> Budget:
 
 
 def signed_and_checked(
-    manifest: Any, out: Path, files: tuple[str, ...], ledger_path: Path, reservation: str, problem: bytes | None = None
+    manifest: Any,
+    out: Path,
+    *,
+    files: tuple[str, ...],
+    ledger_path: Path,
+    reservation: str,
+    problem: bytes | None = None,
 ) -> Any:
     """``manifest`` with the files it publishes listed and its signature, after every check of
     check-release passed on it (else :class:`Refused`, stage ``check``): the gate never publishes
@@ -220,6 +239,7 @@ def _checked_release(
     spec: ReleaseSpec,
     prob: Problem,
     inputs: dict[str, str],
+    *,
     phase: accounting.GaussianPhase,
     calibrated: float,
     out: Path,
@@ -254,15 +274,7 @@ def _checked_release(
             f"the audit of this exact configuration found: {summary_verdict(audit)}",
             private=f"its private report is {work / 'report.md'}",
         )
-    config = LearnerConfig(
-        steps=spec.steps,
-        clip=spec.clip,
-        noise_multiplier=sigma,
-        sample_rate=spec.sample_rate,
-        learning_rate=spec.learning_rate,
-        user_level=spec.user_level,
-        secure=True,
-    )
+    config = spec.learner(sigma, secure=True)
     weights = fit(prob, config, 1).weights[0]
     manifest = Manifest(
         weights=tuple(float(w) for w in weights),
@@ -300,11 +312,7 @@ def _audit_spec(spec: ReleaseSpec, prob: Problem, inputs: dict[str, str]) -> Aud
         epsilon=spec.epsilon,
         delta=spec.delta,
         rho=1.0,
-        steps=spec.steps,
-        clip=spec.clip,
-        sample_rate=spec.sample_rate,
-        learning_rate=spec.learning_rate,
-        user_level=spec.user_level,
+        **learner_settings(spec),
         canaries=spec.audit_canaries,
         natural_policy=spec.natural_policy,
         threats=("white_box",),
@@ -376,6 +384,7 @@ def now() -> str:
 def release(
     spec_path: str | Path,
     out: Path,
+    *,
     noise_multiplier: float | None = None,
     progress: bool = True,
     ledger_path: Path | None = None,
@@ -407,7 +416,15 @@ def release(
         else:
             spec = parse_spec(ReleaseSpec, spec_path, spec_bytes)
             ledger_path = ledger_path or (Path(spec.ledger) if spec.ledger else ledger.default_path())
-            manifest = _release(spec_path, spec_bytes, spec, out, ledger_path, noise_multiplier, progress)
+            manifest = _release(
+                spec_path,
+                spec_bytes,
+                spec,
+                out=out,
+                ledger_path=ledger_path,
+                noise_multiplier=noise_multiplier,
+                progress=progress,
+            )
     except (Refused, InputError) as exc:
         refusal = exc if isinstance(exc, Refused) else Refused("input", str(exc), exit_code=EXIT_BAD_INPUT)
         for name in (*CARD, MODEL_FILE):  # a card (or weights) of an unpublished release must not outlive this refusal

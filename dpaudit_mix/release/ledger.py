@@ -217,6 +217,22 @@ def _merged(
     return merged, rest, carried
 
 
+def _check_fixed(fixed: Dataset, budget: float | None, delta: float, data_sha256: str) -> None:
+    """A :class:`Conflict` unless a release's cap (None: left out) and δ are the data set's own."""
+    if budget is not None and budget != fixed.budget_epsilon:
+        cap = "no cap" if fixed.budget_epsilon is None else f"budget_epsilon {fixed.budget_epsilon:g}"
+        raise Conflict(
+            f"this data's cap is {cap}, fixed in the ledger on {fixed.since}; a spec cannot change it "
+            f"(budget_epsilon {budget:g} asked): use `dpaudit-mix ledger set-budget {data_sha256[:16]}` "
+            "(logged), or leave budget_epsilon out"
+        )
+    if delta != fixed.delta:
+        raise Conflict(
+            f"this data is accounted at delta {fixed.delta:g} (fixed by its first release on {fixed.since}); a "
+            f"release at delta {delta:g} cannot be composed with it: release at delta {fixed.delta:g}"
+        )
+
+
 def reserve(
     path: Path,
     *,
@@ -252,24 +268,23 @@ def reserve(
         merged, datasets, entries = _merged(datasets, entries, data_sha256, problem_sha256, aliases)
         fixed = merged or Dataset(budget, delta, timestamp, identity=identity)
         fixed = replace(fixed, identity=identity or fixed.identity)
-        if budget is not None and budget != fixed.budget_epsilon:
-            cap = "no cap" if fixed.budget_epsilon is None else f"budget_epsilon {fixed.budget_epsilon:g}"
-            raise Conflict(
-                f"this data's cap is {cap}, fixed in the ledger on {fixed.since}; a spec cannot change it "
-                f"(budget_epsilon {budget:g} asked): use `dpaudit-mix ledger set-budget {data_sha256[:16]}` "
-                "(logged), or leave budget_epsilon out"
-            )
-        if delta != fixed.delta:
-            raise Conflict(
-                f"this data is accounted at delta {fixed.delta:g} (fixed by its first release on {fixed.since}); a "
-                f"release at delta {delta:g} cannot be composed with it: release at delta {fixed.delta:g}"
-            )
+        _check_fixed(fixed, budget, delta, data_sha256)
         charges = tuple(zip((*before, phase), parts, strict=True))
         total = None  # uncapped: composed after the lock (:func:`standing`), recorded at the commit
         if fixed.budget_epsilon is not None:
-            total = spent(entries, data_sha256, problem_sha256, fixed.delta, charges, aliases, (epsilon,))
+            total = spent(
+                entries,
+                data_sha256,
+                problem_sha256=problem_sha256,
+                delta=fixed.delta,
+                extra=charges,
+                aliases=aliases,
+                claims=(epsilon,),
+            )
             if total > fixed.budget_epsilon:
-                earlier = spent(entries, data_sha256, problem_sha256, fixed.delta, (), aliases)
+                earlier = spent(
+                    entries, data_sha256, problem_sha256=problem_sha256, delta=fixed.delta, extra=(), aliases=aliases
+                )
                 raise OverBudget(earlier, total, fixed.budget_epsilon)
         entry = Entry(
             id=uuid.uuid4().hex,
@@ -307,7 +322,11 @@ def standing(
     fixed = datasets.get(data_sha256)
     require(fixed is not None, f"the privacy ledger {path} has no data set {data_sha256[:16]}")
     assert fixed is not None
-    return spent(entries, data_sha256, problem_sha256, fixed.delta, (), aliases), fixed.budget_epsilon, fixed.delta
+    return (
+        spent(entries, data_sha256, problem_sha256=problem_sha256, delta=fixed.delta, extra=(), aliases=aliases),
+        fixed.budget_epsilon,
+        fixed.delta,
+    )
 
 
 def set_budget(path: Path, data: str, budget: float | None, timestamp: str) -> Dataset:

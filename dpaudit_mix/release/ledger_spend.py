@@ -42,6 +42,7 @@ def composed(charges: list[Charge], delta: float, claims: tuple[float, ...] = ()
 def spent(
     entries: list[Entry],
     data_sha256: str,
+    *,
     problem_sha256: str,
     delta: float,
     extra: tuple[Charge | accounting.GaussianPhase, ...] = (),

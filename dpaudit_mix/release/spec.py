@@ -9,7 +9,7 @@ from ..audit.attack import THRESHOLDS
 from ..audit.canaries import CANARY_KINDS, NATURAL_POLICIES
 from ..data import registry
 from ..errors import require
-from ..learner import LearnerConfig
+from ..learner import LearnerConfig, learner_config
 from ..specfile import Seed, check_fields
 
 #: the fewest runs per canary a release's audit may take (check-release holds a manifest to it).
@@ -46,13 +46,7 @@ class ReleaseSpec:
         check_fields(self)
         accounting.check_epsilon(self.epsilon)
         accounting.check_delta(self.delta)
-        LearnerConfig(
-            steps=self.steps,
-            clip=self.clip,
-            sample_rate=self.sample_rate,
-            learning_rate=self.learning_rate,
-            user_level=self.user_level,
-        )
+        self.learner()
         accounting.check_accountant(self.accountant)
         require(self.audit_runs >= MIN_AUDIT_RUNS, f"audit_runs must be >= {MIN_AUDIT_RUNS}, got {self.audit_runs}")
         require(
@@ -70,3 +64,7 @@ class ReleaseSpec:
                 self.budget_epsilon >= self.epsilon,
                 f"budget_epsilon must be at least this release's epsilon {self.epsilon:g}, got {self.budget_epsilon}",
             )
+
+    def learner(self, noise_multiplier: float = 0.0, *, secure: bool = False) -> LearnerConfig:
+        """The released learner at σ = ``noise_multiplier`` (:func:`..learner.learner_config`)."""
+        return learner_config(self, noise_multiplier=noise_multiplier, secure=secure)

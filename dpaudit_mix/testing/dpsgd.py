@@ -144,7 +144,7 @@ def _checked_setup(result: Any) -> tuple[Any, Any, Any, Any]:
 
 
 def _train(
-    setup: Setup, canaries: int, examples: int, membership: np.ndarray, epochs: int, delta: float, poison: int = 0
+    setup: Setup, canaries: int, examples: int, membership: np.ndarray, *, epochs: int, delta: float, poison: int = 0
 ) -> Run:
     """One run of the user's setup on the probe; each step's released rows."""
     import torch
@@ -315,7 +315,9 @@ def check_dpsgd(
     require(is_real(alpha) and 0 < alpha < 0.5, f"alpha must be in (0, 0.5), got {alpha!r}")
     accounting.check_delta(delta)
     draws: RandomSource = SecureSource() if source is None else source
-    done = [_train(setup, canaries, examples, draws.random(canaries) < 0.5, epochs, delta) for _ in range(runs)]
+    done = [
+        _train(setup, canaries, examples, draws.random(canaries) < 0.5, epochs=epochs, delta=delta) for _ in range(runs)
+    ]
     claims = {(r.claim.noise_multiplier, r.claim.sample_rate, r.claim.steps) for r in done}
     require(len(claims) == 1, f"the runs recorded different claims {sorted(claims)}: setup must be the same each call")
     statistical = 3  # one-run audit, signal, normaliser share alpha
@@ -326,7 +328,11 @@ def check_dpsgd(
     if nonfinite:
         exposure = done[0].claim.sample_rate * done[0].taken  # how often one example is sampled in a run
         poison = min(examples - canaries, math.ceil(POISON_EXPOSURE / exposure))
-        cases.append(_finite_case(_train(setup, canaries, examples, np.zeros(canaries, bool), epochs, delta, poison)))
+        cases.append(
+            _finite_case(
+                _train(setup, canaries, examples, np.zeros(canaries, bool), epochs=epochs, delta=delta, poison=poison)
+            )
+        )
     claim = done[0].claim
     details = {
         "noise_multiplier": claim.noise_multiplier,

@@ -235,8 +235,8 @@ def _dpsgd(
     )
 
 
-accounting.register_accountant(HalfStepsPLD(), replace=True)
-accounting.register_accountant(PRVLowerEstimate(), replace=True)
+accounting.register_accountant(HalfStepsPLD.name, HalfStepsPLD(), replace=True)
+accounting.register_accountant(PRVLowerEstimate.name, PRVLowerEstimate(), replace=True)
 
 MUTANTS: tuple[Variant, ...] = (
     Variant(

@@ -65,7 +65,9 @@ class DPMixMin:
             # At user level the canary is a held-out user, all of their rows; a problem without held-out
             # user ids (image worlds) has one-example users, so a held-out example is a whole user.
             by_user = spec.user_level and full.heldout_users is not None
-            index = natural_canary_index(full, spec.natural_policy, spec.clip, spec.natural_index, spec.seed, by_user)
+            index = natural_canary_index(
+                full, spec.natural_policy, clip=spec.clip, index=spec.natural_index, seed=spec.seed, user_level=by_user
+            )
             canaries["natural"] = natural_canary(full, index, by_user)
             info["natural"] = {
                 "policy": spec.natural_policy,
@@ -76,14 +78,7 @@ class DPMixMin:
             canaries["max_clip"] = max_clip_canary(full.k, spec.clip)
             direction = present(canaries["max_clip"].gradient, "a max-clip canary has a direction")
             info["max_clip"] = {"norm": spec.clip, "direction": direction.tolist()}
-        config = LearnerConfig(
-            steps=spec.steps,
-            clip=spec.clip,
-            noise_multiplier=sigma,
-            sample_rate=spec.sample_rate,
-            learning_rate=spec.learning_rate,
-            user_level=spec.user_level,
-        )
+        config = spec.learner(sigma)
         return Plan(
             collect=MixMinCollector(data, config, canaries, spec.seed, self.privatiser),
             claimed_phases=(accounting.GaussianPhase(calibrated, spec.sample_rate, spec.steps),),

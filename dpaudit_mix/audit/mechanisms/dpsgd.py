@@ -150,7 +150,15 @@ class OpacusCollector(OpacusSteps):
             scale = private.optimizer.expected_batch_size / self.clip  # the noisy sum over C
             released.append(-float(present(probe.w.grad, "a step leaves w's gradient")) * scale if stepped else np.nan)
 
-        opacus_sgd.train(private, data, self.epochs, _probe_loss(CANARY_PULL * self.clip), key, observe, self.sampler)
+        opacus_sgd.train(
+            private,
+            data,
+            self.epochs,
+            _probe_loss(CANARY_PULL * self.clip),
+            key,
+            after_step=observe,
+            sampler=self.sampler,
+        )
         return float(probe.w.detach()), dirac_score(np.array(released), sigma, private.sample_rate)
 
     def __call__(self, setting: Setting, runs: np.ndarray, include: np.ndarray) -> dict[str, np.ndarray]:
@@ -277,7 +285,7 @@ class UserCollector:
         def observe(update: torch.Tensor) -> None:
             released.append(-float(update[w_index]) * divisor)
 
-        userdp.train(probe, users, config, key, observe, step=self.step)
+        userdp.train(probe, users, config, key, observe=observe, step=self.step)
         return float(probe.w.detach()), dirac_score(np.array(released), config.noise_multiplier, config.sample_rate)
 
     def __call__(self, setting: Setting, runs: np.ndarray, include: np.ndarray) -> dict[str, np.ndarray]:

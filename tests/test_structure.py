@@ -1,0 +1,105 @@
+"""The house rules, read from the code: small modules and functions, keyword-only trailing
+arguments, one home and one shape for the extension API, type hints shipped."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import dpaudit_mix as dm
+
+PACKAGE = Path(dm.__file__).parent
+MAX_MODULE_LINES = 450
+MAX_FUNCTION_LINES = 80
+#: the most positional parameters a function takes; the rest are keyword-only, so that values of
+#: one type (ε, δ, a confidence) never sit side by side unnamed.
+MAX_POSITIONAL = 6
+#: called only with a checked calibration request unpacked (``calibrate_afresh(*key)``).
+UNPACKED = {"calibrate_afresh"}
+
+
+def _modules() -> list[tuple[Path, ast.Module]]:
+    return [(p, ast.parse(p.read_text(encoding="utf-8"))) for p in sorted(PACKAGE.rglob("*.py"))]
+
+
+def _functions(tree: ast.Module) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    return [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def test_no_module_over_450_lines_and_no_function_over_80() -> None:
+    modules = _modules()
+    assert len(modules) > 100
+    long_modules = [
+        f"{p.relative_to(PACKAGE)}: {n}"
+        for p, _ in modules
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    ]
+    long_functions = [
+        f"{p.relative_to(PACKAGE)}:{f.lineno} {f.name}: {f.end_lineno - f.lineno + 1} lines"
+        for p, tree in modules
+        for f in _functions(tree)
+        if f.end_lineno is not None and f.end_lineno - f.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert long_modules == [] and long_functions == []
+
+
+def test_trailing_parameters_are_keyword_only() -> None:
+    crowded = []
+    for p, tree in _modules():
+        for f in _functions(tree):
+            positional = [a.arg for a in f.args.posonlyargs + f.args.args if a.arg not in ("self", "cls")]
+            if len(positional) > MAX_POSITIONAL and f.name not in UNPACKED:
+                crowded.append(f"{p.relative_to(PACKAGE)}:{f.lineno} {f.name}({', '.join(positional)})")
+    assert crowded == []
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("audit_score_file", "epsilon"),
+        ("dp_finetune", "epsilon"),
+        ("analyse", "epsilon"),
+        ("calibrate", "rel_tol"),
+        ("fit", "canary"),
+    ],
+)
+def test_the_crowded_signatures_name_their_values(name: str, value: str) -> None:
+    from dpaudit_mix import accounting, learner
+    from dpaudit_mix.audit import score_file, scores
+    from dpaudit_mix.models import cnn
+
+    homes = {"audit_score_file": score_file, "dp_finetune": cnn, "analyse": scores, "calibrate": accounting}
+    function = getattr(homes.get(name, learner), name)
+    assert inspect.signature(function).parameters[value].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+def test_every_register_function_is_exported_from_the_top_package_in_one_shape() -> None:
+    defined = {
+        f.name
+        for _, tree in _modules()
+        for f in tree.body
+        if isinstance(f, ast.FunctionDef) and f.name.startswith("register_")
+    }
+    assert defined <= set(dm.__all__), defined - set(dm.__all__)
+    names_only = {"register_purpose", "register_data"}  # they register a name (a stream purpose, a manifest's path)
+    for name in sorted(defined - names_only):
+        parameters = list(inspect.signature(getattr(dm, name)).parameters.values())
+        shape = [(p.name if i == 0 else "obj", p.kind) for i, p in enumerate(parameters)]
+        assert shape == [
+            ("name", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+            ("obj", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+            ("obj", inspect.Parameter.KEYWORD_ONLY),
+        ], name
+        assert parameters[2].name == "replace" and parameters[2].default is False, name
+    for name in sorted(names_only):
+        assert list(inspect.signature(getattr(dm, name)).parameters) in (["purpose"], ["path"]), name
+
+
+def test_the_type_hints_ship_with_the_package() -> None:
+    assert (PACKAGE / "py.typed").is_file()
+    pyproject = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "py.typed" in pyproject["tool"]["setuptools"]["package-data"]["dpaudit_mix"]
