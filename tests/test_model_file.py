@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dpaudit_mix.errors import InputError
-from dpaudit_mix.models import cnn
+from dpaudit_mix.models import cnn, networks
 from dpaudit_mix.randomness import Key
 
 
@@ -19,7 +19,7 @@ def weights() -> dict[str, np.ndarray]:
 def test_weights_round_trip(tmp_path: Path) -> None:
     state = weights()
     np.savez(tmp_path / "m.npz", **state)
-    loaded = cnn.state_arrays(cnn.load_model(tmp_path / "m.npz"))
+    loaded = cnn.state_arrays(networks.load_model(tmp_path / "m.npz"))
     assert loaded.keys() == state.keys() and all(np.array_equal(loaded[k], state[k]) for k in state)
 
 
@@ -50,7 +50,7 @@ def test_a_file_that_is_no_smallcnn_is_refused(tmp_path: Path, fault: str, line:
         state["head.bias"] = np.array([object()] * 10)
     np.savez(tmp_path / "m.npz", **state)
     with pytest.raises(InputError, match=line):
-        cnn.load_model(tmp_path / "m.npz")
+        networks.load_model(tmp_path / "m.npz")
 
 
 def test_a_text_model_round_trips_and_a_cnn_file_is_no_chargru(tmp_path: Path) -> None:

@@ -42,6 +42,7 @@ from .worlds import (
     TextDocuments,
     World,
     content_of,
+    has_documents,
     identity_of,
     is_image,
     register_world,
@@ -156,11 +157,7 @@ def world(name: str) -> World:
 def is_text(name: str) -> bool:
     """Whether ``name`` is the embedded text world or one offering its documents
     (:class:`.worlds.TextDocuments`: a text data manifest's, read if a manifest, or a user's)."""
-    return (
-        isinstance(name, str)
-        and name in PROBLEMS
-        and (canonical(name) == TEXT_WORLD or isinstance(world(name), TextDocuments))
-    )
+    return isinstance(name, str) and name in PROBLEMS and (canonical(name) == TEXT_WORLD or has_documents(world(name)))
 
 
 def image_worlds() -> tuple[str, ...]:

@@ -89,8 +89,14 @@ def registered(name: str) -> str:
 
 
 def is_image(world: object) -> bool:
-    """Whether ``world`` has images to pretrain on (:class:`ImageSources`)."""
-    return isinstance(world, ImageSources)
+    """Whether ``world`` has images to pretrain on (:class:`ImageSources`: both methods)."""
+    return callable(getattr(world, "sources", None)) and callable(getattr(world, "validation", None))
+
+
+def has_documents(world: object) -> bool:
+    """Whether ``world`` offers its documents (:class:`TextDocuments`); an image world's
+    ``validation`` is a method, a text world's the documents themselves."""
+    return isinstance(world, TextDocuments) and not is_image(world)
 
 
 def world_files(key: str) -> tuple[Path, ...]:

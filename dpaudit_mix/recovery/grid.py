@@ -254,23 +254,26 @@ class RecoveryResult:
         }
 
 
-def _cell(
-    spec: RecoverySpec,
-    threads: int | None,
-    *,
-    kind: str,
-    target: Target,
-    eps: float | None,
-    sigma: float,
-    rho: float,
-    user_level: bool,
-    rows: np.ndarray,
-) -> Cell:
+@dataclass(frozen=True)
+class CellJob:
+    """What one cell runs: its kind, the target, ε (None: σ = 0), σ, ρ, the level and D's rows."""
+
+    kind: str
+    target: Target
+    eps: float | None
+    sigma: float
+    rho: float
+    user_level: bool
+    rows: np.ndarray
+
+
+def _cell(spec: RecoverySpec, threads: int | None, job: CellJob) -> Cell:
     """One cell: ``spec.seeds`` DP-MixMin runs at σ on ``rows`` of the target's problem, scored
     against λ★ (module level, so worker processes and Dask can ship it; its noise is its own
     stream). ``threads`` is the learner's (one per worker when cells run side by side)."""
-    config = spec.config(sigma, user_level)
-    data = target.problem.subset(rows)
+    kind, target, eps, rho, user_level = job.kind, job.target, job.eps, job.rho, job.user_level
+    config = spec.config(job.sigma, user_level)
+    data = target.problem.subset(job.rows)
     noise = stream(
         spec.seed,
         "learner-noise",
@@ -313,7 +316,7 @@ def run_recovery(spec: RecoverySpec, progress: bool = True, backend: Backend | N
         unit = (target.task, rho, user_level, target.problem.n)
         if unit not in rows:
             rows[unit] = _subset_rows(target.problem, rho, user_level, spec.seed)
-        items.append((kind, target, eps, sigmas[eps], rho, user_level, rows[unit]))
+        items.append((CellJob(kind, target, eps, sigmas[eps], rho, user_level, rows[unit]),))
     done: dict[int, Cell] = {}
     bar = tqdm(total=len(jobs), desc="recovery cells", unit="cell", disable=not progress, file=sys.stderr)
     for i, cell in backend.unordered(_cell, items, shared=(spec, 1 if backend.parallel else None)):
