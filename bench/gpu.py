@@ -76,7 +76,12 @@ def stages(scale: float) -> dict[str, Callable[[str], object]]:
 
     return {
         "image pretrain": lambda d: cnn.pretrain(
-            public_x[pick], public_y[pick], _count(image.pretrain_epochs, scale), image.pretrain_learning_rate, key, device=d
+            public_x[pick],
+            public_y[pick],
+            _count(image.pretrain_epochs, scale),
+            image.pretrain_learning_rate,
+            key,
+            device=d,
         ),
         "image DP finetune (Opacus)": finetune_image,
         "text pretrain": lambda d: chargru.pretrain(

@@ -57,6 +57,8 @@ PURPOSES = frozenset(
         "audit-mixing-rows",
         "audit-assignment",
         "audit-natural-canary",
+        # the random order of tied membership scores (a randomized threshold test)
+        "audit-tie-break",
         "recovery-subset",
         "recovery-tuning",
         "learner-tuning",
