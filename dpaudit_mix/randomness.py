@@ -59,6 +59,8 @@ PURPOSES = frozenset(
         "audit-natural-canary",
         # the random order of tied membership scores (a randomized threshold test)
         "audit-tie-break",
+        # the claimed mechanism's scores an audit's power is simulated on
+        "audit-power",
         "recovery-subset",
         "recovery-tuning",
         "learner-tuning",

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from dpaudit_mix.audit.attack import attack
-from dpaudit_mix.audit.scores import audit_scores, tie_broken
+from dpaudit_mix.audit.scores import audit_scores
+from dpaudit_mix.audit.ties import tie_broken
 from dpaudit_mix.randomness import stream
 
 DELTA = 1e-5

@@ -16,7 +16,7 @@ from .attack import AttackResult
 from .engine import AuditOutcome, score_label
 from .profile import TradeOff
 from .result import AuditSummary
-from .scores import power_line
+from .words import power_line
 
 
 def _label(canary: str, threat: str, noise: bool) -> str:
@@ -157,7 +157,7 @@ def _table(summary: AuditSummary) -> list[list[str]]:
 
 
 def summary_verdict(summary: AuditSummary) -> str:
-    """The audit's verdict in one line, naming the test that fired (see :func:`.scores.verdict_line`)."""
+    """The audit's verdict in one line, naming the test that fired (see :func:`.words.verdict_line`)."""
     eps = summary.claimed_epsilon
     private = [r for r in summary.results if r.noise]
     if any(r.epsilon_violation for r in private):

@@ -34,9 +34,8 @@ from .scores import (
     checked_claim,
     checked_scores,
     claimed_curve,
-    power_line,
-    verdict_line,
 )
+from .words import power_line, verdict_line
 
 #: the arrays an ``.npz`` score file may hold: the audited canary's scores, and optionally the
 #: σ = 0 control's (the same attack on runs without noise), which tells a blind attack apart.

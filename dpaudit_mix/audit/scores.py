@@ -9,14 +9,14 @@ of ε is then a *comparison* (``gdp_comparison``), never a violation: a correct 
 (Laplace, randomized response) lies below it. The Gaussian (μ-GDP) numbers are a
 bound only for a mechanism the caller states is full batch; under Poisson sampling (or unstated)
 they assume a Gaussian trade-off the mechanism may not have, and are labelled so
-(``gdp_is_bound``). Each verdict names the test that fired (:func:`verdict_line`), and each
+(``gdp_is_bound``). Each verdict names the test that fired (:func:`.words.verdict_line`), and each
 result states its power: what an attack with no error could certify from as many runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -24,11 +24,12 @@ import numpy.typing as npt
 
 from .. import accounting, npz
 from ..errors import InputError, require
-from ..randomness import stream
-from .attack import THRESHOLDS, AttackResult, CPPoint, attack
+from .attack import THRESHOLDS, AttackResult
 from .bounds import strict_epsilon
 from .diagnostics import diagnose
+from .power import Power, PowerClaim, power_claim, power_of
 from .profile import GaussianTradeOff, TradeOff, claimed_tradeoff, epsilon_lower_bound_profile
+from .ties import attacked
 
 #: what a result's verdict says, in the order they outrank each other.
 VERDICTS = ("epsilon_violated", "curve_violated", "none")
@@ -79,11 +80,20 @@ class AuditResult:
     #: without a claimed curve: whether a CP point lies below the μ-GDP curve of ε (a comparison
     #: with an assumed Gaussian shape, never a violation); None where a curve was claimed
     gdp_comparison: bool | None
+    #: what this audit's power rests on (:mod:`.power`; None where it is not simulated): the power
+    #: itself is computed when first asked (:attr:`power`), so audits that never report it pay nothing
+    power_claim: PowerClaim | None = field(repr=False, compare=False)
 
     @property
     def verdict(self) -> str:
         """One of :data:`VERDICTS`: the strongest claim the counts support."""
         return "epsilon_violated" if self.epsilon_violation else "curve_violated" if self.profile_violation else "none"
+
+    @property
+    def power(self) -> Power | None:
+        """What an audit of this size could show: the exactly-claimed mechanism's ε_LB and the
+        smallest leak caught (:func:`.power.power_of`, cached per claim)."""
+        return power_of(self.power_claim)
 
     @property
     def inconclusive(self) -> bool:
@@ -119,54 +129,11 @@ class AuditResult:
             "auroc": self.auroc,
             "auroc_ci": list(self.auroc_ci),
             "tpr_at_fpr": dict(self.tpr_at_fpr),
+            "power": None if self.power is None else self.power.to_dict(),
         }
         if self.control is not None:
             data |= {"control": self.control.to_dict(), "inconclusive": self.inconclusive}
         return {**data, "exceeds_claim": self.violation}
-
-
-def verdict_line(result: AuditResult, epsilon: float) -> str:
-    """The verdict in words: what the test that fired shows, and what it does not."""
-    if result.epsilon_violation:
-        return (
-            f"VIOLATION (ε violated): the strict lower bound ε_LB = {result.epsilon_lower_bound:.3f} exceeds the "
-            "claimed "
-            f"ε = {epsilon:g}; no (ε, δ)-DP mechanism produces these counts."
-        )
-    if result.profile_violation:
-        return (
-            "VIOLATION (curve violated): a CP point lies below the claimed mechanism's trade-off curve, so the "
-            "mechanism is "
-            f"not the claimed one (its σ-scaled family's ε_LB is {result.epsilon_lower_bound_profile:.3f}); the "
-            f"(ε, δ) claim itself is not shown violated (strict ε_LB {result.epsilon_lower_bound:.3f} ≤ {epsilon:g})."
-        )
-    if result.curve == "none":
-        compared = (
-            "; beside it, a CP point lies below the μ-GDP curve of that ε — a comparison with an assumed Gaussian "
-            "shape, not a violation (a pure-ε mechanism lies there too)"
-            if result.gdp_comparison
-            else ""
-        )
-        return (
-            f"No violation: the strict ε_LB {result.epsilon_lower_bound:.3f} is at most the claimed ε (the claim is "
-            f"(ε, δ) alone: give phases, or curve='gdp', to test a trade-off curve){compared}."
-        )
-    return (
-        "No violation: every CP point lies on or above the claimed trade-off curve, and the strict ε_LB "
-        f"{result.epsilon_lower_bound:.3f} is at most the claimed ε."
-    )
-
-
-def power_line(result: AuditResult) -> str:
-    """What this many runs could show at best (an attack with no error at all)."""
-    bound = (
-        f"Power: from {result.runs} runs an attack with no error at all certifies a strict ε_LB of at most "
-        f"{result.epsilon_lower_bound_max:.3f}"
-    )
-    if result.curve == "none":
-        return bound + " (no curve was claimed)."
-    curve = "could" if result.curve_detectable else "could NOT"
-    return f"{bound}, and {curve} fall below the claimed curve."
 
 
 def checked_scores(scores: npt.ArrayLike, name: str) -> np.ndarray:
@@ -293,55 +260,35 @@ def analyse(
     ``step`` hears of each of its :data:`STEPS` as it starts (a progress bar); ``curve="gdp"``:
     without phases, the caller states the mechanism is μ-GDP (else the claim is (ε, δ) alone).
 
-    Runs are in-scores then out-scores; ``split`` draws its SELECT half from a stream named by
-    ``seed`` and ``label``. ``phases`` are the claim's
-    Gaussian phases (None: a μ-GDP claim, whose Gaussian numbers are then not known to be bounds).
+    Runs are in-scores then out-scores (:func:`.ties.attacked`). ``phases`` are the claim's Gaussian
+    phases (None: a μ-GDP claim, whose Gaussian numbers are then not known to be bounds).
     ``confidence`` holds for this one result: an audit of several shares its α over them.
     """
     tell = step or (lambda name: None)
     stated = claimed_curve(phases, curve)
     tell(STEPS[0])
-    gdp_is_bound = full_batch(phases)
-    scores = np.concatenate([scores_in, scores_out])
-    include = np.arange(len(scores)) < len(scores_in)
-    select = stream(seed, "audit-assignment", scores=label, runs=len(scores)).numpy().permutation(len(scores))
-    ranked = tie_broken(scores, seed, label)
-    found = attack(
-        scores if ranked is None else ranked,
-        include,
-        select < len(scores) // 2,
-        delta=delta,
-        confidence=confidence,
-        strategy=threshold,
+    found = attacked(
+        scores_in, scores_out, seed=seed, label=label, delta=delta, confidence=confidence, threshold=threshold
     )
-    if ranked is not None:
-        found = in_score_units(found, np.sort(scores))
     tell(STEPS[1])
     diag = diagnose(scores_in, scores_out)
     tell(STEPS[2])
     below_curve = found.profile_violation(claimed)
     profile_violation = below_curve and stated != "none"  # a verdict only on a curve that was claimed
-    profile_bound = (
-        found.epsilon_lower_bound_gdp
-        if not phases or gdp_is_bound
-        else epsilon_lower_bound_profile(
-            phases, [p.fpr_upper for p in found.points], [p.fnr_upper for p in found.points], delta
-        )
-    )
     perfect = found.perfect_point()
     max_epsilon = float(strict_epsilon(*perfect, delta))
     detectable = stated != "none" and bool(np.any(claimed.violated(np.array([perfect[0]]), np.array([perfect[1]]))))
     strict, gdp = found.strict, found.gdp
     epsilon_violation = found.epsilon_lower_bound > epsilon
     result = AuditResult(
-        runs=len(scores),
+        runs=len(scores_in) + len(scores_out),
         epsilon_lower_bound=found.epsilon_lower_bound,
         fpr_upper=strict.fpr_upper,
         fnr_upper=strict.fnr_upper,
         mu_lower_bound=found.mu_lower_bound,
         epsilon_lower_bound_gdp=found.epsilon_lower_bound_gdp,
-        gdp_is_bound=gdp_is_bound,
-        epsilon_lower_bound_profile=profile_bound,
+        gdp_is_bound=full_batch(phases),
+        epsilon_lower_bound_profile=_profile_bound(found, phases, delta),
         claimed_mu=claimed.mu if isinstance(claimed, GaussianTradeOff) else None,
         profile_violation=profile_violation,
         gdp_fpr_upper=gdp.fpr_upper,
@@ -361,38 +308,28 @@ def analyse(
         violation=epsilon_violation or profile_violation,
         curve=stated,
         gdp_comparison=below_curve if stated == "none" else None,
+        power_claim=power_claim(
+            epsilon,
+            delta,
+            phases=phases,
+            claimed=claimed,
+            stated=stated,
+            runs_in=len(scores_in),
+            runs_out=len(scores_out),
+            confidence=confidence,
+            threshold=threshold,
+        ),
     )
     return result, found
 
 
-def tie_broken(scores: np.ndarray, seed: int, label: str) -> np.ndarray | None:
-    """Tied scores in a random order: each run's rank among all runs by (score, u), with u
-    uniform from the stream named by ``seed`` and ``label`` (None when no two scores tie).
-
-    A threshold on the ranks is a randomized test on the scores, "score > s, or score = s and
-    u above a cut", which splits a tied value where a plain threshold must take all of it or
-    none: with discrete scores (randomized response) the counted false positives then sit at
-    the threshold's own rank, not below a whole tied block, and the CP bounds stay exact, for
-    the ranks of the out-runs are distinct and the choice still depends on them alone. Sound
-    as any test is: u is drawn independently of which runs hold the canary.
-    """
-    if len(np.unique(scores)) == len(scores):
-        return None
-    u = stream(seed, "audit-tie-break", scores=label, runs=len(scores)).numpy().random(len(scores))
-    ranks = np.empty(len(scores))
-    ranks[np.lexsort((u, scores))] = np.arange(len(scores), dtype=float)
-    return ranks
-
-
-def in_score_units(found: AttackResult, sorted_scores: np.ndarray) -> AttackResult:
-    """``found``, counted on :func:`tie_broken` ranks, with each test's threshold as the score
-    it splits at (the ranks at or above it begin with that score; its ties are split at random)."""
-    top = len(sorted_scores) - 1
-
-    def score(point: CPPoint) -> CPPoint:
-        return replace(point, threshold=float(sorted_scores[min(int(np.ceil(point.threshold)), top)]))
-
-    return replace(found, strict=score(found.strict), gdp=score(found.gdp), points=tuple(map(score, found.points)))
+def _profile_bound(found: AttackResult, phases: Sequence[accounting.GaussianPhase] | None, delta: float) -> float:
+    """The σ-scaled family's ε_LB of the claimed phases (μ_LB as ε where the Gaussian curve is theirs)."""
+    if not phases or full_batch(phases):
+        return found.epsilon_lower_bound_gdp
+    return epsilon_lower_bound_profile(
+        phases, [p.fpr_upper for p in found.points], [p.fnr_upper for p in found.points], delta
+    )
 
 
 def with_control(result: AuditResult, control: AuditResult) -> AuditResult:

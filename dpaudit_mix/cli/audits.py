@@ -78,7 +78,7 @@ def _inconclusive(summary: Any, epsilon: float, out: Path) -> int:
 
 def cmd_audit_scores(args: argparse.Namespace) -> int:
     from ..audit.score_file import audit_score_file, read_scores
-    from ..audit.scores import verdict_line
+    from ..audit.words import verdict_line
 
     mechanism = (args.noise_multiplier, args.sample_rate, args.steps)
     require(
@@ -96,6 +96,8 @@ def cmd_audit_scores(args: argparse.Namespace) -> int:
     result = audit_score_file(path, read_scores(path), **claim, **extra, progress=True)
     print(json.dumps(result.to_dict(), indent=2))
     see = f"; see {out}/report.md" if out else ""
+    if result.power is not None:
+        print(f"dpaudit-mix: power: {result.power.line(result.runs)}", file=sys.stderr)
     for warning in result.warnings:
         print(f"dpaudit-mix: warning: {warning}", file=sys.stderr)
     if result.violation:

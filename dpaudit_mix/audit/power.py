@@ -1,0 +1,216 @@
+"""The power of a many-run audit, from the claim alone: what an exactly-claimed mechanism shows at
+this size, and the smallest leak the audit catches.
+
+A silent audit is evidence only in proportion to what it could have seen. So every many-run
+result carries ``power``, computed by simulating the claimed mechanism's white-box score law and
+running the same attack on the same numbers of canary-in and canary-out runs:
+
+- the law: without phases, the μ-GDP mechanism of (ε, δ) (in ~ N(μ, 1), out ~ N(0, 1), μ the
+  claim's: :func:`..accounting.gdp_mu_of_epsilon`); with full-batch phases, the same with μ =
+  √(Σ T/σ²) (Dong, Roth & Su 2019, Cor. 3.3, the composition of Gaussian mechanisms); with one
+  Poisson-subsampled phase, the Dirac canary's log-likelihood-ratio score (:mod:`.dirac`), the
+  Neyman–Pearson test of the claimed (σ, q, T). Several subsampled phases: no power is given.
+- the verdict: as :func:`.scores.analyse` gives it, the strict ε_LB above ε, or, where a curve
+  is stated, a CP point below it.
+- ``tight_lower_bound``: the median strict ε_LB over :data:`SIMULATIONS` audits of the exact
+  mechanism, with its 10–90 % band: what a correct mechanism shows at this size.
+- ``detects``: the smallest noise factor c on :data:`LEAKS` such that the mechanism run with σ/c
+  (a μ-GDP claim: μ·c) is flagged in at least :data:`DETECTS_WITH` of the simulated audits
+  (None beyond the grid's last, 10): the leak this audit catches, found by a binary search over
+  the grid (the flag rate rises with c).
+
+Each answer is cached by the claim and the sizes; the draws come from the stream
+``audit-power``, named by the claim, so the same claim at the same size has the same power.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from hashlib import sha256
+from typing import Any
+
+import numpy as np
+
+from .. import accounting
+from ..randomness import stream
+from .attack import attack
+from .dirac import dirac_scores, simulated_released
+from .profile import TradeOff
+
+#: simulated audits per answer: the median's band and the flag rates rest on this many.
+SIMULATIONS = 100
+#: the noise factors c tried for ``detects`` (σ/c), and the flag rate that counts as caught.
+LEAKS = (1.1, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
+DETECTS_WITH = 0.9
+#: the most scores one simulated Dirac audit may draw (runs × steps): beyond it, no power is given.
+MAX_DIRAC_DRAWS = 200_000
+
+
+@dataclass(frozen=True)
+class Power:
+    """What an audit of this size could show: the exact mechanism's ε_LB and the leak it catches."""
+
+    tight_lower_bound: float  # the median strict ε_LB of an exactly-claimed mechanism
+    band: tuple[float, float]  # its 10 % and 90 % quantiles
+    detects: float | None  # the smallest c with σ/c flagged in ≥ DETECTS_WITH of audits; None: beyond 10
+    method: str  # how it was computed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tight_lower_bound": self.tight_lower_bound,
+            "tight_lower_bound_band": list(self.band),
+            "detects": self.detects,
+            "method": self.method,
+        }
+
+    def line(self, runs: int) -> str:
+        caught = "no leak up to σ/10" if self.detects is None else f"σ/{self.detects:g}"
+        low, high = self.band
+        return (
+            f"an exactly-claimed mechanism gives ε_LB {self.tight_lower_bound:.3f} ({low:.3f}–{high:.3f}) at "
+            f"{runs} runs; this audit catches {caught} with {DETECTS_WITH:.0%}"
+        )
+
+
+def power_claim(
+    epsilon: float,
+    delta: float,
+    *,
+    phases: Sequence[accounting.GaussianPhase] | None,
+    claimed: TradeOff,
+    stated: str,
+    runs_in: int,
+    runs_out: int,
+    confidence: float,
+    threshold: str,
+) -> PowerClaim | None:
+    """What the power of an audit of the claim at this size rests on; None where the claimed
+    mechanism's score law is not simulated (several subsampled phases, or too many draws)."""
+    phases = tuple(phases or ())
+    subsampled = [p for p in phases if p.sample_rate < 1]
+    if subsampled and (len(phases) > 1 or (runs_in + runs_out) * phases[0].steps > MAX_DIRAC_DRAWS):
+        return None
+    return PowerClaim(epsilon, delta, phases, claimed, stated, runs_in, runs_out, confidence, threshold)
+
+
+def audit_power(
+    epsilon: float,
+    delta: float,
+    *,
+    phases: Sequence[accounting.GaussianPhase] | None,
+    claimed: TradeOff,
+    stated: str,
+    runs_in: int,
+    runs_out: int,
+    confidence: float,
+    threshold: str,
+) -> Power | None:
+    """The power of an audit of the claim at this size (see the module docstring), or None."""
+    claim = power_claim(
+        epsilon,
+        delta,
+        phases=phases,
+        claimed=claimed,
+        stated=stated,
+        runs_in=runs_in,
+        runs_out=runs_out,
+        confidence=confidence,
+        threshold=threshold,
+    )
+    return power_of(claim)
+
+
+def power_of(claim: PowerClaim | None) -> Power | None:
+    """The power of an audit of ``claim`` (computed once per claim, when first asked)."""
+    return None if claim is None else _power(claim)
+
+
+@dataclass(frozen=True)
+class PowerClaim:
+    """What the power of an audit depends on: the claim, its stated curve, the sizes, the level
+    and the threshold strategy (the cache key, and what names the streams)."""
+
+    epsilon: float
+    delta: float
+    phases: tuple[accounting.GaussianPhase, ...]
+    claimed: Any  # a TradeOff: frozen, hashable
+    stated: str
+    runs_in: int
+    runs_out: int
+    confidence: float
+    threshold: str
+
+
+@lru_cache(maxsize=256)
+def _power(audit: PowerClaim) -> Power:
+    epsilon, delta, runs_in = audit.epsilon, audit.delta, audit.runs_in
+    law = _Law.of(audit)
+
+    def flagged(leak: float) -> np.ndarray:
+        bounds = np.empty(SIMULATIONS)
+        flags = np.empty(SIMULATIONS, dtype=bool)
+        for k in range(SIMULATIONS):
+            scores_in, scores_out = law.scores(k, leak)
+            scores = np.concatenate([scores_in, scores_out])
+            include = np.arange(len(scores)) < runs_in
+            select = np.arange(len(scores)) % 2 == 0  # the split strategy's halves: fixed, not the labels
+            found = attack(scores, include, select, delta=delta, confidence=audit.confidence, strategy=audit.threshold)
+            bounds[k] = found.epsilon_lower_bound
+            flags[k] = found.epsilon_lower_bound > epsilon or (
+                audit.stated != "none" and found.profile_violation(audit.claimed)
+            )
+        return np.stack([bounds, flags])
+
+    exact = flagged(1.0)[0]
+    low, high = 0, len(LEAKS)  # the smallest index whose flag rate reaches DETECTS_WITH, or len(LEAKS)
+    while low < high:
+        middle = (low + high) // 2
+        if flagged(LEAKS[middle])[1].mean() >= DETECTS_WITH:
+            high = middle
+        else:
+            low = middle + 1
+    return Power(
+        tight_lower_bound=float(np.median(exact)),
+        band=(float(np.quantile(exact, 0.1)), float(np.quantile(exact, 0.9))),
+        detects=LEAKS[low] if low < len(LEAKS) else None,
+        method=f"{SIMULATIONS} simulated audits of {law.name} at {runs_in} + {audit.runs_out} runs, the same attack",
+    )
+
+
+@dataclass(frozen=True)
+class _Law:
+    """The claimed mechanism's white-box scores: Gaussian (μ-GDP) or the Dirac canary's."""
+
+    name: str
+    mu: float  # the Gaussian law's shift (0 for the Dirac law)
+    phase: accounting.GaussianPhase | None  # the Dirac law's one subsampled phase
+    runs_in: int
+    runs_out: int
+    key: str
+
+    @classmethod
+    def of(cls, audit: PowerClaim) -> _Law:
+        phases, runs_in, runs_out = audit.phases, audit.runs_in, audit.runs_out
+        key = sha256(repr(audit).encode()).hexdigest()[:32]  # every field: one stream per claim, audit and leak
+        if phases and phases[0].sample_rate < 1:
+            p = phases[0]
+            name = f"the Dirac canary of σ = {p.noise_multiplier:.4g}, q = {p.sample_rate:.4g}, T = {p.steps}"
+            return cls(name, 0.0, p, runs_in, runs_out, key)
+        if phases:
+            mu = float(np.sqrt(sum(p.steps / p.noise_multiplier**2 for p in phases)))
+            return cls(f"the full-batch Gaussian (μ = {mu:.4g})", mu, None, runs_in, runs_out, key)
+        mu = accounting.gdp_mu_of_epsilon(audit.epsilon, audit.delta)
+        return cls(f"the μ-GDP mechanism of ε (μ = {mu:.4g})", mu, None, runs_in, runs_out, key)
+
+    def scores(self, k: int, leak: float) -> tuple[np.ndarray, np.ndarray]:
+        """Audit ``k``'s in and out scores with σ/``leak``, from a stream of its own."""
+        source = stream(0, "audit-power", claim=self.key, audit=k, leak=leak).numpy()
+        if self.phase is None:
+            return self.mu * leak + source.standard_normal(self.runs_in), source.standard_normal(self.runs_out)
+        sigma, q, steps = self.phase.noise_multiplier, self.phase.sample_rate, self.phase.steps
+        member = np.arange(self.runs_in + self.runs_out) < self.runs_in
+        released = simulated_released(member, sigma / leak, q, steps, source)  # the leak runs σ/c …
+        scores = dirac_scores(released, sigma, q)  # … and the auditor scores by the claimed σ
+        return scores[: self.runs_in], scores[self.runs_in :]
