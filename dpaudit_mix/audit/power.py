@@ -40,12 +40,12 @@ from .dirac import dirac_scores, simulated_released
 from .profile import TradeOff
 
 #: simulated audits per answer: the median's band and the flag rates rest on this many.
-SIMULATIONS = 100
+SIMULATIONS = 50
 #: the noise factors c tried for ``detects`` (σ/c), and the flag rate that counts as caught.
 LEAKS = (1.1, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
 DETECTS_WITH = 0.9
 #: the most scores one simulated Dirac audit may draw (runs × steps): beyond it, no power is given.
-MAX_DIRAC_DRAWS = 200_000
+MAX_DIRAC_DRAWS = 50_000
 
 
 @dataclass(frozen=True)
