@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from dpaudit_mix import accounting
-from dpaudit_mix.audit.power import DETECTS_WITH, LEAKS, audit_power
+from dpaudit_mix.audit.power import DETECTS_WITH, LEAKS, Power, power_claim, power_of
 from dpaudit_mix.audit.profile import GaussianTradeOff
 from dpaudit_mix.audit.scores import audit_scores
 from dpaudit_mix.randomness import stream
@@ -42,6 +42,10 @@ def test_an_audit_reports_its_power_and_independent_simulations_agree() -> None:
     smaller = LEAKS[LEAKS.index(power.detects) - 1] if LEAKS.index(power.detects) else 1.0
     missed, _ = _flag_rate(MU * smaller, 30, "smaller")
     assert missed <= DETECTS_WITH + 0.1  # else detects would not be the smallest leak caught
+
+
+def audit_power(epsilon: float, delta: float, **claim: object) -> Power | None:
+    return power_of(power_claim(epsilon, delta, **claim))  # type: ignore[arg-type]
 
 
 def test_power_grows_with_the_runs_and_is_cached_per_claim() -> None:

@@ -95,33 +95,6 @@ def power_claim(
     return PowerClaim(epsilon, delta, phases, claimed, stated, runs_in, runs_out, confidence, threshold)
 
 
-def audit_power(
-    epsilon: float,
-    delta: float,
-    *,
-    phases: Sequence[accounting.GaussianPhase] | None,
-    claimed: TradeOff,
-    stated: str,
-    runs_in: int,
-    runs_out: int,
-    confidence: float,
-    threshold: str,
-) -> Power | None:
-    """The power of an audit of the claim at this size (see the module docstring), or None."""
-    claim = power_claim(
-        epsilon,
-        delta,
-        phases=phases,
-        claimed=claimed,
-        stated=stated,
-        runs_in=runs_in,
-        runs_out=runs_out,
-        confidence=confidence,
-        threshold=threshold,
-    )
-    return power_of(claim)
-
-
 def power_of(claim: PowerClaim | None) -> Power | None:
     """The power of an audit of ``claim`` (computed once per claim, when first asked)."""
     return None if claim is None else _power(claim)
