@@ -22,6 +22,7 @@ from dpaudit_mix.data.proxies import TASKS, ProxySpec
 from dpaudit_mix.data.sources import PublicSource, SensitiveData
 from dpaudit_mix.data.text_files import TextSet
 from dpaudit_mix.problem import Problem
+from dpaudit_mix.randomness import stream
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class MyImages:
     tasks: tuple[str, ...] = TASKS
 
     def _images(self, count: int, shift: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        rng = np.random.default_rng([seed, shift])  # the user's own data, made here
+        rng = stream(seed, "synthetic-inputs", world=self.name, shift=shift, count=count).numpy()
         labels = np.arange(count) % 10
         images = np.zeros((count, 28, 28), dtype=np.float32)
         for i, label in enumerate(labels):
