@@ -10,6 +10,7 @@ the command line and ``import dpaudit_mix`` stay fast):
 - ``calibrate``, ``epsilon``, ``GaussianPhase``: the accountant (PLD by default);
 - ``audit_scores``, ``AuditResult``: audit a claim from canary-in and canary-out scores of any stack;
 - ``audit_one_run``, ``OneRunResult``: audit a claim from one training run's canaries (scores, membership);
+- ``plan_audit``, ``Plan``: the runs (or canaries) an audit of a claim needs to catch σ/detect;
 - ``run_audit``, ``AuditSpec``: the audit engine, on the DP-MixMin learner or the pipeline's DP-SGD
   (``AuditSpec(mechanism="opacus" | "user-dpsgd")``);
 - ``verify``: verify-accountant (checks, and a mutation self-test);
@@ -44,6 +45,8 @@ _HOMES = {
     "AuditResult": "audit.scores",
     "audit_one_run": "audit.one_run",
     "OneRunResult": "audit.one_run",
+    "plan_audit": "audit.plan",
+    "Plan": "audit.plan",
     "run_audit": "audit.engine",
     "AuditSpec": "audit.spec",
     "verify": "verification.suite",
@@ -63,6 +66,7 @@ __all__ = [
     "GaussianPhase",
     "LearnerConfig",
     "OneRunResult",
+    "Plan",
     "Problem",
     "audit_one_run",
     "audit_scores",
@@ -71,6 +75,7 @@ __all__ = [
     "fit",
     "load_model",
     "mixmin",
+    "plan_audit",
     "register_accountant",
     "register_data",
     "register_mechanism",
@@ -89,6 +94,7 @@ if TYPE_CHECKING:
     from .audit.engine import run_audit
     from .audit.mechanisms import register_mechanism
     from .audit.one_run import OneRunResult, audit_one_run
+    from .audit.plan import Plan, plan_audit
     from .audit.scores import AuditResult, audit_scores
     from .audit.spec import AuditSpec
     from .data.registry import register_data

@@ -61,6 +61,8 @@ PURPOSES = frozenset(
         "audit-tie-break",
         # the claimed mechanism's scores an audit's power is simulated on
         "audit-power",
+        # the resampled fit behind an ε estimate's interval
+        "audit-estimate",
         "recovery-subset",
         "recovery-tuning",
         "learner-tuning",

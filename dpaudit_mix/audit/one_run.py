@@ -1,100 +1,60 @@
 """One-run audits: m canaries, each in the training set independently with probability ½, one
 training run, one score per canary (larger = "more likely in").
 
-**The (ε, δ) bound** (Steinke, Nasr & Jagielski 2023, "Privacy Auditing with One (1) Training
-Run", their main theorem with its δ term). An auditor guesses "in" for the k highest scores and
-"out" for the k lowest and abstains on the rest: r = 2k guesses, v of them correct. If the
-mechanism is (ε, δ)-DP, then for every v
+The guesses (:mod:`.guesses`: symmetric sets, and one-sided ones where the claim is subsampled)
+are tested by two methods, each a bound on P[V ≥ v] for a mechanism that meets a curve:
 
-    P[V ≥ v] ≤ β(v) + 2mδ · max_{1 ≤ i ≤ v} P[v − i ≤ B < v] / i,   B ~ Bin(r, e^ε / (1 + e^ε)),
+- **Steinke**, Nasr & Jagielski 2023 (:func:`.guesses.p_value`), for an (ε, δ) point;
+- **f-DP**, Mahloujifar, Melis & Chaudhuri 2025 (:mod:`.fdp`), for a whole trade-off curve.
 
-with β(v) = P[B ≥ v] (:func:`p_value`). The ε lower bound is the largest ε that this p-value
-rejects at the audit's level. The guesses depend on the scores alone (never on membership), and
-k runs over a grid fixed before any score is seen (:func:`guess_sizes`), Bonferroni across it:
-the level holds whatever k wins.
+Both bound the same probability, so the smaller of the two is a valid p-value, and a set that
+either method rejects rejects the curve at the set's level: no level is split between them.
 
-**The profile test.** A mechanism whose privacy profile is δ(ε′) (the PLD of the claimed phases)
-is (ε′, δ(ε′))-DP for every ε′ at once. So P[V ≥ v] ≤ min_ε′ p-value(ε′, δ(ε′); v) for every v,
-a bound that falls with v: rejecting when it is at most α keeps the level α, with no correction
-for the many ε′ (the minimum is taken before anything random). A pessimistic δ(ε′) (the
-accountant's) only raises each p-value. ``epsilon_lower_bound_profile`` is then the largest ε of
-the claimed phases with σ scaled by one factor c (the family the multi-run profile bound uses,
-:func:`.profile.epsilon_lower_bound_profile`) whose profile the guesses still reject.
+**ε_LB** (``epsilon_lower_bound``) is the largest ε′ whose (ε′, δ) curve some set rejects, by
+either method (``bounds`` gives each method's own); it holds for any mechanism. **The claimed
+curve** (with phases): the μ-GDP curve μ = √(ΣT/σ²) of full-batch phases (Dong, Roth & Su 2019,
+Cor. 3.3), or the PLD privacy profile of subsampled ones, tested by f-DP (and, for a profile, by
+Steinke's test at each of its points, as a curve implies every point of its profile);
+``epsilon_lower_bound_profile`` is the largest ε of the claimed phases with σ scaled by one
+factor c whose curve is still rejected (a bound on the ε of that family only).
 
-With phases, the two tests share the level (α/2 each), so that the verdict, which rests on
-both, keeps it.
+**One level.** For one guess set, each rejected curve is an upper tail {V ≥ v★} of the same
+count V, and a curve the mechanism meets has P[V ≥ v★] ≤ the set's level; so rejecting *any*
+curve the claim implies — (ε′, δ) for ε′ > ε, or the claimed curve — is one event of at most
+that probability under the claim. The verdict (``violation``: ε_LB > ε, or the claimed curve
+rejected) holds at the audit's level, Bonferroni over the guess sets alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-from scipy.special import expit
-from scipy.stats import binom
 
 from .. import accounting
 from ..errors import is_real, require
+from .estimate import Estimate, gaussian_pair
+from .fdp import Curves, GaussianCurves, LineCurves, rejects
+from .guesses import EPSILON_MAX, MIN_CANARIES, GuessSets, largest_rejected, p_value
+from .one_run_power import OneRunPowerClaim, Power, one_run_power, one_run_power_claim
 from .profile import BISECTION_INTERVAL, BISECTION_MIN_SIGMA, BISECTION_RATIO, scale_threshold
 from .scores import check_claim
 
-#: the fewest canaries a one-run audit takes (its smallest guess set has MIN_GUESSES per side).
-MIN_CANARIES = 20
-MIN_GUESSES = 5
-#: how many guess sizes k are tried (geometric from MIN_GUESSES or m/500 to m/2), α shared.
-GUESS_SIZES = 12
-#: the profile curves' ε grid: this many points of the PLD profile (a subset: the minimum over
-#: fewer points is larger, so it stays a valid bound), down to δ(ε′) = PROFILE_FLOOR.
+__all__ = ["MIN_CANARIES", "OneRunResult", "audit_one_run", "checked_canaries", "subsampled"]
+
+#: the profile curves' ε grid: this many points of the PLD profile (a subset: a curve through
+#: fewer points lies lower, so it stays a valid null), down to δ(ε′) = PROFILE_FLOOR.
 PROFILE_GRID, PROFILE_FLOOR = 64, 1e-12
-#: the ε search's upper end and resolution.
-EPSILON_MAX, EPSILON_TOLERANCE = 50.0, 1e-4
-
-
-def p_value(canaries: int, guesses: int, correct: int, epsilon: float, delta: float) -> float:
-    """The bound on P[V ≥ ``correct``] of ``guesses`` guesses among ``canaries`` under (ε, δ)-DP
-    (the module's first formula)."""
-    q = float(expit(epsilon))
-    tail = float(binom.sf(correct - 1, guesses, q))
-    if delta == 0 or correct == 0:
-        return min(1.0, tail)
-    i = np.arange(1, correct + 1)
-    below = np.cumsum(binom.pmf(correct - i, guesses, q))  # P[correct − i ≤ B < correct]
-    return min(1.0, tail + 2 * canaries * delta * float(np.max(below / i)))
-
-
-def guess_sizes(canaries: int) -> np.ndarray:
-    """k of each guess set (k "in", k "out"): geometric, fixed by the number of canaries alone."""
-    low = max(MIN_GUESSES, canaries // 500)
-    return np.unique(np.round(np.geomspace(low, canaries // 2, GUESS_SIZES)).astype(int))
-
-
-def _counts(scores: np.ndarray, membership: np.ndarray) -> list[tuple[int, int]]:
-    """(r, v) of every guess set: the k highest scores guessed in, the k lowest out."""
-    order = np.argsort(scores, kind="stable")
-    inside = membership[order].astype(np.int64)
-    top = np.cumsum(inside[::-1])  # members among the j highest, j = 1..m
-    bottom = np.cumsum(1 - inside)  # non-members among the j lowest
-    return [(2 * int(k), int(top[k - 1] + bottom[k - 1])) for k in guess_sizes(len(scores))]
-
-
-def _largest_rejected(canaries: int, guesses: int, correct: int, delta: float, alpha: float) -> float:
-    """The largest ε whose (ε, δ) p-value is at most α (0 when even ε = 0 is not rejected)."""
-    if p_value(canaries, guesses, correct, 0.0, delta) > alpha:
-        return 0.0
-    low, high = 0.0, 1.0
-    while high < EPSILON_MAX and p_value(canaries, guesses, correct, high, delta) <= alpha:
-        low, high = high, min(2 * high, EPSILON_MAX)
-    while high - low > EPSILON_TOLERANCE:
-        middle = (low + high) / 2
-        low, high = (middle, high) if p_value(canaries, guesses, correct, middle, delta) <= alpha else (low, middle)
-    return low
+#: the f-DP searches: a geometric grid of this many candidates over [GRID_LOW, EPSILON_MAX]
+#: (ε′, or μ), then as many again between the largest rejected one and the next.
+GRID_POINTS, GRID_LOW = 48, 1e-3
 
 
 @dataclass(frozen=True)
 class Profile:
-    """A privacy profile as (ε′, δ(ε′)) points: what the profile test takes the minimum over."""
+    """A privacy profile as (ε′, δ(ε′)) points: a claimed curve, tested by both methods."""
 
     epsilons: tuple[float, ...]
     deltas: tuple[float, ...]
@@ -105,49 +65,91 @@ class Profile:
         return cls(tuple(float(e) for e in grid), tuple(float(d) for d in deltas))
 
     def p_value(self, canaries: int, guesses: int, correct: int) -> float:
+        """Steinke's bound at every point of the profile: the smallest holds (its minimum is taken
+        before anything random)."""
         return min(p_value(canaries, guesses, correct, e, d) for e, d in zip(self.epsilons, self.deltas, strict=True))
+
+    def rejects(self, sets: GuessSets, alpha: float) -> bool:
+        if any(self.p_value(sets.canaries, r, v) <= alpha for r, v in sets.pairs()):
+            return True
+        curve = LineCurves(np.array([self.epsilons]), np.array([self.deltas]))
+        return bool(rejects(curve, sets.canaries, sets.guesses, sets.correct, alpha).any())
+
+
+def largest_rejected_curve(curves_of: Callable[[np.ndarray], Curves], sets: GuessSets, alpha: float) -> np.ndarray:
+    """Each set's largest parameter on the search grid whose curve it rejects by f-DP (0 where
+    none): a coarse geometric grid, then a fine one above the best."""
+    grid = np.geomspace(GRID_LOW, EPSILON_MAX, GRID_POINTS)
+
+    def best(candidates: np.ndarray) -> np.ndarray:
+        found = rejects(curves_of(candidates), sets.canaries, sets.guesses, sets.correct, alpha)
+        return np.where(found.any(axis=1), np.where(found, candidates, 0.0).max(axis=1), 0.0)
+
+    coarse = best(grid)
+    top = float(coarse.max())
+    if top == 0.0 or top >= EPSILON_MAX:
+        return coarse
+    above = grid[np.searchsorted(grid, top) + 1]
+    return np.maximum(coarse, best(np.linspace(top, above, GRID_POINTS)[1:-1]))
 
 
 @dataclass(frozen=True)
 class OneRunResult:
-    """A one-run audit: ``guesses`` (r) and ``correct`` (v) of the guess set behind the (ε, δ)
-    bound; ``profile_violation`` and ``epsilon_lower_bound_profile`` are None without phases."""
+    """A one-run audit: ``guesses`` (r) and ``correct`` (v) of the guess set behind ε_LB;
+    ``profile_violation`` and ``epsilon_lower_bound_profile`` are None without phases."""
 
     canaries: int
     members: int
     guesses: int
     correct: int
+    one_sided: bool
     epsilon: float
     delta: float
     confidence: float
-    epsilon_lower_bound: float
+    epsilon_lower_bound: float  # the best rigorous bound: the max over ``bounds``
+    bounds: dict[str, float]  # each method's own ε_LB: {"steinke": …, "fdp": …}
     epsilon_violation: bool
     epsilon_lower_bound_profile: float | None
     profile_violation: bool | None
     guess_sets: int
+    one_sided_sets: bool  # the grid has one-sided sets too (the claim is subsampled)
     level_per_test: float
+    epsilon_estimate: Estimate  # an estimate, never a verdict: see :mod:`.estimate`
+    power_claim: OneRunPowerClaim | None = field(default=None, repr=False, compare=False)
 
     @property
     def violation(self) -> bool:
         return self.epsilon_violation or bool(self.profile_violation)
 
+    @property
+    def power(self) -> Power | None:
+        """What an exactly-claimed mechanism shows at this many canaries, and the leak the audit
+        catches (computed when first asked; cached per claim)."""
+        return one_run_power(self.power_claim)
+
     def to_dict(self) -> dict[str, Any]:
+        power = self.power
         return {
             "one_run": True,
             "canaries": self.canaries,
             "members": self.members,
             "guesses": self.guesses,
             "correct": self.correct,
+            "one_sided": self.one_sided,
             "claimed_epsilon": self.epsilon,
             "delta": self.delta,
             "confidence": self.confidence,
             "epsilon_lower_bound": self.epsilon_lower_bound,
+            "bounds": dict(self.bounds),
             "epsilon_violation": self.epsilon_violation,
             "epsilon_lower_bound_profile": self.epsilon_lower_bound_profile,
             "profile_violation": self.profile_violation,
             "violation": self.violation,
             "guess_sets": self.guess_sets,
+            "one_sided_sets": self.one_sided_sets,
             "level_per_test": self.level_per_test,
+            "epsilon_estimate": self.epsilon_estimate.to_dict(),
+            "power": None if power is None else power.to_dict(),
         }
 
 
@@ -164,6 +166,11 @@ def checked_canaries(scores: Any, membership: Any) -> tuple[np.ndarray, np.ndarr
     return s.astype(float), b.astype(np.int64)
 
 
+def subsampled(phases: Sequence[accounting.GaussianPhase] | None) -> bool:
+    """Whether any claimed phase is Poisson-subsampled (its audits add one-sided guess sets)."""
+    return any(p.sample_rate < 1 for p in phases or ())
+
+
 def audit_one_run(
     scores: Any,
     membership: Any,
@@ -175,62 +182,75 @@ def audit_one_run(
     accountant: str = accounting.DEFAULT_ACCOUNTANT,
     profile_bound: bool = True,
 ) -> OneRunResult:
-    """Test the claim (ε, δ) (and, with ``phases``, its whole privacy profile) against one run's
+    """Test the claim (ε, δ) (and, with ``phases``, its whole trade-off curve) against one run's
     canary ``scores`` and their ``membership`` (1 = in the training set, drawn with probability
     ½ each, independently of everything else). ``profile_bound`` False skips the search for
-    ``epsilon_lower_bound_profile`` (seconds; the verdict does not rest on it): Monte Carlo
-    studies of the verdict run thousands of audits."""
+    ``epsilon_lower_bound_profile`` (seconds where the phases are subsampled; the verdict does
+    not rest on it): Monte Carlo studies of the verdict run thousands of audits."""
     s, b = checked_canaries(scores, membership)
     require(is_real(confidence) and 0 < confidence < 1, f"confidence must be in (0, 1), got {confidence!r}")
     check_claim(epsilon, delta, phases, accountant)
-    m = len(s)
-    counts = _counts(s, b)
-    level = (1 - confidence) / (2 if phases else 1)  # the verdict rests on one test, or on both
-    per_set = level / len(counts)
-    bounds = [_largest_rejected(m, r, v, delta, per_set) for r, v in counts]
-    best = int(np.argmax(bounds))
+    sets = GuessSets.of(s, b, one_sided=subsampled(phases))
+    level = 1 - confidence
+    per_set = level / len(sets)
+    steinke = np.array([largest_rejected(sets.canaries, r, v, delta, per_set) for r, v in sets.pairs()])
+    fdp = largest_rejected_curve(lambda grid: LineCurves.approximate(grid, delta), sets, per_set)
+    best = int(np.argmax(np.maximum(steinke, fdp)))
+    bound = float(max(steinke.max(), fdp.max()))
     profile_epsilon = profile_violation = None
     if phases:
-        rejects = _profile_rejects(m, counts, per_set)
-        profile_violation = rejects(Profile.of(phases))
-        profile_epsilon = _profile_epsilon(phases, delta, rejects) if profile_bound else None
+        profile_violation = _claimed_curve_rejected(phases, sets, per_set)
+        profile_epsilon = _profile_epsilon(phases, delta, sets, per_set) if profile_bound else None
     return OneRunResult(
-        canaries=m,
+        canaries=sets.canaries,
         members=int(b.sum()),
-        guesses=counts[best][0],
-        correct=counts[best][1],
+        guesses=int(sets.guesses[best]),
+        correct=int(sets.correct[best]),
+        one_sided=bool(sets.one_sided[best]),
         epsilon=float(epsilon),
         delta=float(delta),
         confidence=float(confidence),
-        epsilon_lower_bound=float(bounds[best]),
-        epsilon_violation=bool(bounds[best] > epsilon),
+        epsilon_lower_bound=bound,
+        bounds={"steinke": float(steinke.max()), "fdp": float(fdp.max())},
+        epsilon_violation=bool(bound > epsilon),
         epsilon_lower_bound_profile=profile_epsilon,
         profile_violation=profile_violation,
-        guess_sets=len(counts),
-        level_per_test=level,
+        guess_sets=len(sets),
+        one_sided_sets=bool(sets.one_sided.any()),
+        level_per_test=per_set,
+        epsilon_estimate=gaussian_pair(s[b == 1], s[b == 0], delta, confidence),
+        power_claim=one_run_power_claim(epsilon, delta, phases=phases, canaries=len(s), confidence=confidence),
     )
 
 
-def _profile_rejects(canaries: int, counts: list[tuple[int, int]], alpha: float) -> Callable[[Profile], bool]:
-    """Whether some guess set rejects a profile at α (Bonferroni across the guess sets)."""
-
-    def rejects(profile: Profile) -> bool:
-        return any(profile.p_value(canaries, r, v) <= alpha for r, v in counts)
-
-    return rejects
+def full_batch_mu(phases: Sequence[accounting.GaussianPhase]) -> float:
+    """μ = √(Σ T/σ²): full-batch Gaussian phases compose to exactly μ-GDP (Dong, Roth & Su, Cor. 3.3)."""
+    return float(np.sqrt(sum(p.steps / p.noise_multiplier**2 for p in phases)))
 
 
-def _profile_epsilon(
-    phases: Sequence[accounting.GaussianPhase], delta: float, rejects: Callable[[Profile], bool]
-) -> float:
-    """The largest ε (optimistic PLD, at δ) of the claimed phases with σ scaled by c whose profile
-    is still rejected; 0 when none at or above the floor is."""
+def _claimed_curve_rejected(phases: Sequence[accounting.GaussianPhase], sets: GuessSets, alpha: float) -> bool:
+    """Whether some set rejects the claimed phases' curve: by f-DP on the exact μ-GDP curve at full
+    batch (Steinke's test at points of a curve is never stronger than f-DP on the whole curve in
+    bench/one_run_fdp.py), else on the PLD profile by both methods."""
+    if not subsampled(phases):
+        curve = GaussianCurves(np.array([full_batch_mu(phases)]))
+        return bool(rejects(curve, sets.canaries, sets.guesses, sets.correct, alpha).any())
+    return Profile.of(phases).rejects(sets, alpha)
+
+
+def _profile_epsilon(phases: Sequence[accounting.GaussianPhase], delta: float, sets: GuessSets, alpha: float) -> float:
+    """The largest ε (optimistic PLD, at δ) of the claimed phases with σ scaled by c whose curve
+    is still rejected; 0 when none at or above the floor is. At full batch the family is μ-GDP,
+    searched by f-DP on a grid of μ; subsampled, c is bisected, each curve tested by both methods."""
+    if not subsampled(phases):
+        mu = float(largest_rejected_curve(GaussianCurves, sets, alpha).max())
+        return accounting.gdp_epsilon_of_mu(mu, delta) if mu > 0 else 0.0
 
     def scaled(c: float) -> list[accounting.GaussianPhase]:
         return [replace(p, noise_multiplier=p.noise_multiplier * c) for p in phases]
 
     def violated(c: float) -> bool:
-        return rejects(Profile.of(scaled(c), BISECTION_INTERVAL))
+        return Profile.of(scaled(c), BISECTION_INTERVAL).rejects(sets, alpha)
 
     floor = min(1.0, BISECTION_MIN_SIGMA / min(p.noise_multiplier for p in phases))
     found = scale_threshold(violated, 1.0, 2.0, floor, BISECTION_RATIO)

@@ -65,12 +65,13 @@ class Power:
             "method": self.method,
         }
 
-    def line(self, runs: int) -> str:
+    def line(self, size: str) -> str:
+        """What an exactly-claimed mechanism shows at ``size`` ("2000 runs", "10000 canaries")."""
         caught = "no leak up to σ/10" if self.detects is None else f"σ/{self.detects:g}"
         low, high = self.band
         return (
             f"an exactly-claimed mechanism gives ε_LB {self.tight_lower_bound:.3f} ({low:.3f}–{high:.3f}) at "
-            f"{runs} runs; this audit catches {caught} with {DETECTS_WITH:.0%}"
+            f"{size}; this audit catches {caught} with {DETECTS_WITH:.0%}"
         )
 
 

@@ -30,7 +30,7 @@ from .mechanisms import mechanism
 from .mechanisms.base import CanaryCollector, Plan, Setting
 from .one_run import OneRunResult, audit_one_run
 from .result import summary_json
-from .score_file import one_run_line
+from .score_file import one_run_line, one_run_power_line
 from .spec import THREATS, AuditSpec, mixing_data, resolve_problem
 from .verdict import summary_fields
 
@@ -150,7 +150,7 @@ def _analyse(
 def _line(found: OneRunSetting) -> str:
     """A result's line in the report; a control's says whether it sees its canaries (as it must)."""
     if found.noise:
-        return one_run_line(found.result)
+        return f"{one_run_line(found.result)}. {one_run_power_line(found.result)}"
     seen = "sees its canaries" if found.result.violation else "BLIND: its canaries do not reject the claim"
     r = found.result
     return f"{seen} (ε_LB = {r.epsilon_lower_bound:.3f}; {r.correct} of {r.guesses} right)"
@@ -166,8 +166,9 @@ def write_one_run_report(outcome: OneRunOutcome, out: Path) -> None:
         f"training run with {m} Dirac canaries ({int(outcome.membership.sum())} in); claimed (ε, δ) = "
         f"({summary.claimed_epsilon:g}, {summary.delta:g}); σ = {summary.noise_multiplier:.4g} (calibrated "
         f"{summary.calibrated_noise_multiplier:.4g}); each result at {summary.confidence_per_result:.4g}, so that "
-        f"the verdict holds at {summary.confidence:.0%}. ε_LB: Steinke, Nasr & Jagielski (2023) with abstention; "
-        "the profile test rejects the claimed mechanism's whole privacy profile."
+        f"the verdict holds at {summary.confidence:.0%}. ε_LB: the larger of Steinke, Nasr & Jagielski (2023) "
+        "and the f-DP bound of Mahloujifar, Melis & Chaudhuri (2025), both with abstention; the claimed curve "
+        "is tested whole by f-DP."
     )
     verdict = (
         "VIOLATION: the run released more than the claim allows"

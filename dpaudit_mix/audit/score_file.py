@@ -293,17 +293,27 @@ def one_run_line(result: OneRunResult) -> str:
             else f" (ε_LB profile {result.epsilon_lower_bound_profile:.3f})"
         )
     )
+    methods = ", ".join(f"{name} {value:.3f}" for name, value in result.bounds.items())
     return (
-        f"{verdict}: ε_LB = {result.epsilon_lower_bound:.3f} against the claimed ε = {result.epsilon:g} "
+        f"{verdict}: ε_LB = {result.epsilon_lower_bound:.3f} ({methods}) against the claimed ε = {result.epsilon:g} "
         f"(δ = {result.delta:g}; {result.correct} of {result.guesses} guesses right){profile}"
     )
 
 
+def one_run_power_line(result: OneRunResult) -> str:
+    """What the audit could have shown: the power line, and the estimate beside it."""
+    power = result.power
+    caught = "no power simulated for this claim" if power is None else power.line(f"{result.canaries} canaries")
+    return f"Power: {caught}. {result.epsilon_estimate.line()}."
+
+
 def _one_run_text(result: OneRunResult, path: Path) -> str:
+    sides = "and the k highest alone 'in' (one-sided: the claim is subsampled) " if result.one_sided_sets else ""
     return (
         f"One training run, {result.canaries} canaries from {path.name} ({result.members} in). Guesses: the k "
-        f"highest scores 'in', the k lowest 'out', over {result.guess_sets} sizes k fixed by the number of "
-        f"canaries (Bonferroni); each test at level {result.level_per_test:.3g}, {result.confidence:.0%} "
-        "overall. The ε bound is Steinke, Nasr & Jagielski (2023); the profile test applies it at every point "
-        "(ε′, δ(ε′)) of the claimed mechanism's privacy profile at once."
+        f"highest scores 'in' and the k lowest 'out' {sides}over sizes k fixed by the number of canaries: "
+        f"{result.guess_sets} guess sets (Bonferroni); each test at level {result.level_per_test:.3g}, "
+        f"{result.confidence:.0%} overall. Two methods bound the same probability, so either one's rejection "
+        "counts at that level: Steinke, Nasr & Jagielski (2023) for (ε, δ) points, and Mahloujifar, Melis & "
+        "Chaudhuri (2025) for whole trade-off curves (f-DP). " + one_run_power_line(result)
     )

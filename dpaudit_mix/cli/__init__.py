@@ -4,7 +4,7 @@ Exit 0 success, 2 bad input, 3 audit violation (or a refused release / failed ch
 inconclusive audit (a σ = 0 control saw nothing, so the audit cannot see leakage), 5 a fault of
 the machine (disk full, I/O error, stdout closed), 130 interrupted (Ctrl-C; rerun to resume).
 
-One module per command group (:mod:`.mixing`, :mod:`.audits`, :mod:`.releases`,
+One module per command group (:mod:`.mixing`, :mod:`.audits`, :mod:`.planning`, :mod:`.releases`,
 :mod:`.experiments`, :mod:`.verify`), each with its handlers and its ``commands(sub)``;
 :mod:`.common` holds what they share. Each command imports what it needs when it runs.
 """
@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import EXIT_BAD_INPUT, EXIT_FAULT, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_VIOLATION, InputError
-from . import audits, experiments, mixing, releases, verify
+from . import audits, experiments, mixing, planning, releases, verify
 from .common import PATH_ERRORS, Parser
 
 __all__ = [
@@ -36,7 +36,7 @@ __all__ = [
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="dpaudit-mix", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for group in (mixing, audits, releases, experiments, verify):
+    for group in (mixing, audits, planning, releases, experiments, verify):
         group.commands(sub)
     return parser
 

@@ -54,10 +54,13 @@ def _many_run_audit(args: argparse.Namespace, spec: Any, out: Path) -> int:
 def _one_run_audit(args: argparse.Namespace, spec: Any, out: Path) -> int:
     """``audit`` of a spec with ``one_run = true``: one training run, many canaries."""
     from ..audit.run_once import run_one_run_audit, write_one_run_report
-    from ..audit.score_file import one_run_line
+    from ..audit.score_file import one_run_line, one_run_power_line
 
     outcome = run_one_run_audit(spec, out, noise_multiplier=args.noise_multiplier, report=write_one_run_report)
     print(json.dumps(outcome.summary.to_dict(), indent=2))
+    for found in outcome.summary.results:
+        if found.noise:
+            print(f"dpaudit-mix: {found.name}: {one_run_power_line(found.result)}", file=sys.stderr)
     if outcome.summary.violation:
         found = next(r for r in outcome.summary.results if r.noise and r.result.violation)
         print(f"dpaudit-mix: {found.name}: {one_run_line(found.result)}; see {out}/report.md", file=sys.stderr)
@@ -97,7 +100,7 @@ def cmd_audit_scores(args: argparse.Namespace) -> int:
     print(json.dumps(result.to_dict(), indent=2))
     see = f"; see {out}/report.md" if out else ""
     if result.power is not None:
-        print(f"dpaudit-mix: power: {result.power.line(result.runs)}", file=sys.stderr)
+        print(f"dpaudit-mix: power: {result.power.line(str(result.runs) + ' runs')}", file=sys.stderr)
     for warning in result.warnings:
         print(f"dpaudit-mix: warning: {warning}", file=sys.stderr)
     if result.violation:
@@ -115,11 +118,12 @@ def cmd_audit_scores(args: argparse.Namespace) -> int:
 
 def _one_run_scores(args: argparse.Namespace, path: Path, claim: dict[str, Any]) -> int:
     """``audit-scores --one-run``: one training run's canaries (scores, membership), exit 3 on a violation."""
-    from ..audit.score_file import audit_canary_file, one_run_line, read_canaries
+    from ..audit.score_file import audit_canary_file, one_run_line, one_run_power_line, read_canaries
 
     require(args.threshold == "bonferroni", "--one-run chooses its guesses by its own fixed grid: drop --threshold")
     result = audit_canary_file(path, read_canaries(path), **claim)
     print(json.dumps(result.to_dict(), indent=2))
+    print(f"dpaudit-mix: {one_run_power_line(result)}", file=sys.stderr)
     if result.violation:
         see = f"; see {claim['out']}/report.md" if claim["out"] else ""
         print(f"dpaudit-mix: {one_run_line(result)}{see}", file=sys.stderr)

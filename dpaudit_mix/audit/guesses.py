@@ -1,0 +1,95 @@
+"""A one-run audit's guesses, and Steinke, Nasr & Jagielski's p-value for them.
+
+**Guess sets.** An auditor ranks the m canaries by score and, for each size k of a grid fixed by
+m alone (:func:`guess_sizes`), guesses "in" for the k highest and "out" for the k lowest
+(symmetric: r = 2k guesses), abstaining on the rest; where the claimed mechanism is subsampled
+it also guesses "in" for the k highest alone (one-sided: r = k). Under Poisson sampling a
+member canary that was never sampled looks like a non-member, which dilutes the "out" guesses
+and not the "in" ones. The guesses depend on the scores alone (never on membership), so every
+test below is valid for each set; Bonferroni across the sets keeps the level whatever set wins.
+
+**The (ε, δ) p-value** (Steinke, Nasr & Jagielski 2023, "Privacy Auditing with One (1) Training
+Run", their main theorem with its δ term). If the mechanism is (ε, δ)-DP, then for r guesses, v
+of them right,
+
+    P[V ≥ v] ≤ β(v) + 2mδ · max_{1 ≤ i ≤ v} P[v − i ≤ B < v] / i,   B ~ Bin(r, e^ε / (1 + e^ε)),
+
+with β(v) = P[B ≥ v] (:func:`p_value`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import expit
+from scipy.stats import binom
+
+#: the fewest canaries a one-run audit takes (its smallest guess set has MIN_GUESSES per side).
+MIN_CANARIES = 20
+MIN_GUESSES = 5
+#: how many guess sizes k are tried (geometric from MIN_GUESSES or m/500 to m/2).
+GUESS_SIZES = 8
+#: the ε search's upper end and resolution.
+EPSILON_MAX, EPSILON_TOLERANCE = 50.0, 1e-4
+
+
+def p_value(canaries: int, guesses: int, correct: int, epsilon: float, delta: float) -> float:
+    """The bound on P[V ≥ ``correct``] of ``guesses`` guesses among ``canaries`` under (ε, δ)-DP
+    (the module's formula)."""
+    q = float(expit(epsilon))
+    tail = float(binom.sf(correct - 1, guesses, q))
+    if delta == 0 or correct == 0:
+        return min(1.0, tail)
+    i = np.arange(1, correct + 1)
+    below = np.cumsum(binom.pmf(correct - i, guesses, q))  # P[correct − i ≤ B < correct]
+    return min(1.0, tail + 2 * canaries * delta * float(np.max(below / i)))
+
+
+def guess_sizes(canaries: int) -> np.ndarray:
+    """k of each guess set: geometric, fixed by the number of canaries alone."""
+    low = max(MIN_GUESSES, canaries // 500)
+    return np.unique(np.round(np.geomspace(low, canaries // 2, GUESS_SIZES)).astype(int))
+
+
+@dataclass(frozen=True)
+class GuessSets:
+    """Every guess set of one audit: its guesses r, how many are right (v), and its side."""
+
+    canaries: int
+    guesses: np.ndarray
+    correct: np.ndarray
+    one_sided: np.ndarray  # True: "in" guesses only
+
+    @classmethod
+    def of(cls, scores: np.ndarray, membership: np.ndarray, *, one_sided: bool) -> GuessSets:
+        order = np.argsort(scores, kind="stable")
+        inside = membership[order].astype(np.int64)
+        top = np.cumsum(inside[::-1])  # members among the j highest, j = 1..m
+        bottom = np.cumsum(1 - inside)  # non-members among the j lowest
+        k = guess_sizes(len(scores))
+        guesses, correct, side = [2 * k], [top[k - 1] + bottom[k - 1]], [np.zeros(len(k), dtype=bool)]
+        if one_sided:
+            guesses.append(k)
+            correct.append(top[k - 1])
+            side.append(np.ones(len(k), dtype=bool))
+        return cls(len(scores), np.concatenate(guesses), np.concatenate(correct), np.concatenate(side))
+
+    def __len__(self) -> int:
+        return len(self.guesses)
+
+    def pairs(self) -> list[tuple[int, int]]:
+        return [(int(r), int(v)) for r, v in zip(self.guesses, self.correct, strict=True)]
+
+
+def largest_rejected(canaries: int, guesses: int, correct: int, delta: float, alpha: float) -> float:
+    """The largest ε whose (ε, δ) p-value is at most α (0 when even ε = 0 is not rejected)."""
+    if p_value(canaries, guesses, correct, 0.0, delta) > alpha:
+        return 0.0
+    low, high = 0.0, 1.0
+    while high < EPSILON_MAX and p_value(canaries, guesses, correct, high, delta) <= alpha:
+        low, high = high, min(2 * high, EPSILON_MAX)
+    while high - low > EPSILON_TOLERANCE:
+        middle = (low + high) / 2
+        low, high = (middle, high) if p_value(canaries, guesses, correct, middle, delta) <= alpha else (low, middle)
+    return low

@@ -1,0 +1,117 @@
+"""Planning an audit before any run is spent: the smallest size, on a fixed ladder, whose power
+reaches a target leak (``detect = 2``: σ/2 flagged in 90 % of audits), from the claim alone.
+
+The answer is the power that the audit itself will report (:mod:`.power` for many runs,
+:mod:`.one_run_power` for one run), so a planned audit states, when it has run, the power it was
+planned for. The cost is counted in what a user pays: training runs (a many-run audit trains
+every canary-in and canary-out run; a one-run audit trains once, with its canaries).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import accounting
+from ..errors import is_real, require
+from .one_run_power import one_run_power, one_run_power_claim
+from .power import LEAKS, Power, power_claim, power_of
+from .scores import checked_claim, claimed_curve
+
+#: the sizes tried, smallest first: runs a side (many-run), canaries (one-run).
+RUN_LADDER = (50, 100, 200, 500, 1000, 2000, 5000)
+CANARY_LADDER = (1000, 2000, 5000, 10_000, 20_000, 50_000, 100_000)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The size that meets ``detect`` (None: no size on the ladder does) and its power."""
+
+    one_run: bool
+    detect: float
+    runs: int | None  # a side, many-run (None for one-run or when unmet)
+    canaries: int | None  # one-run (None for many-run or when unmet)
+    training_runs: int | None  # what the audit costs
+    power: Power | None  # the power at the planned size (or at the ladder's last, when unmet)
+    tried: tuple[tuple[int, float | None], ...]  # (size, detects) up the ladder
+
+    @property
+    def met(self) -> bool:
+        return self.training_runs is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "one_run": self.one_run,
+            "detect": self.detect,
+            "met": self.met,
+            "runs": self.runs,
+            "canaries": self.canaries,
+            "training_runs": self.training_runs,
+            "power": None if self.power is None else self.power.to_dict(),
+            "tried": [list(t) for t in self.tried],
+        }
+
+    def line(self) -> str:
+        unit = "canaries" if self.one_run else "runs a side"
+        if not self.met:
+            last = self.tried[-1][0] if self.tried else 0
+            return f"no audit up to {last} {unit} catches σ/{self.detect:g} with 90%"
+        size = self.canaries if self.one_run else self.runs
+        assert self.power is not None
+        return (
+            f"{size} {unit} ({self.training_runs} training run{'s' if self.training_runs != 1 else ''}): "
+            f"{self.power.line(f'{size} {unit}')}"
+        )
+
+
+def plan_audit(
+    epsilon: float,
+    delta: float,
+    phases: Sequence[accounting.GaussianPhase] | None = None,
+    *,
+    detect: float = 2.0,
+    one_run: bool = False,
+    confidence: float = 0.95,
+    threshold: str = "bonferroni",
+) -> Plan:
+    """The smallest audit of the claim (ε, δ[, phases]) that catches σ/``detect`` with 90 %."""
+    require(
+        is_real(detect) and LEAKS[0] <= detect <= LEAKS[-1],
+        f"detect must be in [{LEAKS[0]}, {LEAKS[-1]}], got {detect!r}",
+    )
+    claimed = checked_claim(epsilon, delta, phases=phases, confidence=confidence, threshold=threshold)
+    tried: list[tuple[int, float | None]] = []
+    power: Power | None = None
+    for size in CANARY_LADDER if one_run else RUN_LADDER:
+        if one_run:
+            power = one_run_power(
+                one_run_power_claim(epsilon, delta, phases=phases, canaries=size, confidence=confidence)
+            )
+        else:
+            claim = power_claim(
+                epsilon,
+                delta,
+                phases=phases,
+                claimed=claimed,
+                stated=claimed_curve(phases, None),
+                runs_in=size,
+                runs_out=size,
+                confidence=confidence,
+                threshold=threshold,
+            )
+            power = power_of(claim)
+        if power is None:
+            break  # this claim's score law is not simulated at this size (nor above it)
+        tried.append((size, power.detects))
+        if power.detects is not None and power.detects <= detect:
+            return Plan(
+                one_run,
+                detect,
+                None if one_run else size,
+                size if one_run else None,
+                1 if one_run else 2 * size,
+                power,
+                tuple(tried),
+            )
+    return Plan(one_run, detect, None, None, None, power, tuple(tried))

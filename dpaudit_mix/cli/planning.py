@@ -1,0 +1,49 @@
+"""``plan-audit``: the size an audit needs to catch a leak, before any run is spent."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .. import accounting
+from ..errors import EXIT_VIOLATION, require
+from .common import Parser, add_json, finite, positive_int
+
+
+def cmd_plan_audit(args: argparse.Namespace) -> int:
+    """Print the plan (JSON on stdout, one line on stderr); exit 3 when no size on the ladder meets it."""
+    from ..audit.plan import plan_audit
+
+    phase = (args.noise_multiplier, args.sample_rate, args.steps)
+    require(
+        all(v is None for v in phase) or all(v is not None for v in phase),
+        "give all of --noise-multiplier, --sample-rate and --steps (the mechanism's phase), or none",
+    )
+    phases = None if args.steps is None else [accounting.GaussianPhase(*phase)]
+    plan = plan_audit(
+        args.epsilon, args.delta, phases, detect=args.detect, one_run=args.one_run, confidence=args.confidence
+    )
+    print(json.dumps(plan.to_dict(), indent=2))
+    print(f"dpaudit-mix: plan: {plan.line()}", file=sys.stderr)
+    return 0 if plan.met else EXIT_VIOLATION
+
+
+def commands(sub: argparse._SubParsersAction[Parser]) -> None:
+    plan = sub.add_parser(
+        "plan-audit",
+        help="the runs (or, --one-run, canaries) an audit of a claim needs to catch sigma/DETECT with 90%% "
+        "(exit 3 when no size up the ladder does)",
+    )
+    plan.add_argument("--epsilon", type=finite, required=True)
+    plan.add_argument("--delta", type=finite, required=True)
+    plan.add_argument("--noise-multiplier", type=finite, help="with --sample-rate and --steps: the claimed phase")
+    plan.add_argument("--sample-rate", type=finite)
+    plan.add_argument("--steps", type=positive_int)
+    plan.add_argument(
+        "--detect", type=finite, default=2.0, help="the leak to catch: sigma/DETECT flagged with 90%% (default 2)"
+    )
+    plan.add_argument("--one-run", action="store_true", help="plan a one-run audit (canaries), not runs a side")
+    plan.add_argument("--confidence", type=finite, default=0.95)
+    add_json(plan)
+    plan.set_defaults(func=cmd_plan_audit)

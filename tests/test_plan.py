@@ -1,0 +1,51 @@
+"""Planning an audit: the first size on the ladder whose power catches σ/detect, the power the
+audit of that size then reports, and the command's exits."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dpaudit_mix import plan_audit
+from dpaudit_mix.audit.one_run_power import one_run_power, one_run_power_claim
+from dpaudit_mix.audit.plan import CANARY_LADDER
+from dpaudit_mix.cli import main
+
+DELTA = 1e-5
+
+
+def test_a_one_run_plan_is_the_first_size_that_catches_the_leak() -> None:
+    plan = plan_audit(1.0, DELTA, detect=5.0, one_run=True)
+    assert plan.met and plan.canaries is not None and plan.training_runs == 1 and plan.runs is None
+    assert plan.power == one_run_power(
+        one_run_power_claim(1.0, DELTA, phases=None, canaries=plan.canaries, confidence=0.95)
+    )
+    assert plan.power is not None and plan.power.detects is not None and plan.power.detects <= 5.0
+    earlier = [detects for size, detects in plan.tried if size < plan.canaries]
+    assert all(d is None or d > 5.0 for d in earlier) and plan.tried[-1][0] == plan.canaries
+    assert plan.canaries in CANARY_LADDER and plan.to_dict()["met"] is True
+
+
+def test_the_command_prints_the_plan_and_exits_3_when_no_size_meets_it(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan-audit", "--epsilon", "1", "--delta", str(DELTA), "--detect", "1.1"]) == 3
+    unmet = json.loads(capsys.readouterr().out)
+    assert unmet["met"] is False and unmet["runs"] is None and len(unmet["tried"]) >= 1
+    assert main(["plan-audit", "--epsilon", "1", "--delta", str(DELTA), "--detect", "10"]) == 0
+    captured = capsys.readouterr()
+    met = json.loads(captured.out)
+    assert met["met"] and met["training_runs"] == 2 * met["runs"] and "runs a side" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--detect", "0.5"], "detect must be in"),
+        (["--steps", "10"], "give all of"),
+        (["--detect", "nan"], "finite"),
+    ],
+)
+def test_bad_plans_are_one_line_and_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan-audit", "--epsilon", "1", "--delta", str(DELTA), *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
