@@ -33,6 +33,16 @@ SPEC = Path("audits/default.toml")
 RELEASE_SPEC = Path("releases/default.toml")
 
 
+def _power(result: SettingResult, epsilon: float) -> str:
+    """What a private row could have shown: an exactly-claimed mechanism's ε_LB at this size, and
+    the leak it catches (a control's row needs none)."""
+    power = result.power if result.noise else None
+    if power is None:
+        return ""
+    caught = "no leak up to σ/10" if power.detects is None else f"catches σ/{power.detects:g}"
+    return f"  (a tight ε = {epsilon:g} mechanism: {power.tight_lower_bound:.2f} at {result.runs} runs; {caught})"
+
+
 def _verdict(result: SettingResult) -> str:
     """A private result should stay on or above the claimed curve; a σ = 0 control should not."""
     if result.noise:
@@ -74,7 +84,7 @@ def main() -> int:
         print(
             f"  {r.canary:<9} {r.threat:<10} {'private' if r.noise else 'σ=0 control':<12} "
             f"ε_LB = {r.epsilon_lower_bound:.3f}  GDP ε_LB = {r.epsilon_lower_bound_gdp:.3f}  "
-            f"{_verdict(r)}"
+            f"{_verdict(r)}{_power(r, summary.claimed_epsilon)}"
         )
     print(f"violation: {summary.violation}; inconclusive: {summary.inconclusive}; report: {OUT / 'report.html'}")
     # A demonstration, not a real release: its own release folder and ledger, made afresh on every

@@ -63,3 +63,18 @@ def test_no_power_where_the_claimed_law_is_not_simulated() -> None:
     phases = [accounting.GaussianPhase(1.0, 0.1, 50), accounting.GaussianPhase(1.0, 0.1, 50)]
     common = {"claimed": GaussianTradeOff(MU), "stated": "phases", "confidence": 0.95, "threshold": "bonferroni"}
     assert audit_power(EPSILON, DELTA, phases=phases, runs_in=100, runs_out=100, **common) is None
+
+
+def test_the_demo_says_what_a_private_row_could_have_shown() -> None:
+    from dpaudit_mix.audit.result import SettingResult
+    from dpaudit_mix.demo import _power
+
+    rng = stream(0, "simulated-scores", test="power", case="demo").numpy()
+    result = audit_scores(rng.normal(0, 1, 200), rng.normal(0, 1, 200), epsilon=EPSILON, delta=DELTA)
+    private = SettingResult.of(result, "max_clip", "white_box", True)
+    power = private.power
+    assert power is not None
+    caught = "no leak up to σ/10" if power.detects is None else f"catches σ/{power.detects:g}"
+    line = _power(private, EPSILON)
+    assert f"{power.tight_lower_bound:.2f} at 400 runs" in line and caught in line and "ε = 1 mechanism" in line
+    assert _power(SettingResult.of(result, "max_clip", "white_box", False), EPSILON) == ""
