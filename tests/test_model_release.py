@@ -86,8 +86,11 @@ def test_a_model_release_publishes_audited_weights_that_check_and_load(tmp_path:
     _, sensitive = registry.world_sources("mnist", 0)
     metrics = cnn.evaluate(model, sensitive.test_images, sensitive.test_labels)
     assert metrics["macro_auc"] == pytest.approx(manifest["metrics"]["macro_auc"], abs=1e-9)
+    power = manifest["audit"]["power"]
     for name in ("release.md", "release.html"):
-        assert "One-run audit of this very finetune" in (out / name).read_text()
+        card = (out / name).read_text()
+        assert "One-run audit of this very finetune" in card and "f-DP bound" in card
+        assert f"{power['tight_lower_bound']:.3f}" in card and "this audit catches" in card
     capsys.readouterr()
     assert main(["check-release", str(out / "release.json")]) == 0
     # edited weights are refused

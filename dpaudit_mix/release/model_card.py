@@ -16,6 +16,28 @@ def _phase(phase: dict[str, Any] | None) -> str:
     return f"σ = {phase['noise_multiplier']:.5g}, q = {phase['sample_rate']:.4g}, T = {phase['steps']}"
 
 
+def _methods(audit: dict[str, Any]) -> str:
+    """Which bounds the audit took the larger of (a release made before the f-DP bound has one)."""
+    bounds = audit.get("bounds")
+    if not bounds:
+        return "Steinke, Nasr & Jagielski 2023"
+    each = ", ".join(f"{name} {value:.3f}" for name, value in bounds.items())
+    return f"the larger of Steinke, Nasr & Jagielski 2023 and the f-DP bound of Mahloujifar et al. 2025: {each}"
+
+
+def _power(audit: dict[str, Any]) -> str:
+    """What the audit could have caught, as it recorded it (nothing where it recorded none)."""
+    power = audit.get("power")
+    if not power:
+        return "No power was recorded for this audit."
+    low, high = power["tight_lower_bound_band"]
+    caught = "no leak up to σ/10" if power["detects"] is None else f"σ/{power['detects']:g}"
+    return (
+        f"Power: an exactly-claimed finetune gives ε_LB {power['tight_lower_bound']:.3f} ({low:.3f}–{high:.3f}) "
+        f"with {audit['canaries']} canaries; this audit catches {caught} with 90% ({power['method']})."
+    )
+
+
 def write_model_card(manifest: dict[str, Any], out: Path, fingerprint: str) -> None:
     """release.md / release.html of a model release."""
     claim, audit, budget, model = manifest["claim"], manifest["audit"], manifest["budget"], manifest["model"]
@@ -55,10 +77,10 @@ def write_model_card(manifest: dict[str, Any], out: Path, fingerprint: str) -> N
             f"verify-accountant ({manifest['verification']['level']}): "
             f"{'PASS' if manifest['verification']['passed'] else 'FAIL'} "
             f"({', '.join(manifest['verification'].get('checks', []))}). One-run audit of this very finetune "
-            f"(Steinke, Nasr & Jagielski 2023; {audit['canaries']} Dirac canaries, {audit['members']} in, "
+            f"({_methods(audit)}; {audit['canaries']} Dirac canaries, {audit['members']} in, "
             f"{audit['confidence']:.0%}): {verdict}; ε_LB {audit['epsilon_lower_bound']:.3f}"
             + ("" if profile is None else f", ε_LB (profile) {profile:.3f}")
-            + f" against the finetune's claimed ε {audit['claimed_epsilon']:.4g}.",
+            + f" against the finetune's claimed ε {audit['claimed_epsilon']:.4g}. {_power(audit)}",
         ),
         ("table", metrics),
         ("p", f"Weights: {model['file']}, sha256 {model['sha256'][:16]}…; released {manifest['timestamp']}."),
