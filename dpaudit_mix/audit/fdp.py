@@ -38,6 +38,9 @@ from typing import Protocol
 import numpy as np
 from scipy.special import ndtr, ndtri
 
+#: a claimed privacy profile as curve points: this many points of its PLD profile (a subset: a
+#: curve through fewer points lies lower, so it stays a valid null), down to δ(ε′) = PROFILE_FLOOR.
+PROFILE_GRID, PROFILE_FLOOR = 64, 1e-12
 #: the largest ε a line may have (e^ε stays finite; such a line is the axes already).
 EPSILON_CAP = 600.0
 

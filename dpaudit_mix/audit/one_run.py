@@ -36,7 +36,7 @@ import numpy as np
 from .. import accounting
 from ..errors import is_real, require
 from .estimate import Estimate, gaussian_pair
-from .fdp import Curves, GaussianCurves, LineCurves, rejects
+from .fdp import PROFILE_FLOOR, PROFILE_GRID, Curves, GaussianCurves, LineCurves, rejects
 from .guesses import EPSILON_MAX, MIN_CANARIES, GuessSets, largest_rejected, p_value
 from .one_run_power import OneRunPowerClaim, Power, one_run_power, one_run_power_claim
 from .profile import BISECTION_INTERVAL, BISECTION_MIN_SIGMA, BISECTION_RATIO, scale_threshold
@@ -44,9 +44,6 @@ from .scores import check_claim
 
 __all__ = ["MIN_CANARIES", "OneRunResult", "audit_one_run", "checked_canaries", "subsampled"]
 
-#: the profile curves' ε grid: this many points of the PLD profile (a subset: a curve through
-#: fewer points lies lower, so it stays a valid null), down to δ(ε′) = PROFILE_FLOOR.
-PROFILE_GRID, PROFILE_FLOOR = 64, 1e-12
 #: the f-DP searches: a geometric grid of this many candidates over [GRID_LOW, EPSILON_MAX]
 #: (ε′, or μ), then as many again between the largest rejected one and the next.
 GRID_POINTS, GRID_LOW = 48, 1e-3
@@ -230,8 +227,7 @@ def full_batch_mu(phases: Sequence[accounting.GaussianPhase]) -> float:
 
 def _claimed_curve_rejected(phases: Sequence[accounting.GaussianPhase], sets: GuessSets, alpha: float) -> bool:
     """Whether some set rejects the claimed phases' curve: by f-DP on the exact μ-GDP curve at full
-    batch (Steinke's test at points of a curve is never stronger than f-DP on the whole curve in
-    bench/one_run_fdp.py), else on the PLD profile by both methods."""
+    batch (no PLD built there), else on the PLD profile by both methods."""
     if not subsampled(phases):
         curve = GaussianCurves(np.array([full_batch_mu(phases)]))
         return bool(rejects(curve, sets.canaries, sets.guesses, sets.correct, alpha).any())

@@ -30,9 +30,9 @@ import numpy as np
 from .. import accounting
 from ..randomness import stream
 from .dirac import dirac_scores, simulated_released
-from .fdp import Curves, GaussianCurves, LineCurves, rejects
+from .fdp import PROFILE_FLOOR, PROFILE_GRID, Curves, GaussianCurves, LineCurves, rejects
 from .guesses import EPSILON_MAX, GuessSets, largest_rejected, p_value
-from .power import DETECTS_WITH, LEAKS, Power
+from .power import Power, simulated_power
 
 #: simulated runs per answer (one-run audits cost more than many-run ones: fewer runs).
 SIMULATIONS = 20
@@ -81,19 +81,10 @@ def _power(claim: OneRunPowerClaim) -> Power:
 
     exact = law.sets(1.0)
     per_set = alpha / len(exact[0])
-    bounds = _epsilon_lower_bounds(exact, claim.delta, per_set)
-    low, high = 0, len(LEAKS)
-    while low < high:
-        middle = (low + high) // 2
-        if _flag_rate(law, LEAKS[middle], per_set) >= DETECTS_WITH:
-            high = middle
-        else:
-            low = middle + 1
-    return Power(
-        tight_lower_bound=float(np.median(bounds)),
-        band=(float(np.quantile(bounds, 0.1)), float(np.quantile(bounds, 0.9))),
-        detects=LEAKS[low] if low < len(LEAKS) else None,
-        method=f"{SIMULATIONS} simulated one-run audits of {law.name} with {claim.canaries} canaries, the same tests",
+    return simulated_power(
+        _epsilon_lower_bounds(exact, claim.delta, per_set),
+        lambda leak: _flag_rate(law, leak, per_set),
+        f"{SIMULATIONS} simulated one-run audits of {law.name} with {claim.canaries} canaries, the same tests",
     )
 
 
@@ -147,7 +138,7 @@ class _Law:
         phases = claim.phases
         if phases and phases[0].sample_rate < 1:
             p = phases[0]
-            grid, deltas = accounting.privacy_profile_curve(phases, 1e-12, 64)
+            grid, deltas = accounting.privacy_profile_curve(phases, PROFILE_FLOOR, PROFILE_GRID)
             curve = LineCurves(np.array([grid]), np.array([deltas]))
             name = f"the Dirac canary of σ = {p.noise_multiplier:.4g}, q = {p.sample_rate:.4g}, T = {p.steps}"
             return cls(claim, name, 0.0, p, curve, key)

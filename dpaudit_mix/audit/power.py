@@ -25,7 +25,7 @@ Each answer is cached by the claim and the sizes; the draws come from the stream
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from hashlib import sha256
@@ -137,11 +137,21 @@ def _power(audit: PowerClaim) -> Power:
             )
         return np.stack([bounds, flags])
 
-    exact = flagged(1.0)[0]
-    low, high = 0, len(LEAKS)  # the smallest index whose flag rate reaches DETECTS_WITH, or len(LEAKS)
+    return simulated_power(
+        flagged(1.0)[0],
+        lambda leak: float(flagged(leak)[1].mean()),
+        f"{SIMULATIONS} simulated audits of {law.name} at {runs_in} + {audit.runs_out} runs, the same attack",
+    )
+
+
+def simulated_power(exact: np.ndarray, flag_rate: Callable[[float], float], method: str) -> Power:
+    """The power of simulated audits: ``exact`` the exactly-claimed mechanism's ε_LB over them, and
+    ``detects`` the smallest c on LEAKS whose ``flag_rate`` reaches DETECTS_WITH, by a binary search
+    (the rate rises with c); None beyond the grid."""
+    low, high = 0, len(LEAKS)
     while low < high:
         middle = (low + high) // 2
-        if flagged(LEAKS[middle])[1].mean() >= DETECTS_WITH:
+        if flag_rate(LEAKS[middle]) >= DETECTS_WITH:
             high = middle
         else:
             low = middle + 1
@@ -149,7 +159,7 @@ def _power(audit: PowerClaim) -> Power:
         tight_lower_bound=float(np.median(exact)),
         band=(float(np.quantile(exact, 0.1)), float(np.quantile(exact, 0.9))),
         detects=LEAKS[low] if low < len(LEAKS) else None,
-        method=f"{SIMULATIONS} simulated audits of {law.name} at {runs_in} + {audit.runs_out} runs, the same attack",
+        method=method,
     )
 
 

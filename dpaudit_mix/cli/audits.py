@@ -13,7 +13,7 @@ from .. import accounting
 from ..atomic import check_output
 from ..backend import BACKENDS
 from ..errors import EXIT_INCONCLUSIVE, EXIT_VIOLATION, require
-from .common import Parser, add_json, finite, positive_int, seed_number
+from .common import Parser, add_json, finite, phases_of, positive_int, seed_number
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -83,12 +83,7 @@ def cmd_audit_scores(args: argparse.Namespace) -> int:
     from ..audit.score_file import audit_score_file, read_scores
     from ..audit.words import verdict_line
 
-    mechanism = (args.noise_multiplier, args.sample_rate, args.steps)
-    require(
-        all(v is None for v in mechanism) or all(v is not None for v in mechanism),
-        "give all of --noise-multiplier, --sample-rate and --steps (the mechanism's phase), or none",
-    )
-    phases = None if args.steps is None else [accounting.GaussianPhase(*mechanism)]
+    phases = phases_of(args)
     path = Path(args.file)
     out = Path(args.out) if args.out else None
     claim = {"epsilon": args.epsilon, "delta": args.delta, "phases": phases, "confidence": args.confidence}

@@ -11,9 +11,10 @@ import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .. import accounting
 from ..atomic import write_json
 from ..backend import BACKENDS, Backend
-from ..errors import InputError
+from ..errors import InputError, require
 from ..models.device import DEVICES
 
 # Each command imports what it needs when it runs: torch, opacus, pandas and seaborn take seconds
@@ -120,3 +121,13 @@ def connected_backend(args: argparse.Namespace) -> Iterator[Backend]:
         yield backend
     finally:
         backend.close()
+
+
+def phases_of(args: argparse.Namespace) -> list[accounting.GaussianPhase] | None:
+    """The claimed phase of --noise-multiplier, --sample-rate and --steps: all three, or none."""
+    phase = (args.noise_multiplier, args.sample_rate, args.steps)
+    require(
+        all(v is None for v in phase) or all(v is not None for v in phase),
+        "give all of --noise-multiplier, --sample-rate and --steps (the mechanism's phase), or none",
+    )
+    return None if args.steps is None else [accounting.GaussianPhase(*phase)]

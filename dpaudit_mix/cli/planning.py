@@ -6,23 +6,16 @@ import argparse
 import json
 import sys
 
-from .. import accounting
-from ..errors import EXIT_VIOLATION, require
-from .common import Parser, add_json, finite, positive_int
+from ..errors import EXIT_VIOLATION
+from .common import Parser, add_json, finite, phases_of, positive_int
 
 
 def cmd_plan_audit(args: argparse.Namespace) -> int:
     """Print the plan (JSON on stdout, one line on stderr); exit 3 when no size on the ladder meets it."""
     from ..audit.plan import plan_audit
 
-    phase = (args.noise_multiplier, args.sample_rate, args.steps)
-    require(
-        all(v is None for v in phase) or all(v is not None for v in phase),
-        "give all of --noise-multiplier, --sample-rate and --steps (the mechanism's phase), or none",
-    )
-    phases = None if args.steps is None else [accounting.GaussianPhase(*phase)]
     plan = plan_audit(
-        args.epsilon, args.delta, phases, detect=args.detect, one_run=args.one_run, confidence=args.confidence
+        args.epsilon, args.delta, phases_of(args), detect=args.detect, one_run=args.one_run, confidence=args.confidence
     )
     print(json.dumps(plan.to_dict(), indent=2))
     print(f"dpaudit-mix: plan: {plan.line()}", file=sys.stderr)
