@@ -144,6 +144,9 @@ def parse_spec(cls: type[SpecT], path: Path, content: bytes, **overrides: Any) -
     unknown = sorted(set(raw) - known)
     require(not unknown, f"unknown key(s) in {path}: {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     raw.update({k: v for k, v in overrides.items() if v is not None})
+    for group in getattr(cls, "EXCLUSIVE", ()):  # keys that say one thing two ways: at most one of each group
+        given = [k for k in group if k in raw]
+        require(len(given) <= 1, f"{path}: give one of {' or '.join(group)}, not {' and '.join(given)}")
     try:
         return cls(**raw)
     except InputError as exc:

@@ -165,3 +165,25 @@ def test_bound_command(capsys) -> None:
 def test_missing_spec(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="not found"):
         load_spec(tmp_path / "nope.toml")
+
+
+def test_an_audit_spec_may_give_detect_instead_of_runs(tmp_path: Path, problem_file: Path, capsys) -> None:
+    """detect = 6: the engine runs as many runs as the planner says catch σ/6 for the claim the
+    mechanism calibrated (at each result's share of α); detect beside runs is one line, exit 2."""
+    from dpaudit_mix import accounting, plan_audit
+    from dpaudit_mix.audit.verdict import result_confidence
+
+    path = write_spec(tmp_path, problem_file, detect=6.0, canaries=["max_clip"], threats=["white_box"], controls=False)
+    path.write_text("".join(line + "\n" for line in path.read_text().splitlines() if not line.startswith("runs")))
+    summary = run_audit(load_spec(path), tmp_path / "a", progress=False).summary
+    sigma = accounting.calibrate(1.0, 1e-5, 1.0, 10)
+    plan = plan_audit(
+        1.0, 1e-5, [accounting.GaussianPhase(sigma, 1.0, 10)], detect=6.0, confidence=result_confidence(0.95, 1)
+    )
+    assert plan.met and plan.runs is not None
+    (result,) = summary.results
+    assert result.runs == 2 * plan.runs and result.power is not None and result.power.detects <= 6.0
+    both = write_spec(tmp_path, problem_file, detect=6.0)
+    assert main(["audit", str(both), "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "give one of detect or runs, not detect and runs" in err[0]

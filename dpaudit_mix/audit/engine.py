@@ -34,8 +34,9 @@ from .mechanisms.base import Collector, Plan, Setting
 from .profile import TradeOff, claimed_tradeoff
 from .result import AuditSummary, SettingResult
 from .scores import analyse, check_claim
+from .sizing import sized
 from .spec import THREATS, AuditSpec, assignments, mixing_data, resolve_problem
-from .verdict import summary_fields
+from .verdict import result_confidence, summary_fields
 
 
 def spec_hash(spec: AuditSpec, sigma: float, problem: Problem) -> str:
@@ -81,13 +82,6 @@ class Attacked:
     scores_out: np.ndarray
 
 
-def result_confidence(confidence: float, verdicts: int) -> float:
-    """Each result's confidence when an audit's verdict is the OR of ``verdicts`` results: α
-    shared equally (Bonferroni), so that the audit's verdict, not each result, holds at
-    ``confidence``. (Per result at 95 %, an OR of 4 held at about 81 %.)"""
-    return 1 - (1 - confidence) / max(1, verdicts)
-
-
 def score_label(canary: str, threat: str, noise: bool) -> str:
     """The name of a setting's scores: its file under ``OUT/scores/`` and the label its analysis
     draws with (``audit_scores(..., seed=spec.seed, label=...)`` on that file gives audit.json's result)."""
@@ -128,11 +122,12 @@ def run_audit(
     )
     owned.require_free(out)  # a folder in use: refused before the problem is built
     settings = [Setting(c, noise) for c in spec.canaries for noise in ((True, False) if spec.controls else (True,))]
-    require_memory(spec.runs * (ANALYSIS_BYTES_PER_RUN + 16 * len(settings)), f"an audit of {spec.runs} runs")
     threads = threads or default_threads()
     full = problem if problem is not None else resolve_problem(spec)
     data = mixing_data(full, spec)
     plan = mechanism(spec.mechanism).plan(spec, full, data, noise_multiplier)
+    spec = sized(spec, plan.claimed_phases, sum(s.noise for s in settings) * len(spec.threats), plan.accountant)
+    require_memory(spec.runs * (ANALYSIS_BYTES_PER_RUN + 16 * len(settings)), f"an audit of {spec.runs} runs")
     include = assignments(spec)
     chunk = -(-spec.chunk_size // BLOCK) * BLOCK  # whole blocks, so floats do not depend on chunking
     bounds = [(start, min(start + chunk, spec.runs)) for start in range(0, spec.runs, chunk)]

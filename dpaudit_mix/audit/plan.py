@@ -65,6 +65,55 @@ class Plan:
         )
 
 
+def power_at(
+    epsilon: float,
+    delta: float,
+    phases: Sequence[accounting.GaussianPhase] | None,
+    size: int,
+    *,
+    one_run: bool,
+    confidence: float = 0.95,
+    threshold: str = "bonferroni",
+    accountant: str = accounting.DEFAULT_ACCOUNTANT,
+) -> Power | None:
+    """The power an audit of the claim reports at ``size`` (runs a side, or canaries), from the
+    claim alone (None where its score law is not simulated at that size): what a planned audit
+    and a gate that holds an audit to a ``detect`` both read. ``accountant``: the one that
+    calibrated the phases (the claim's ε is its ε)."""
+    if one_run:
+        return one_run_power(one_run_power_claim(epsilon, delta, phases=phases, canaries=size, confidence=confidence))
+    claimed = checked_claim(
+        epsilon, delta, phases=phases, confidence=confidence, threshold=threshold, accountant=accountant
+    )
+    claim = power_claim(
+        epsilon,
+        delta,
+        phases=phases,
+        claimed=claimed,
+        stated=claimed_curve(phases, None),
+        runs_in=size,
+        runs_out=size,
+        confidence=confidence,
+        threshold=threshold,
+    )
+    return power_of(claim)
+
+
+def catches(power: Power | None, detect: float) -> bool:
+    """Whether an audit of this power catches σ/``detect`` with 90 % (a leak it catches at a
+    smaller c it catches here too: the flag rate rises with c)."""
+    return power is not None and power.detects is not None and power.detects <= detect
+
+
+def check_detect(detect: object) -> float:
+    """``detect`` as a target leak c (σ/c): a real number on the power grid's range."""
+    require(
+        is_real(detect) and LEAKS[0] <= float(detect) <= LEAKS[-1],  # type: ignore[arg-type]
+        f"detect must be in [{LEAKS[0]}, {LEAKS[-1]}], got {detect!r}",
+    )
+    return float(detect)  # type: ignore[arg-type]
+
+
 def plan_audit(
     epsilon: float,
     delta: float,
@@ -74,37 +123,29 @@ def plan_audit(
     one_run: bool = False,
     confidence: float = 0.95,
     threshold: str = "bonferroni",
+    accountant: str = accounting.DEFAULT_ACCOUNTANT,
 ) -> Plan:
-    """The smallest audit of the claim (ε, δ[, phases]) that catches σ/``detect`` with 90 %."""
-    require(
-        is_real(detect) and LEAKS[0] <= detect <= LEAKS[-1],
-        f"detect must be in [{LEAKS[0]}, {LEAKS[-1]}], got {detect!r}",
-    )
-    claimed = checked_claim(epsilon, delta, phases=phases, confidence=confidence, threshold=threshold)
+    """The smallest audit of the claim (ε, δ[, phases], calibrated by ``accountant``) that
+    catches σ/``detect`` with 90 %."""
+    detect = check_detect(detect)
+    checked_claim(epsilon, delta, phases=phases, confidence=confidence, threshold=threshold, accountant=accountant)
     tried: list[tuple[int, float | None]] = []
     power: Power | None = None
     for size in CANARY_LADDER if one_run else RUN_LADDER:
-        if one_run:
-            power = one_run_power(
-                one_run_power_claim(epsilon, delta, phases=phases, canaries=size, confidence=confidence)
-            )
-        else:
-            claim = power_claim(
-                epsilon,
-                delta,
-                phases=phases,
-                claimed=claimed,
-                stated=claimed_curve(phases, None),
-                runs_in=size,
-                runs_out=size,
-                confidence=confidence,
-                threshold=threshold,
-            )
-            power = power_of(claim)
+        power = power_at(
+            epsilon,
+            delta,
+            phases,
+            size,
+            one_run=one_run,
+            confidence=confidence,
+            threshold=threshold,
+            accountant=accountant,
+        )
         if power is None:
             break  # this claim's score law is not simulated at this size (nor above it)
         tried.append((size, power.detects))
-        if power.detects is not None and power.detects <= detect:
+        if catches(power, detect):
             return Plan(
                 one_run,
                 detect,

@@ -25,14 +25,15 @@ from ..problem import Problem
 from ..randomness import stream
 from ..reporting import Block, write_pages
 from .chunks import ChunkStore
-from .engine import result_confidence, score_label, spec_hash
+from .engine import score_label, spec_hash
 from .mechanisms import mechanism
 from .mechanisms.base import CanaryCollector, Plan, Setting
 from .one_run import OneRunResult, audit_one_run
 from .result import summary_json
 from .score_file import one_run_line, one_run_power_line
+from .sizing import sized
 from .spec import THREATS, AuditSpec, mixing_data, resolve_problem
-from .verdict import summary_fields
+from .verdict import result_confidence, summary_fields
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,12 @@ def run_one_run_audit(
     plan: Plan[CanaryCollector] = mechanism(spec.mechanism).one_run(  # type: ignore[attr-defined]
         spec, full, mixing_data(full, spec), noise_multiplier
     )
-    member = membership(spec)
     settings = [Setting("max_clip", noise) for noise in ((True, False) if spec.controls else (True,))]
+    planned = sized(spec, plan.claimed_phases, sum(s.noise for s in settings) * len(spec.threats), plan.accountant)
+    if planned != spec:  # the canaries its detect asks for: the mechanism's plan holds as many
+        spec = planned
+        plan = mechanism(spec.mechanism).one_run(spec, full, mixing_data(full, spec), noise_multiplier)  # type: ignore[attr-defined]
+    member = membership(spec)
     ids = np.arange(spec.one_run_canaries)
     with owned.folder_lock(out, "audit"):
         with ChunkStore(out, spec_hash(spec, plan.noise_multiplier, full), THREATS) as store:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -27,6 +27,7 @@ from .attack import THRESHOLDS
 from .canaries import CANARY_KINDS, NATURAL_POLICIES
 from .catalog import check_spec, supports_one_run
 from .one_run import MIN_CANARIES
+from .plan import check_detect
 
 THREATS = ("black_box", "white_box")
 
@@ -34,6 +35,9 @@ THREATS = ("black_box", "white_box")
 @dataclass(frozen=True)
 class AuditSpec:
     """An audit, as written in ``audits/*.toml`` (every key optional, unknown keys rejected)."""
+
+    #: keys that size the audit two ways: ``detect`` plans what the other would fix.
+    EXCLUSIVE: ClassVar[tuple[tuple[str, ...], ...]] = (("detect", "runs"), ("detect", "one_run_canaries"))
 
     mechanism: str = "dpmixmin"  # a registered mechanism (:data:`.catalog.MECHANISMS`)
     problem: str = "mnist"  # an embedded problem name, or a path to a problem file
@@ -54,6 +58,7 @@ class AuditSpec:
     threats: tuple[str, ...] = THREATS
     controls: bool = True  # also run every setting with the noise removed (σ = 0)
     runs: int = 2_000
+    detect: float | None = None  # instead of runs (one_run_canaries): as many as catch σ/detect with 90 %
     seed: Seed = 0
     confidence: float = 0.95
     threshold: str = "bonferroni"  # a registered threshold strategy: "bonferroni" (all runs) or "split"
@@ -68,6 +73,8 @@ class AuditSpec:
         accounting.check_delta(self.delta)
         require(0 < self.rho <= 1, f"rho must be in (0, 1], got {self.rho}")
         require(self.runs >= 4, f"runs must be >= 4 (two halves of in and out runs), got {self.runs}")
+        if self.detect is not None:
+            check_detect(self.detect)
         require(0 < self.confidence < 1, f"confidence must be in (0, 1), got {self.confidence}")
         require(self.chunk_size >= 1, f"chunk_size must be >= 1, got {self.chunk_size}")
         require(
