@@ -11,11 +11,14 @@ import numpy as np
 import pytest
 import torch
 from opacus.accountants import PRVAccountant, RDPAccountant
+from scipy import stats
+from statsmodels.stats.proportion import proportion_confint
 from torch.utils.data import DataLoader, WeightedRandomSampler
 
 from dpaudit_mix import accounting
 from dpaudit_mix.randomness import stream, torch_scope
 from dpaudit_mix.testing import CheckFailed, Point, check_accountant, check_dpsgd, check_mechanism
+from dpaudit_mix.testing.dpsgd import Claim, Run, SignalTest, _runs_to_detect, _signal_test
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "testing.md"
 #: the small size the tests run check_dpsgd at (its default size is the bench's).
@@ -52,6 +55,42 @@ def test_the_users_file_passes_as_written():
     report = _dpsgd(USER.my_setup, "correct", **SMALL)
     assert report.passed and {c.where for c in report.cases} >= {"one-run audit", "signal to noise", "normaliser"}
     assert 0.7 < report.details["signal_ratio"] < 1.3
+    # the check says where its line lies: at this size (σ = 1, q = 0.1, 10 steps, 2 × 1000 canaries)
+    assert report.details["detects"] == 1.5 and report.details["runs"] == 2
+    assert "at this size it catches σ/1.5 with 90%" in next(c.why for c in report.cases if c.where == "signal to noise")
+
+
+@pytest.mark.parametrize("leak", [1.0, 1.25, 1.5])
+def test_the_signal_tests_power_is_its_flag_rate_by_monte_carlo(leak: float) -> None:
+    """SignalTest.power against the flag rate of the same z-test on 2000 simulated checks whose
+    member values follow the model (b c/σ + z, the scale estimated from m untouched rows a step)."""
+    claim = Claim(1.0, 0.1, 10, 1.0)
+    m, steps, alpha, trials = 200, 10, 0.01, 2000
+    test = SignalTest(claim, m * steps // 2, steps, m, alpha)
+    rng = stream(0, "simulated-scores", test="signal-power", leak=leak).numpy()
+    members = m // 2
+    b = rng.random((trials, steps, members)) < claim.sample_rate
+    noise = rng.normal(size=(trials, steps, members))
+    scale = np.sqrt(np.mean(rng.normal(size=(trials, steps, m)) ** 2, axis=2))  # in units of the true scale
+    values = (b * leak / claim.noise_multiplier + noise) / scale[:, :, None]
+    z = (values.reshape(trials, -1).mean(axis=1) - test.expected) / test.se()
+    flagged = int(np.sum(z > stats.norm.ppf(1 - alpha)))
+    low, high = proportion_confint(flagged, trials, alpha=1e-3, method="beta")
+    assert low <= test.power(leak) <= high, (flagged, test.power(leak))
+
+
+def test_detect_sizes_check_dpsgd_to_catch_it() -> None:
+    """detect = 1.5 from one run: as many more as catch σ/1.5 (2 here); a leak it cannot reach
+    within MAX_RUNS is a ValueError naming the way out."""
+    report = _dpsgd(USER.my_setup, "sized", **{**SMALL, "runs": 1}, detect=1.5)
+    assert report.passed and report.details["runs"] == 2 and report.details["detects"] <= 1.5
+    first = Run(Claim(1.0, 0.1, 10, 1.0), np.zeros((10, 2002)), np.zeros(1000, bool), 10)
+    count = _runs_to_detect(first, 1, 1000, 1e-3 / 3, 1.25)  # the fewest runs that catch σ/1.25
+    assert _signal_test(first.claim, count, 1000, 10, 1e-3 / 3).detects() == 1.25
+    assert _signal_test(first.claim, count - 1, 1000, 10, 1e-3 / 3).detects() == 1.5
+    noisy = Run(Claim(10.0, 0.1, 10, 1.0), first.released, first.membership, 10)  # signal/noise 0.01 a step
+    with pytest.raises(ValueError, match=r"cannot catch σ/1.1 within 100 runs of 1000 canaries"):
+        _runs_to_detect(noisy, 1, 1000, 1e-3 / 3, 1.1)
 
 
 # --- the field's DP-SGD bugs, planted in the user's setup ------------------------------------------

@@ -44,7 +44,8 @@ import numpy as np
 from .. import accounting
 from ..audit.dirac import dirac_scores
 from ..audit.one_run import audit_one_run
-from ..errors import is_real, require
+from ..audit.power import DETECTS_WITH, LEAKS
+from ..errors import InputError, is_real, require
 from ..randomness import RandomSource, SecureSource
 from .accountant import TOLERANCE
 from .failure import Case, Report
@@ -180,21 +181,64 @@ def _noise_scale(run: Run, canaries: int) -> np.ndarray:
     return np.sqrt(np.mean(untouched**2, axis=1))
 
 
-def _signal_case(runs: list[Run], canaries: int, alpha: float) -> tuple[Case, dict[str, float]]:
+@dataclass(frozen=True)
+class SignalTest:
+    """Test 2's one-sided z-test of the members' signal/noise, at a size: n member values over
+    ``steps`` steps in all, the noise scale of each step estimated from ``canaries`` rows.
+
+    Each value is b c/σ + z with b ~ Bernoulli(q), z ~ N(0, 1), c the leak (c = 1: the claim;
+    a noise σ/c, or a sampling rate or clip c times the claimed one, all scale the signal by c):
+    mean c q/σ, variance 1 + q(1 − q) c²/σ². The scale estimated from m rows a step adds a
+    relative error of about 1/√(2m) per step, √T-fold fewer over the run's steps. So the mean
+    is normal with standard error ``se(c)``, and the test flags z = (mean − q/σ)/se(1) above the
+    normal quantile of 1 − alpha: its power at c is Φ(((c − 1) q/σ − z_α se(1)) / se(c))."""
+
+    claim: Claim
+    values: int
+    steps: int
+    canaries: int
+    alpha: float
+
+    @property
+    def expected(self) -> float:
+        return self.claim.sample_rate / self.claim.noise_multiplier
+
+    def se(self, leak: float = 1.0) -> float:
+        q, sigma, mean = self.claim.sample_rate, self.claim.noise_multiplier, leak * self.expected
+        variance = 1 + q * (1 - q) * leak**2 / sigma**2
+        return math.sqrt(variance / self.values + mean**2 / (2 * self.canaries * self.steps))
+
+    def z(self, mean: float) -> float:
+        return (mean - self.expected) / self.se()
+
+    def power(self, leak: float) -> float:
+        """P[flagged] when the signal is ``leak`` times the claim's (the normal approximation above)."""
+        from scipy.special import ndtr
+
+        shift = (leak - 1) * self.expected - _normal_quantile(1 - self.alpha) * self.se()
+        return float(ndtr(shift / self.se(leak)))
+
+    def detects(self) -> float | None:
+        """The smallest c on the power grid (σ/c) flagged with ≥ 90 %; None beyond σ/10."""
+        return next((c for c in LEAKS if self.power(c) >= DETECTS_WITH), None)
+
+
+def _signal_test(claim: Claim, runs: int, canaries: int, steps: int, alpha: float) -> SignalTest:
+    """The signal test of ``runs`` runs of ``canaries`` canaries, ``steps`` steps each, before
+    membership is drawn (each canary is in with probability ½)."""
+    return SignalTest(claim, max(1, runs * canaries * steps // 2), runs * steps, canaries, alpha)
+
+
+def _signal_case(runs: list[Run], canaries: int, alpha: float) -> tuple[Case, dict[str, Any]]:
     """Test 2: members' released value over the noise scale has mean q/σ under the claim."""
     claim = runs[0].claim
     values = np.concatenate(
         [(r.released[:, :canaries] / _noise_scale(r, canaries)[:, None])[:, r.membership].ravel() for r in runs]
     )
-    expected = claim.sample_rate / claim.noise_multiplier
-    # each value is b/σ + z with b ~ Bernoulli(q); the scale is estimated from m rows per step,
-    # which adds a relative error of about 1/√(2m) per step, √T-fold fewer over the run's steps.
-    variance = 1 + claim.sample_rate * (1 - claim.sample_rate) / claim.noise_multiplier**2
-    steps = sum(len(r.released) for r in runs)
-    se = math.sqrt(variance / len(values) + expected**2 / (2 * canaries * steps))
-    z = (float(np.mean(values)) - expected) / se
+    test = SignalTest(claim, len(values), sum(len(r.released) for r in runs), canaries, alpha)
+    mean = float(np.mean(values))
+    z, ratio, detects = test.z(mean), mean / test.expected, test.detects()
     critical = _normal_quantile(1 - alpha)
-    ratio = float(np.mean(values)) / expected
     why = (
         f"members' signal/noise is {ratio:.3g}× what the claim "
         f"(σ={claim.noise_multiplier:.4g}, q={claim.sample_rate:.4g}) "
@@ -202,7 +246,9 @@ def _signal_case(runs: list[Run], canaries: int, alpha: float) -> tuple[Case, di
     )
     if z > critical:
         why += ": less noise, a higher sampling rate or a looser clip than the accountant was told"
-    return Case("signal to noise", z <= critical, why), {"signal_ratio": ratio, "signal_z": z}
+    why += "; at this size it catches " + ("no leak up to σ/10" if detects is None else f"σ/{detects:g}")
+    why += f" with {DETECTS_WITH:.0%}"
+    return Case("signal to noise", z <= critical, why), {"signal_ratio": ratio, "signal_z": z, "detects": detects}
 
 
 def _normaliser_case(runs: list[Run], canaries: int, alpha: float) -> tuple[Case, dict[str, float]]:
@@ -285,6 +331,26 @@ def _normal_quantile(p: float) -> float:
     return float(ndtri(p))
 
 
+#: the most runs ``detect`` may size a check_dpsgd to.
+MAX_RUNS = 100
+
+
+def _runs_to_detect(first: Run, runs: int, canaries: int, alpha: float, detect: float) -> int:
+    """The fewest runs (at least ``runs``) whose signal test catches σ/``detect`` with 90 %, the
+    claim and steps read from the ``first`` run."""
+    for count in range(runs, MAX_RUNS + 1):
+        caught = _signal_test(first.claim, count, canaries, first.taken, alpha).detects()
+        if caught is not None and caught <= detect:
+            return count
+    reached = _signal_test(first.claim, MAX_RUNS, canaries, first.taken, alpha).detects()
+    raise InputError(
+        f"check_dpsgd cannot catch σ/{detect:g} within {MAX_RUNS} runs of {canaries} canaries at this setup "
+        f"(σ = {first.claim.noise_multiplier:.4g}, q = {first.claim.sample_rate:.4g}, {first.taken} steps; "
+        f"{MAX_RUNS} runs catch {'nothing up to σ/10' if reached is None else f'σ/{reached:g}'}): "
+        "give more canaries or epochs, or a larger detect"
+    )
+
+
 def check_dpsgd(
     setup: Setup,
     *,
@@ -296,12 +362,19 @@ def check_dpsgd(
     alpha: float = 1e-3,
     nonfinite: bool = True,
     source: RandomSource | None = None,
+    detect: float | None = None,
 ) -> Report:
     """Audit the DP-SGD that ``setup(model, dataset) -> (engine, module, optimizer, data_loader)``
     builds (the module docstring says how); returns the :class:`~.failure.Report` or raises
     :class:`~.failure.CheckFailed` naming what broke. ``runs`` runs of ``canaries`` canaries each
     among ``examples`` rows, ``epochs`` epochs of the returned loader; each statistical test at
-    level ``alpha``. Memberships come from ``source`` (the OS CSPRNG when None)."""
+    level ``alpha``. Memberships come from ``source`` (the OS CSPRNG when None).
+
+    The report's ``details["detects"]`` is the leak the check catches at its size: the smallest c
+    such that a setup drawing σ/c (or c times the q or the clip it accounts) fails the signal
+    test with 90 % (:class:`SignalTest`; the one-run audit can only add to it). ``detect = c``
+    sizes the check to reach it: after the first run has shown the claim, as many more runs as
+    that takes (ValueError where more than :data:`MAX_RUNS` would)."""
     require(callable(setup), f"setup must be callable, got {type(setup).__name__}")
     for name, value, low in (("epochs", epochs, 1), ("canaries", canaries, 20), ("runs", runs, 1)):
         require(
@@ -315,12 +388,21 @@ def check_dpsgd(
     require(is_real(alpha) and 0 < alpha < 0.5, f"alpha must be in (0, 0.5), got {alpha!r}")
     accounting.check_delta(delta)
     draws: RandomSource = SecureSource() if source is None else source
-    done = [
-        _train(setup, canaries, examples, draws.random(canaries) < 0.5, epochs=epochs, delta=delta) for _ in range(runs)
-    ]
+    require(
+        detect is None or (is_real(detect) and LEAKS[0] <= detect <= LEAKS[-1]),
+        f"detect must be None or in [{LEAKS[0]}, {LEAKS[-1]}], got {detect!r}",
+    )
+    statistical = 3  # one-run audit, signal, normaliser share alpha
+
+    def train() -> Run:
+        return _train(setup, canaries, examples, draws.random(canaries) < 0.5, epochs=epochs, delta=delta)
+
+    done = [train()]
+    if detect is not None:
+        runs = _runs_to_detect(done[0], runs, canaries, alpha / statistical, detect)
+    done += [train() for _ in range(runs - 1)]
     claims = {(r.claim.noise_multiplier, r.claim.sample_rate, r.claim.steps) for r in done}
     require(len(claims) == 1, f"the runs recorded different claims {sorted(claims)}: setup must be the same each call")
-    statistical = 3  # one-run audit, signal, normaliser share alpha
     audit, audit_details = _audit_case(done, canaries, delta, 1 - alpha / statistical)
     signal, signal_details = _signal_case(done, canaries, alpha / statistical)
     normaliser, normaliser_details = _normaliser_case(done, canaries, alpha / statistical)
@@ -340,6 +422,8 @@ def check_dpsgd(
         "steps": claim.steps,
         "claimed_epsilon": claim.epsilon,
         "canaries": canaries * runs,
+        "runs": runs,
+        "detect": detect,
         **audit_details,
         **signal_details,
         **normaliser_details,
