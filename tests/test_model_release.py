@@ -45,6 +45,7 @@ def _specs(tmp_path: Path, **keys: object) -> Path:
         "method": "dpmixmin",
         "epsilon": 2.0,
         "canaries": 1000,
+        "detect": 3.0,  # what 1000 canaries catch at this claim (2.0 takes 10,000: the power test below)
         "ledger": str(tmp_path / "ledger.json"),
         **keys,
     }
@@ -63,6 +64,8 @@ def test_a_model_release_publishes_audited_weights_that_check_and_load(tmp_path:
     )
     assert claim["epsilon"] <= 2.0 + 1e-3
     assert audit["one_run"] and not audit["violation"] and audit["canaries"] == 1000
+    assert audit["detect"] == 3.0 and not audit["planned"] and audit["power"]["detects"] <= 3.0
+    assert audit["seconds"]["finetune"] > 0 and audit["seconds"]["audit"] > 0
     assert audit["noise_multiplier"] == claim["finetune_phase"]["noise_multiplier"]
     assert len(manifest["mixture"]["weights"]) == len(manifest["mixture"]["sources"])
     # the ledger charged both phases of the model, each to its split: the spend is the max, as the claim says
@@ -143,6 +146,19 @@ def test_a_noise_multiplier_below_the_calibrated_one_is_refused_before_training(
     assert ledger.read(tmp_path / "ledger.json") == []  # nothing was charged
 
 
+def test_a_model_release_with_too_few_canaries_for_its_detect_is_refused_before_training(
+    tmp_path: Path, capsys
+) -> None:
+    """1000 canaries catch σ/3 at this claim: ``detect = 2`` is refused at stage power naming the
+    canaries that would, before the verification, the ledger or the finetune."""
+    out = tmp_path / "r"
+    assert main(["release", str(_specs(tmp_path, detect=2.0)), "--out", str(out)]) == 3
+    err = capsys.readouterr().err
+    assert "REFUSED (power)" in err and "canaries = 1000 catches σ/3" in err and "canaries = 10000 would" in err
+    assert sorted(p.name for p in out.iterdir()) == ["refused.json"]
+    assert ledger.read(tmp_path / "ledger.json") == []
+
+
 @pytest.mark.parametrize(
     ("keys", "message"),
     [
@@ -174,4 +190,4 @@ def test_the_shipped_model_release_spec_names_what_its_pipeline_runs() -> None:
     spec = load_spec_file(ModelReleaseSpec, path)
     pipeline = load_pipeline_spec(pipeline_path(path, spec.pipeline))
     assert spec.method in pipeline.methods and spec.epsilon in pipeline.epsilons
-    assert len(pipeline.finetune_grid) == 1 and spec.canaries == 10_000
+    assert len(pipeline.finetune_grid) == 1 and spec.canaries is None and spec.detect == 2.0  # planned

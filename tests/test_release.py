@@ -40,6 +40,7 @@ def write_spec(tmp_path: Path, problem_file: Path, name: str = "spec.toml", **ke
         "delta": DELTA,
         "steps": STEPS,
         "audit_runs": 2000,
+        "detect": 2.5,  # what 2000 runs catch (2.0 takes 4000: the power tests below)
         "chunk_size": 1024,
         "ledger": str(tmp_path / "ledger.json"),
         **keys,
@@ -151,6 +152,39 @@ def test_a_noise_multiplier_below_the_calibrated_one_is_refused_before_anything_
     assert main(["check-release", str(louder / "release.json")]) == 0
 
 
+def test_an_audit_too_small_for_its_detect_is_refused_before_anything_is_spent(
+    tmp_path: Path, problem_file: Path, monkeypatch, capsys
+) -> None:
+    """audit_runs = 2000 catches σ/2.5 at this claim, not the σ/2 of ``detect = 2``: refused at
+    stage power, naming the runs that would (4000), before the verification, the ledger or any
+    run; without audit_runs the gate plans them, records the power, and check-release recomputes
+    it (a manifest that says its audit caught more than it could is a finding)."""
+    monkeypatch.setattr(gate, "verify", lambda *a, **k: pytest.fail("the verification ran before the power check"))
+    out = tmp_path / "weak"
+    assert main(["release", str(write_spec(tmp_path, problem_file, detect=2.0)), "--out", str(out)]) == 3
+    err = capsys.readouterr().err
+    assert "REFUSED (power)" in err and "audit_runs = 2000 catches σ/2.5" in err and "audit_runs = 4000 would" in err
+    assert json.loads((out / "refused.json").read_text())["stage"] == "power"
+    assert not (out / "release.json").exists() and ledger.read(tmp_path / "ledger.json") == []
+    monkeypatch.undo()
+    monkeypatch.setattr(gate, "VERIFY_LEVEL", TINY)
+    planned = tmp_path / "planned"
+    spec = write_spec(tmp_path, problem_file, "planned.toml", detect=2.0, audit_runs=None)
+    spec.write_text("\n".join(line for line in spec.read_text().splitlines() if not line.startswith("audit_runs")))
+    assert main(["release", str(spec), "--out", str(planned)]) == 0
+    manifest = json.loads((planned / "release.json").read_text())
+    audit = manifest["audit"]
+    assert audit["runs"] == 4000 and audit["planned"] and audit["detect"] == 2.0
+    assert all(r["runs"] == 4000 for r in audit["results"]) and audit["power"]["detects"] <= 2.0
+    assert check.check_release(planned / "release.json") == []
+    forged = {**manifest, "audit": {**audit, "power": {**audit["power"], "detects": 1.5}}}
+    found = check.check_manifest(forged, planned, None, check.trust(None, tmp_path / "ledger.json")).problems
+    assert any("recorded power is not" in p for p in found), found
+    weaker = {**manifest, "audit": {**audit, "detect": 1.5}}
+    found = check.check_manifest(weaker, planned, None, check.trust(None, tmp_path / "ledger.json")).problems
+    assert any("short of its detect = 1.5" in p for p in found), found
+
+
 def test_a_patched_learner_is_refused(tmp_path: Path, problem_file: Path, monkeypatch, capsys) -> None:
     """A bug shipped in the learner's DP step (half the noise) is refused by the gate's checks."""
     shipped = learner.SHIPPED.noise_scale
@@ -241,6 +275,7 @@ def test_an_embedded_release_is_rechecked_by_rebuilding_its_problem(tmp_path: Pa
                 f"delta = {DELTA}",
                 f"steps = {STEPS}",
                 "audit_runs = 2000",
+                "detect = 2.5",
                 "chunk_size = 1024",
                 f'ledger = "{tmp_path / "ledger.json"}"',
             ]

@@ -98,6 +98,7 @@ def _lambda_spec(path: Path, problem: str, **keys: object) -> Path:
         "delta": DELTA,
         "steps": 10,
         "audit_runs": 2000,
+        "detect": 2.5,  # what 2000 runs catch at this claim
         "chunk_size": 1024,
         "audit_canaries": ["max_clip"],
         "ledger": str(path.parent / "ledger.json"),
@@ -120,7 +121,14 @@ def _model_spec(root: Path, data: Path, **keys: object) -> Path:
     }
     pipeline.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items()))
     spec = root / "model.toml"
-    base = {"pipeline": "pipeline.toml", "epsilon": 2.0, "canaries": 200, "ledger": str(root / "ledger.json"), **keys}
+    base = {
+        "pipeline": "pipeline.toml",
+        "epsilon": 2.0,
+        "canaries": 200,
+        "detect": 4.0,
+        "ledger": str(root / "ledger.json"),
+        **keys,
+    }
     spec.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in base.items()))
     return spec
 
@@ -415,7 +423,9 @@ def test_an_accountant_that_under_reports_is_refused_before_the_audit(tmp_path: 
         assert "REFUSED (verification)" in err and "under-reports" in err and "PLD gives" in err
         assert ledger.read(tmp_path / "ledger.json") == []
         monkeypatch.setattr(gate, "run_audit", audited)
-        spec = _lambda_spec(tmp_path / "careful.toml", str(tmp_path / "p.npz"), task="t", accountant="careful")
+        spec = _lambda_spec(  # its larger σ leaves 2000 runs catching σ/3, not σ/2.5
+            tmp_path / "careful.toml", str(tmp_path / "p.npz"), task="t", accountant="careful", detect=3.0
+        )
         assert main(["release", str(spec), "--out", str(tmp_path / "careful")]) == 0
         check = json.loads((tmp_path / "careful" / "release.json").read_text())["verification"]["accountant_check"]
         assert check["over_reports"] and check["grid"] == "passed check_accountant's quick grid"

@@ -16,6 +16,7 @@ the reservation and publishes no weights.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from .. import accounting
 from ..atomic import write_json, write_npz
 from ..audit.gradient_canaries import BYTES_PER_CANARY_STEP, Canaries, attach
 from ..audit.one_run import MIN_CANARIES
+from ..audit.plan import check_detect
 from ..audit.score_file import one_run_line
 from ..cache import sha256_bytes, user_cache_dir
 from ..data import registry
@@ -35,6 +37,7 @@ from ..models import DEFAULT_NETWORK, cnn
 from ..models.device import resolved
 from ..release import gate, ledger, signing
 from ..release.accountant_check import check_release_accountant
+from ..release.audit_size import AuditSize, audit_size
 from ..release.check import MODEL_FILES
 from ..release.gate import Refused, now
 from ..release.manifest import Budget, Publication, public_path
@@ -62,7 +65,10 @@ class ModelReleaseSpec:
     method: str = "dpmixmin"  # one of the pipeline's methods: how λ is chosen
     epsilon: float = 1.0  # one of the pipeline's epsilons: the released model's total ε
     task: str = "multiclass"  # the pipeline's task (digit-d under the per-task protocol)
-    canaries: int = 10_000  # Dirac canaries riding on the finetune, audited from that one run
+    # the one-run audit: the leak it must catch (σ/detect with 90 %), and its Dirac canaries riding
+    # on the finetune (default: the fewest that catch it, planned; a given number that does not is refused)
+    detect: float = 2.0
+    canaries: int | None = None
     confidence: float = 0.95
     budget_epsilon: float | None = None  # the data's cap, fixed in the ledger by its first release
     ledger: str = ""  # default: $DPAUDIT_MIX_LEDGER, else ~/.local/state/dpaudit-mix/ledger.json
@@ -71,7 +77,11 @@ class ModelReleaseSpec:
         check_fields(self)
         require(bool(self.pipeline), 'a model release names its pipeline spec: pipeline = "pipeline/....toml"')
         accounting.check_epsilon(self.epsilon)
-        require(self.canaries >= MIN_CANARIES, f"canaries must be >= {MIN_CANARIES}, got {self.canaries}")
+        check_detect(self.detect)
+        require(
+            self.canaries is None or self.canaries >= MIN_CANARIES,
+            f"canaries must be >= {MIN_CANARIES}, got {self.canaries}",
+        )
         require(0 < self.confidence < 1, f"confidence must be in (0, 1), got {self.confidence}")
         require(
             self.budget_epsilon is None or self.budget_epsilon >= self.epsilon,
@@ -165,7 +175,6 @@ def prepare(spec_path: Path, spec_bytes: bytes, out: Path, progress: bool) -> Pr
         epochs=int(epochs),
     )
     claim = replace(claim, epsilon=composed_epsilon(claim))
-    require_memory(spec.canaries * BYTES_PER_CANARY_STEP * finetune.steps, f"{spec.canaries} canaries")
     cut = sha256_bytes(  # the key of the ledger's earlier layout: the cut images and labels
         b"images\0" + np.ascontiguousarray(world.train_images).tobytes() + b"labels\0" + world.train_labels.tobytes()
     )
@@ -229,6 +238,18 @@ def release_model(
     checked_accountant = check_release_accountant(
         claim.finetune_accountant, claim.finetune_epsilon, claim.delta, [claim.finetune_phase]
     )
+    sized = audit_size(  # the canaries this finetune carries, held to the spec's detect before anything is spent
+        claim.finetune_epsilon,
+        claim.delta,
+        [claim.finetune_phase],
+        detect=spec.detect,
+        size=spec.canaries,
+        one_run=True,
+        confidence=spec.confidence,
+        minimum=MIN_CANARIES,
+    )
+    steps = claim.finetune_phase.steps
+    require_memory(sized.size * BYTES_PER_CANARY_STEP * steps, f"{sized.size} canaries over {steps} steps")
     path = ledger_path or (Path(spec.ledger) if spec.ledger else ledger.default_path())
     reservation = gate.reserve(
         path,
@@ -250,7 +271,13 @@ def release_model(
         publication = Publication(reservation, ready.data)
         budget = gate.reserved_budget(path, reservation)
         manifest = _trained_and_audited(
-            ready, out, progress=progress, budget=budget, publication=publication, accountant_check=checked_accountant
+            ready,
+            out,
+            sized,
+            progress=progress,
+            budget=budget,
+            publication=publication,
+            accountant_check=checked_accountant,
         )
         manifest = gate.signed_and_checked(manifest, out, files=MODEL_FILES, ledger_path=path, reservation=reservation)
     except BaseException as exc:
@@ -264,9 +291,24 @@ def release_model(
     return manifest
 
 
+def _written_model(weights: dict[str, np.ndarray], out: Path, network: str, task: str) -> dict[str, Any]:
+    """``model.npz`` written (no pickle), and the manifest's model section that names it."""
+    write_npz(out / MODEL_FILE, **weights)
+    return {
+        "file": MODEL_FILE,
+        "sha256": sha256_bytes((out / MODEL_FILE).read_bytes()),
+        "architecture": "SmallCNN" if network == DEFAULT_NETWORK else network,
+        "network": network,  # the registered name: load_model(file, network)
+        "task": task,
+        "classes": int(weights["head.bias"].shape[0]),
+        "parameters": int(sum(v.size for v in weights.values())),
+    }
+
+
 def _trained_and_audited(
     ready: Prepared,
     out: Path,
+    sized: AuditSize,
     *,
     progress: bool,
     budget: Budget,
@@ -285,12 +327,14 @@ def _trained_and_audited(
     attached: list[Canaries] = []
 
     def with_canaries(private: Any) -> None:
-        attached.append(attach(private.optimizer, spec.canaries, sample_rate=private.sample_rate))
+        attached.append(attach(private.optimizer, sized.size, sample_rate=private.sample_rate))
         private.optimizer.noise_multiplier = sigma  # the calibrated σ, or the larger one asked for
 
     prior = (claim.mixture_phase,) if claim.composition == "sequential" and claim.mixture_phase else ()
     choice_ft = {"learning_rate": claim.learning_rate, "epochs": claim.epochs}
+    started = time.perf_counter()
     tuned = track.dp_finetune(job, start, choice_ft, prior, with_canaries)
+    trained = time.perf_counter()
     canaries = attached[0]
     canaries.detach()
     result = canaries.audit(
@@ -300,21 +344,13 @@ def _trained_and_audited(
         confidence=spec.confidence,
         accountant=claim.finetune_accountant,
     )
+    result.to_dict()  # its power, computed now: the audit's cost counts it
+    audited = time.perf_counter()
     if result.violation:
         raise Refused("audit", f"the one-run audit of this very finetune found: {one_run_line(result)}")
-    weights = tuned.weights()
-    write_npz(out / MODEL_FILE, **weights)
     world = track.world
     manifest = ModelManifest(
-        model={
-            "file": MODEL_FILE,
-            "sha256": sha256_bytes((out / MODEL_FILE).read_bytes()),
-            "architecture": "SmallCNN" if track.image_spec.network == DEFAULT_NETWORK else track.image_spec.network,
-            "network": track.image_spec.network,  # the registered name: load_model(file, network)
-            "task": job.task,
-            "classes": int(weights["head.bias"].shape[0]),
-            "parameters": int(sum(v.size for v in weights.values())),
-        },
+        model=_written_model(tuned.weights(), out, track.image_spec.network, job.task),
         metrics=tuned.scored(world.test_images, world.test_labels, job.task)["metrics"],
         claim=claim,
         mixture={
@@ -329,6 +365,9 @@ def _trained_and_audited(
             "steps": claim.finetune_phase.steps,
             "steps_run": len(canaries.released),
             "membership": "OS CSPRNG",
+            **sized.record(),
+            # what the audit cost beside the finetune it rode on (the canaries' steps are in the finetune's)
+            "seconds": {"finetune": round(trained - started, 3), "audit": round(audited - trained, 3)},
         },
         verification={**gate.verification_record(verification), "accountant_check": accountant_check},
         budget=budget,

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..reporting import save_figure, subplots, write_pages
+from .audit_size import power_sentence
 
 #: the card's files (it shows λ: only a published release may keep them).
 CARD = ("release.md", "release.html", "lambda.png", "tradeoff.png")
@@ -74,7 +75,8 @@ def write_card(manifest: dict[str, Any], out: Path, fingerprint: str) -> None:
             f"{'PASS' if manifest['verification']['passed'] else 'FAIL'} "
             f"({', '.join(manifest['verification'].get('checks', []))}). White-box audit of this exact "
             f"configuration, {audit['confidence']:.0%} CP, thresholds '{audit['threshold_strategy']}': "
-            f"{'VIOLATION' if audit['violation'] else 'no violation'}.",
+            f"{'VIOLATION' if audit['violation'] else 'no violation'}. "
+            + power_sentence(audit, f"{audit.get('runs', '?')} runs per canary", "mechanism"),
         ),
         ("table", rows),
         ("p", provenance(manifest, fingerprint)),

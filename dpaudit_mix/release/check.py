@@ -17,8 +17,9 @@ from .. import accounting
 from .. import problem as problem_io
 from ..cache import sha256_bytes
 from ..data import registry
-from ..errors import InputError, require
+from ..errors import InputError, is_real, require
 from ..problem import Problem
+from .audit_size import power_problems
 from .card import CARD
 from .model_check import check_model_release
 from .publication import Checked, Trust, check_publication, trust
@@ -199,10 +200,41 @@ def _audit_mismatch(manifest: dict[str, Any]) -> list[str]:
     canaries = sorted(str(r.get("canary")) for r in results)
     if canaries != sorted(spec.get("audit_canaries", ())) or any(r.get("threat") != "white_box" for r in results):
         problems.append(f"audit: its results {canaries} are not one white-box result per canary of the spec")
-    runs = spec.get("audit_runs")
-    if not isinstance(runs, int) or runs < MIN_AUDIT_RUNS or any(r.get("runs") != runs for r in results):
-        problems.append(f"audit: a result ran other than the spec's audit_runs {runs!r} (at least {MIN_AUDIT_RUNS})")
-    return problems
+    runs, given = audit.get("runs"), spec.get("audit_runs")
+    if (
+        not isinstance(runs, int)
+        or isinstance(runs, bool)
+        or runs < MIN_AUDIT_RUNS
+        or given not in (None, runs)
+        or any(r.get("runs") != runs for r in results)
+    ):
+        return [
+            *problems,
+            f"audit: a result ran other than the audit's {runs!r} runs (the spec's audit_runs, when "
+            f"it gives them; at least {MIN_AUDIT_RUNS})",
+        ]
+    confidence, strategy = audit.get("confidence_per_result"), audit.get("threshold_strategy")
+    sigma = claim.get("calibrated_noise_multiplier")
+    if not (is_real(confidence) and 0 < confidence < 1 and isinstance(strategy, str) and is_real(sigma)):
+        return [
+            *problems,
+            "audit: its per-result confidence, threshold strategy or the claim's calibrated sigma is unreadable",
+        ]
+    try:
+        claimed = accounting.GaussianPhase(sigma, claim["sample_rate"], claim["steps"])
+    except InputError as exc:
+        return [*problems, f"audit: the claim's calibrated phase is not one: {exc}"]
+    return problems + power_problems(
+        audit,
+        claim["epsilon"],
+        claim["delta"],
+        [claimed],
+        size=runs,
+        one_run=False,
+        confidence=confidence,
+        threshold=strategy,
+        accountant=claim["accountant"],
+    )
 
 
 def _released_problem(

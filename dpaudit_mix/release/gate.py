@@ -29,13 +29,13 @@ from ..atomic import check_output, write_bytes, write_json
 from ..audit.engine import run_audit
 from ..audit.mechanisms import mechanism
 from ..audit.report import summary_verdict, write_report
-from ..audit.result import AuditSummary
-from ..audit.spec import AuditSpec, mixing_data
+from ..audit.spec import mixing_data
+from ..audit.verdict import result_confidence
 from ..cache import sha256_bytes, user_cache_dir
 from ..data import registry
 from ..data.manifest import is_manifest
 from ..errors import EXIT_BAD_INPUT, InputError, require
-from ..learner import fit, learner_settings
+from ..learner import fit
 from ..problem import Problem
 from ..resources import alongside
 from ..specfile import parse_spec, read_spec_bytes
@@ -45,14 +45,16 @@ from ..verification.variants import ACCOUNTANT, LEARNER, WIRING
 from ..version import __version__
 from . import ledger, signing
 from .accountant_check import check_release_accountant
+from .audit_size import AuditSize, audit_size
 from .card import CARD, write_card
 from .check import check_manifest
+from .lambda_audit import audit_record, audit_spec
 from .manifest import Budget, Claim, Manifest, Publication, public_path, published_files
 from .model_manifest import MODEL_FILE, ModelManifest, is_model_spec
 from .publication import Trust
 from .published import Published
 from .refused import Refused
-from .spec import ReleaseSpec
+from .spec import MIN_AUDIT_RUNS, ReleaseSpec
 
 #: what releases a model from a model release spec's bytes (the image pipeline's, given by the
 #: command line: the pipeline is a layer above this gate): (spec path, its bytes, out, ledger
@@ -138,6 +140,18 @@ def _release(
     sigma = released_sigma(calibrated, noise_multiplier)
     phase = accounting.GaussianPhase(sigma, spec.sample_rate, spec.steps)
     checked_accountant = check_release_accountant(spec.accountant, spec.epsilon, spec.delta, [phase])
+    sized = audit_size(  # the audit this release runs, held to its detect before anything is spent
+        spec.epsilon,
+        spec.delta,
+        [accounting.GaussianPhase(calibrated, spec.sample_rate, spec.steps)],  # the audit's claim
+        detect=spec.detect,
+        size=spec.audit_runs,
+        one_run=False,
+        confidence=result_confidence(spec.confidence, len(spec.audit_canaries)),
+        minimum=MIN_AUDIT_RUNS,
+        threshold=spec.threshold,
+        accountant=spec.accountant,
+    )
     inputs = {
         "problem": name,
         "problem_sha256": sha256_bytes(content),
@@ -175,6 +189,7 @@ def _release(
             budget=budget,
             publication=publication,
             accountant_check=checked_accountant,
+            sized=sized,
         )
         manifest = signed_and_checked(
             manifest, out, files=CARD, ledger_path=ledger_path, reservation=reservation, problem=content
@@ -247,12 +262,13 @@ def _checked_release(
     budget: Budget,
     publication: Publication,
     accountant_check: dict[str, Any],
+    sized: AuditSize,
 ) -> Manifest:
     """verify-accountant, the audit of this exact configuration, then the one CSPRNG fit: the
     manifest, with its card written (release.json is the caller's, last). ``budget``: what the
     ledger says of the data with this release counted."""
     sigma = phase.noise_multiplier
-    audited = _audit_spec(spec, prob, inputs)
+    audited = audit_spec(spec, prob, inputs, sized.size)
     # the audit's own input checks (a natural canary needs held-out rows, …) cost milliseconds:
     # they come before the verification's minute, so a refusal is not a minute late
     mechanism(audited.mechanism).plan(audited, prob, mixing_data(prob, audited), sigma)
@@ -284,7 +300,7 @@ def _checked_release(
         inputs=inputs,
         spec=_public_spec(spec, inputs["problem"], out),
         verification={**verification_record(verification), "accountant_check": accountant_check},
-        audit=_audit_record(audit, spec, prob),
+        audit=audit_record(audit, spec, prob, sized),
         budget=budget,
         timestamp=now(),
         publication=publication,
@@ -303,28 +319,6 @@ def verification_record(verification: Verification) -> dict[str, Any]:
     }
 
 
-def _audit_spec(spec: ReleaseSpec, prob: Problem, inputs: dict[str, str]) -> AuditSpec:
-    """The white-box audit of exactly the configuration released: the same problem bytes, all of
-    them (ρ = 1), the same σ, q, T, C and learner, the spec's canaries and run count."""
-    return AuditSpec(
-        problem=spec.problem if spec.problem in registry.PROBLEMS else inputs["problem"],
-        task=prob.task or spec.task,
-        epsilon=spec.epsilon,
-        delta=spec.delta,
-        rho=1.0,
-        **learner_settings(spec),
-        canaries=spec.audit_canaries,
-        natural_policy=spec.natural_policy,
-        threats=("white_box",),
-        controls=False,
-        runs=spec.audit_runs,
-        seed=spec.seed,
-        confidence=spec.confidence,
-        threshold=spec.threshold,
-        chunk_size=spec.chunk_size,
-    )
-
-
 def _claim(spec: ReleaseSpec, phase: accounting.GaussianPhase, calibrated: float) -> Claim:
     """The manifest's claim: ε at δ with the accountant that calibrated σ, ε under every built-in."""
     return Claim(
@@ -340,41 +334,6 @@ def _claim(spec: ReleaseSpec, phase: accounting.GaussianPhase, calibrated: float
         learning_rate=spec.learning_rate,
         user_level=spec.user_level,
     )
-
-
-def _audit_record(audit: AuditSummary, spec: ReleaseSpec, prob: Problem) -> dict[str, Any]:
-    """The manifest's audit section: the verdicts, and every setting check-release ties to the claim."""
-    return {
-        "violation": audit.violation,
-        "results": [
-            {
-                k: r.to_dict()[k]
-                for k in (
-                    "canary",
-                    "threat",
-                    "runs",
-                    "epsilon_lower_bound",
-                    "mu_lower_bound",
-                    "epsilon_lower_bound_gdp",
-                    "profile_violation",
-                    "epsilon_violation",
-                    "verdict",
-                    "epsilon_lower_bound_max",
-                )
-            }
-            for r in audit.results
-        ],
-        "confidence": audit.confidence,
-        "confidence_per_result": audit.confidence_per_result,
-        "threshold_strategy": audit.threshold_strategy,
-        "claimed_tradeoff": audit.claimed_tradeoff,
-        "noise_multiplier": audit.noise_multiplier,
-        "sample_rate": spec.sample_rate,
-        "steps": spec.steps,
-        "clip": spec.clip,
-        "data_sha256": problem_io.data_sha256(prob),
-        "problem": audit.problem,
-    }
 
 
 def now() -> str:

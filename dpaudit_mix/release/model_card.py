@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..reporting import Block, write_pages
+from .audit_size import power_sentence
 from .card import provenance
 
 
@@ -23,19 +24,6 @@ def _methods(audit: dict[str, Any]) -> str:
         return "Steinke, Nasr & Jagielski 2023"
     each = ", ".join(f"{name} {value:.3f}" for name, value in bounds.items())
     return f"the larger of Steinke, Nasr & Jagielski 2023 and the f-DP bound of Mahloujifar et al. 2025: {each}"
-
-
-def _power(audit: dict[str, Any]) -> str:
-    """What the audit could have caught, as it recorded it (nothing where it recorded none)."""
-    power = audit.get("power")
-    if not power:
-        return "No power was recorded for this audit."
-    low, high = power["tight_lower_bound_band"]
-    caught = "no leak up to σ/10" if power["detects"] is None else f"σ/{power['detects']:g}"
-    return (
-        f"Power: an exactly-claimed finetune gives ε_LB {power['tight_lower_bound']:.3f} ({low:.3f}–{high:.3f}) "
-        f"with {audit['canaries']} canaries; this audit catches {caught} with 90% ({power['method']})."
-    )
 
 
 def write_model_card(manifest: dict[str, Any], out: Path, fingerprint: str) -> None:
@@ -80,7 +68,8 @@ def write_model_card(manifest: dict[str, Any], out: Path, fingerprint: str) -> N
             f"({_methods(audit)}; {audit['canaries']} Dirac canaries, {audit['members']} in, "
             f"{audit['confidence']:.0%}): {verdict}; ε_LB {audit['epsilon_lower_bound']:.3f}"
             + ("" if profile is None else f", ε_LB (profile) {profile:.3f}")
-            + f" against the finetune's claimed ε {audit['claimed_epsilon']:.4g}. {_power(audit)}",
+            + f" against the finetune's claimed ε {audit['claimed_epsilon']:.4g}. "
+            + power_sentence(audit, f"{audit['canaries']} canaries", "finetune"),
         ),
         ("table", metrics),
         ("p", f"Weights: {model['file']}, sha256 {model['sha256'][:16]}…; released {manifest['timestamp']}."),

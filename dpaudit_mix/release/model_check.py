@@ -15,6 +15,7 @@ from .. import accounting, npz
 from ..audit.one_run import MIN_CANARIES
 from ..cache import sha256_bytes
 from ..errors import InputError
+from .audit_size import power_problems
 from .model_manifest import ModelClaim, composed_epsilon
 from .publication import field_of as _field
 
@@ -121,7 +122,17 @@ def _audit_mismatch(audit: dict[str, Any], claim: ModelClaim) -> list[str]:
             )
     if audit.get("claimed_epsilon") != claim.finetune_epsilon:
         problems.append("audit: it tested another epsilon than the finetune's claim")
-    canaries = audit.get("canaries")
+    canaries, confidence = audit.get("canaries"), audit.get("confidence")
     if not isinstance(canaries, int) or isinstance(canaries, bool) or canaries < MIN_CANARIES:
-        problems.append(f"audit: {canaries!r} canaries (at least {MIN_CANARIES})")
-    return problems
+        return [*problems, f"audit: {canaries!r} canaries (at least {MIN_CANARIES})"]
+    if not isinstance(confidence, float) or not 0 < confidence < 1:
+        return [*problems, f"audit: its confidence {confidence!r} is not in (0, 1)"]
+    return problems + power_problems(
+        audit,
+        claim.finetune_epsilon,
+        claim.delta,
+        [phase],
+        size=canaries,
+        one_run=True,
+        confidence=confidence,
+    )

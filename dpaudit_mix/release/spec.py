@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from .. import accounting
 from ..audit.attack import THRESHOLDS
 from ..audit.canaries import CANARY_KINDS, NATURAL_POLICIES
+from ..audit.plan import check_detect
 from ..data import registry
 from ..errors import require
 from ..learner import LearnerConfig, learner_config
@@ -30,7 +31,10 @@ class ReleaseSpec:
     learning_rate: float = 1.0
     user_level: bool = False
     accountant: str = accounting.DEFAULT_ACCOUNTANT  # the one that calibrates σ
-    audit_runs: int = 20_000
+    # the audit: the leak it must catch (σ/detect flagged with 90 %), and its runs per canary
+    # (default: the fewest that catch it, planned from the claim; a given count that does not is refused)
+    detect: float = 2.0
+    audit_runs: int | None = None
     audit_canaries: tuple[str, ...] = CANARY_KINDS
     natural_policy: str = "most_influential"
     threshold: str = "bonferroni"
@@ -48,7 +52,11 @@ class ReleaseSpec:
         accounting.check_delta(self.delta)
         self.learner()
         accounting.check_accountant(self.accountant)
-        require(self.audit_runs >= MIN_AUDIT_RUNS, f"audit_runs must be >= {MIN_AUDIT_RUNS}, got {self.audit_runs}")
+        check_detect(self.detect)
+        require(
+            self.audit_runs is None or self.audit_runs >= MIN_AUDIT_RUNS,
+            f"audit_runs must be >= {MIN_AUDIT_RUNS}, got {self.audit_runs}",
+        )
         require(
             len(self.audit_canaries) >= 1 and set(self.audit_canaries) <= set(CANARY_KINDS),
             f"audit_canaries must be a non-empty subset of {CANARY_KINDS}, got {self.audit_canaries!r}",
