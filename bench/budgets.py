@@ -12,11 +12,11 @@
    the install, budget 90 s) with an empty user cache and no reports/demo, then run again;
    `pipeline/quick.toml` and `audits/opacus-one-run.toml` and their reruns into the same folder
    (CPU time of the rerun, budget 3 s beyond the CLI's start-up; the pipeline's also without its
-   finished-run stamp, every stage cached), and the test suite as `make test` runs it (budget
-   480 s).
+   finished-run stamp, every stage cached); the λ release `releases/default.toml` from a fresh
+   user cache (its CPU, budget 60 s); and the test suite as `make test` runs it (budget 480 s).
 Each command runs in a fresh temporary output folder (no stage cache; built problems and
 proxies come from the user cache, as for a user's second command).
-Usage: python bench/budgets.py [--no-pipeline] [--only SUBSTRING | --only waits | --only demo]
+Usage: python bench/budgets.py [--no-pipeline] [--only SUBSTRING | --only waits | --only demo | --only lambda]
 """
 
 from __future__ import annotations
@@ -83,6 +83,17 @@ def demo_waits() -> list[tuple[str, float, float | None]]:
         return [("demo (after the install, empty caches)", first, 90.0), ("  run again", again, None)]
 
 
+def release_wait() -> list[tuple[str, float, float | None]]:
+    """The λ release from a fresh user cache (problem, proxies, verification and audit all
+    computed), into a temporary ledger: its wall time and CPU (user + sys, both cores counted)."""
+    cli = [sys.executable, "-m", "dpaudit_mix.cli"]
+    with tempfile.TemporaryDirectory() as out, tempfile.TemporaryDirectory() as cache:
+        release = [*cli, "release", "releases/default.toml", "--out", str(Path(out) / "r")]
+        env = {"DPAUDIT_MIX_CACHE": cache, "DPAUDIT_MIX_LEDGER": str(Path(out) / "ledger.json")}
+        seconds, cpu = measured(release, env)
+    return [("release releases/default.toml (fresh cache)", seconds, None), ("  its CPU (user + sys)", cpu, 60.0)]
+
+
 def waits() -> list[tuple[str, float, float | None]]:
     """The rest of item 5: (name, seconds, budget)."""
     cli = [sys.executable, "-m", "dpaudit_mix.cli"]
@@ -145,8 +156,12 @@ def main() -> None:
         if args.only not in name:
             continue
         row(name, wall(*argv), budget)
-    for rows in (demo_waits, waits):
-        if args.only in ("", "waits") or (rows is demo_waits and args.only == "demo"):
+    for rows in (demo_waits, release_wait, waits):
+        if (
+            args.only in ("", "waits")
+            or (rows is demo_waits and args.only == "demo")
+            or (rows is release_wait and args.only == "lambda")
+        ):
             for name, seconds, budget in rows():
                 row(name, seconds, budget)
     if args.only:

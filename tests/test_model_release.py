@@ -94,6 +94,7 @@ def test_a_model_release_publishes_audited_weights_that_check_and_load(tmp_path:
         card = (out / name).read_text()
         assert "One-run audit of this very finetune" in card and "f-DP bound" in card
         assert f"{power['tight_lower_bound']:.3f}" in card and "this audit catches" in card
+        assert f"The audit took {audit['seconds']['audit']:.1f} s" in card
     capsys.readouterr()
     assert main(["check-release", str(out / "release.json")]) == 0
     # edited weights are refused

@@ -26,6 +26,13 @@ def _methods(audit: dict[str, Any]) -> str:
     return f"the larger of Steinke, Nasr & Jagielski 2023 and the f-DP bound of Mahloujifar et al. 2025: {each}"
 
 
+def _cost(audit: dict[str, Any]) -> str:
+    """The audit's wall time beside the finetune's: the card says what the canaries cost, measured."""
+    seconds = audit["seconds"]
+    ratio = seconds["audit"] / max(seconds["finetune"], 1e-9)
+    return f" The audit took {seconds['audit']:.1f} s, {ratio:.1f}× the finetune's {seconds['finetune']:.1f} s."
+
+
 def write_model_card(manifest: dict[str, Any], out: Path, fingerprint: str) -> None:
     """release.md / release.html of a model release."""
     claim, audit, budget, model = manifest["claim"], manifest["audit"], manifest["budget"], manifest["model"]
@@ -69,7 +76,8 @@ def write_model_card(manifest: dict[str, Any], out: Path, fingerprint: str) -> N
             f"{audit['confidence']:.0%}): {verdict}; ε_LB {audit['epsilon_lower_bound']:.3f}"
             + ("" if profile is None else f", ε_LB (profile) {profile:.3f}")
             + f" against the finetune's claimed ε {audit['claimed_epsilon']:.4g}. "
-            + power_sentence(audit, f"{audit['canaries']} canaries", "finetune"),
+            + power_sentence(audit, f"{audit['canaries']} canaries", "finetune")
+            + _cost(audit),
         ),
         ("table", metrics),
         ("p", f"Weights: {model['file']}, sha256 {model['sha256'][:16]}…; released {manifest['timestamp']}."),
