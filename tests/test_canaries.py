@@ -21,11 +21,11 @@ Q = BATCH / EXAMPLES
 STEPS = EPOCHS * round(1 / Q)
 
 
-def _training(test: str) -> tuple[torch.nn.Module, torch.optim.Optimizer, DataLoader, float]:
+def _training(test: str, examples: int = EXAMPLES) -> tuple[torch.nn.Module, torch.optim.Optimizer, DataLoader, float]:
     """A user's own small model, data and Opacus engine (σ for ε = 2 by the PLD accountant)."""
     rng = stream(0, "simulated-scores", test=test).numpy()
-    x = torch.from_numpy(rng.normal(size=(EXAMPLES, 5)).astype(np.float32))
-    y = torch.from_numpy((rng.random(EXAMPLES) < 0.5).astype(np.int64))
+    x = torch.from_numpy(rng.normal(size=(examples, 5)).astype(np.float32))
+    y = torch.from_numpy((rng.random(examples) < 0.5).astype(np.int64))
     with torch_scope(stream(0, "model-init", test=test)):
         model = torch.nn.Linear(5, 2)
     sigma = accounting.calibrate(2.0, DELTA, Q, STEPS)
@@ -78,3 +78,38 @@ def test_canaries_need_an_opacus_optimizer_and_enough_of_them() -> None:
         attach(optimizer, 100, sample_rate=1.5)
     with pytest.raises(InputError, match="canaries over 1,000 steps"):  # refused before anything is allocated
         attach(optimizer, 10**13, sample_rate=Q)
+
+
+def test_attach_reads_q_from_the_optimizer_and_refuses_a_wrong_one() -> None:
+    """N = 1,437 with batches of 64: Opacus samples at 1/len(loader) = 1/23, not 64/1437."""
+    model, optimizer, loader, sigma = _training("q", examples=1437)
+    assert loader.sample_rate == pytest.approx(1 / 23)
+    with pytest.raises(InputError, match=r"sample_rate=0\.0445.* is not the q this optimizer's accountant counts at"):
+        attach(optimizer, 100, sample_rate=64 / 1437)
+    canaries = attach(optimizer, 100, sample_rate=1 / 23, source=stream(0, "canary-membership", test="q").numpy())
+    assert canaries.sample_rate == loader.sample_rate
+    canaries.detach()
+    canaries = attach(optimizer, 100, source=stream(0, "canary-membership", test="q").numpy())
+    assert canaries.sample_rate == loader.sample_rate
+    # the phases as run and counted: a σ changed half-way is a second phase, and ε is the accountant's
+    for step, (x, y) in enumerate(loader):
+        if step == 10:
+            optimizer.noise_multiplier = 2 * sigma
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    phases = canaries.phases()
+    assert [(p.noise_multiplier, p.steps) for p in phases] == [(sigma, 10), (2 * sigma, len(canaries.released) - 10)]
+    assert {p.sample_rate for p in phases} == {loader.sample_rate}
+    canaries.detach()
+
+
+def test_without_an_opacus_accountant_hook_q_must_be_given() -> None:
+    _, optimizer, _, _ = _training("no-hook")
+    optimizer.step_hook = None
+    with pytest.raises(InputError, match="no Opacus accountant hook to read q from: pass sample_rate="):
+        attach(optimizer, 100)
+    assert (
+        attach(optimizer, 100, sample_rate=Q, source=stream(0, "canary-membership", test="no-hook").numpy()).sample_rate
+        == Q
+    )

@@ -1,9 +1,9 @@
 """Dirac canaries inside a user's own Opacus training, audited from that one run.
 
-``canaries = attach(optimizer, m, sample_rate=q)`` after ``PrivacyEngine.make_private``; the
-user's training loop runs unchanged; ``canaries.audit(epsilon=..., delta=..., phases=[...])``
-then tests the claim with :func:`.one_run.audit_one_run`. Users reach it as
-:mod:`dpaudit_mix.canaries`.
+``canaries = attach(optimizer, m)`` after ``PrivacyEngine.make_private`` (q is read from the
+optimizer's Opacus accountant hook, the q its ε is counted at); the user's training loop runs
+unchanged; ``canaries.audit(epsilon=..., delta=..., phases=canaries.phases())`` then tests the
+claim with :func:`.one_run.audit_one_run`. Users reach it as :mod:`dpaudit_mix.canaries`.
 
 How (Opacus' own DPOptimizer does the privatising): the canaries are m extra coordinates w,
 one per canary, in a parameter group of their own that no example's loss reaches. Before
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from .. import accounting
-from ..errors import is_real, require
+from ..errors import InputError, is_real, require
 from ..randomness import RandomSource, SecureSource
 from ..resources import require_memory
 from .dirac import dirac_scores
@@ -54,6 +54,7 @@ class Canaries:
     sample_rate: float
     source: RandomSource
     released: list[np.ndarray] = field(default_factory=list)  # per step, (m,): x_t σ
+    noise_multipliers: list[float] = field(default_factory=list)  # per step: the σ the optimizer used
     _restore: list[Callable[[], None]] = field(default_factory=list)
 
     @property
@@ -67,6 +68,22 @@ class Canaries:
         sigma = self.optimizer.noise_multiplier if noise_multiplier is None else noise_multiplier
         q = self.sample_rate if sample_rate is None else sample_rate
         return dirac_scores(np.stack(self.released, axis=1), sigma, q)
+
+    def phases(self) -> list[accounting.GaussianPhase]:
+        """The phases the optimizer ran, as its Opacus accountant counted them: one per run of
+        steps at one σ (a σ schedule gives several), each at the accounted q. Auditing against them
+        asks whether what was released matches what was counted (a noise that is not the σ the
+        optimizer reports shows); a claim fixed before training (a σ changed after it) is tested
+        by passing its own phases instead."""
+        require(len(self.noise_multipliers) >= 1, "the canaries saw no step: train before auditing")
+        runs: list[accounting.GaussianPhase] = []
+        for sigma in self.noise_multipliers:
+            if runs and runs[-1].noise_multiplier == sigma:
+                last = runs.pop()
+                runs.append(accounting.GaussianPhase(sigma, self.sample_rate, last.steps + 1))
+            else:
+                runs.append(accounting.GaussianPhase(sigma, self.sample_rate, 1))
+        return runs
 
     def final_scores(self) -> np.ndarray:
         """Each canary's black-box score: its coordinate after plain SGD on everything released,
@@ -107,14 +124,19 @@ def attach(
     optimizer: Any,
     m: int,
     *,
-    sample_rate: float,
+    sample_rate: float | None = None,
     membership: np.ndarray | None = None,
     source: RandomSource | None = None,
 ) -> Canaries:
     """Attach ``m`` Dirac canaries to ``optimizer`` (an Opacus DPOptimizer, after make_private),
-    each in with probability ½ (or as ``membership`` says) and sampled at ``sample_rate`` (the q
-    of the training's Poisson loader). Every draw comes from ``source``, the OS CSPRNG unless a
-    named stream is given (tests)."""
+    each in with probability ½ (or as ``membership`` says) and sampled at the training's q.
+
+    q is read from the optimizer: the rate its Opacus accountant counts each step at (Opacus'
+    ``1/len(loader)``, which is not batch/N unless N is a multiple of the batch). A
+    ``sample_rate`` given too must be that q (to 1e-9 relative): a wrong q would make the audit
+    test a claim the training never made. Without an Opacus accountant hook, ``sample_rate`` is
+    required. Every draw comes from ``source``, the OS CSPRNG unless a named stream is given
+    (tests)."""
     import torch
     from opacus.optimizers import DPOptimizer
 
@@ -126,10 +148,7 @@ def attach(
         f"m must be an integer >= {MIN_CANARIES}, got {m!r}",
     )
     m = int(m)
-    require(
-        is_real(sample_rate) and 0 < sample_rate <= 1,
-        f"sample_rate must be the training's q in (0, 1], got {sample_rate!r}",
-    )
+    sample_rate = _training_sample_rate(optimizer, sample_rate)
     require_memory(m * BYTES_PER_CANARY_STEP * 1000, f"{m} canaries over 1,000 steps")
     draws: RandomSource = SecureSource() if source is None else source
     member = draws.random(m) < 0.5 if membership is None else np.asarray(membership)
@@ -144,6 +163,32 @@ def attach(
     _hook_clipping(canaries)
     _hook_release(canaries)
     return canaries
+
+
+def _training_sample_rate(optimizer: Any, given: float | None) -> float:
+    """The q the training runs and accounts at: the one Opacus' accountant hook was made with
+    (``get_optimizer_hook_fn(sample_rate)`` keeps it in its closure), checked against a given one."""
+    if given is not None:
+        require(is_real(given) and 0 < given <= 1, f"sample_rate must be the training's q in (0, 1], got {given!r}")
+    hook = optimizer.step_hook
+    code, cells = getattr(hook, "__code__", None), getattr(hook, "__closure__", None)
+    accounted = (
+        float(cells[code.co_freevars.index("sample_rate")].cell_contents)
+        if code is not None and cells is not None and "sample_rate" in code.co_freevars
+        else None
+    )
+    if accounted is None:
+        if given is None:
+            raise InputError(
+                "the optimizer has no Opacus accountant hook to read q from: pass sample_rate= (the q of its loader)"
+            )
+        return float(given)
+    if given is not None and abs(given - accounted) > 1e-9 * accounted:
+        raise InputError(
+            f"sample_rate={given!r} is not the q this optimizer's accountant counts at ({accounted!r}, Opacus' "
+            "1/len(loader)): leave sample_rate out and attach reads it"
+        )
+    return accounted
 
 
 def _hook_clipping(canaries: Canaries) -> None:
@@ -183,6 +228,7 @@ def _hook_release(canaries: Canaries) -> None:
         require(opt.accumulated_iterations == 1, "canaries do not support gradient accumulation (one batch per step)")
         scale = opt.expected_batch_size if opt.loss_reduction == "mean" else 1.0
         canaries.released.append(weight.grad.detach().cpu().numpy().astype(np.float64) * scale / opt.max_grad_norm)
+        canaries.noise_multipliers.append(float(opt.noise_multiplier))
         if accountant_hook is not None:
             accountant_hook(opt)
 
