@@ -18,7 +18,7 @@ from dpaudit_mix.learner import RUN_FIELDS, LearnerConfig, learner_config, learn
 from dpaudit_mix.pipeline.methods import mix_learner
 from dpaudit_mix.pipeline.spec import PipelineSpec
 from dpaudit_mix.recovery.spec import RecoverySpec
-from dpaudit_mix.release.gate import _audit_spec
+from dpaudit_mix.release.lambda_audit import audit_spec
 from dpaudit_mix.release.spec import ReleaseSpec
 
 from .conftest import random_problem
@@ -47,7 +47,7 @@ def test_every_setting_reaches_the_learner_of_an_audit_or_release_spec(kind: typ
 
 def test_the_audit_of_a_release_runs_the_released_learner() -> None:
     release = ReleaseSpec(**PLANTED)
-    audited = _audit_spec(release, random_problem(20, 3, 0), {"problem": "p.npz"})
+    audited = audit_spec(release, random_problem(20, 3, 0), {"problem": "p.npz"}, runs=1000)
     assert audited.learner(0.7) == release.learner(0.7)
     assert release.learner(0.7, secure=True).secure and not audited.learner(0.7).secure
 

@@ -3,6 +3,7 @@ the field's bugs planted in it fails the matching check with its one-line reason
 
 from __future__ import annotations
 
+import math
 import re
 import types
 from pathlib import Path
@@ -18,6 +19,7 @@ from torch.utils.data import DataLoader, WeightedRandomSampler
 from dpaudit_mix import accounting
 from dpaudit_mix.randomness import stream, torch_scope
 from dpaudit_mix.testing import CheckFailed, Point, check_accountant, check_dpsgd, check_mechanism
+from dpaudit_mix.testing.accountant import DEFAULT_GRID
 from dpaudit_mix.testing.dpsgd import Claim, Run, SignalTest, _runs_to_detect, _signal_test
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "testing.md"
@@ -335,3 +337,47 @@ def test_opacus_rdp_is_the_reference_users_compare_with():
     accountant = RDPAccountant()
     accountant.history = [(1.0, 1.0, 10)]
     assert accountant.get_epsilon(1e-5) > accounting.pld_epsilon([accounting.GaussianPhase(1.0, 1.0, 10)], 1e-5)
+
+
+# --- accountants that ignore an input, over-report, or under-report small ε -------------------------
+
+
+def _pld(s, q, t, d):
+    return accounting.pld_epsilon([accounting.GaussianPhase(s, q, t)], d)
+
+
+def test_an_accountant_that_ignores_q_fails_on_its_flat_sweep_first():
+    with pytest.raises(CheckFailed) as failed:
+        check_accountant(lambda s, q, t, d: USER.my_epsilon(s, 1.0, t, d), grid=DEFAULT_GRID[:1])
+    message = str(failed.value)
+    assert re.search(r"^check_accountant: \d+ of \d+ cases fail: sweep over sample_rate", message)
+    assert "ε does not change with sample_rate" in message and "is the sampling rate used?" in message
+    # its grid point is flagged as over-reporting, not passed
+    grid = next(c for c in failed.value.report.cases if c.where == str(DEFAULT_GRID[0]))
+    assert not grid.passed and "over-reports" in grid.why
+
+
+def test_an_accountant_that_counts_a_step_per_epoch_fails_on_the_steps_sweep():
+    def per_epoch(s, q, t, d):
+        return USER.my_epsilon(s, 1.0, max(1, math.ceil(t * q)), d)
+
+    with pytest.raises(CheckFailed, match=r"ε does not change with steps: .* are the steps counted"):
+        check_accountant(per_epoch, grid=DEFAULT_GRID[:1])
+
+
+def test_a_conservative_accountant_is_accepted_only_when_asked():
+    doubled = [Point(1.0, 0.01, 1000, 1e-5)]
+    with pytest.raises(CheckFailed, match=r"over-reports .* pass strict=False"):
+        check_accountant(lambda s, q, t, d: 20 * _pld(s, q, t, d), grid=doubled, sweeps=False)
+    report = check_accountant(lambda s, q, t, d: 20 * _pld(s, q, t, d), grid=doubled, sweeps=False, strict=False)
+    assert report.passed and report.details["over_reports"] == [str(doubled[0])]
+    # Opacus' RDP, 52× PLD at the tiny-q corner where both ε are below 0.4, is no over-report
+    assert check_accountant(USER.my_epsilon, grid=CORNER, sweeps=False).details["over_reports"] == []
+
+
+@pytest.mark.parametrize(
+    "small", [lambda e: 0.0 if e < 0.02 else e, lambda e: e / 2 if e < 0.05 else e], ids=["zero", "halved"]
+)
+def test_an_accountant_that_under_reports_small_epsilon_fails_at_the_tiny_q_point(small):
+    with pytest.raises(CheckFailed, match=r"σ=1 q=1e-05 T=10000 δ=1e-05: ε .* it under-reports"):
+        check_accountant(lambda s, q, t, d: small(_pld(s, q, t, d)), grid=CORNER, sweeps=False)

@@ -57,7 +57,7 @@ def check_release_accountant(
         return accounting.epsilon([accounting.GaussianPhase(sigma, q, steps)], at, accountant)
 
     try:
-        check_accountant(epsilon_fn, grid=QUICK_GRID, sweeps=False)
+        check_accountant(epsilon_fn, grid=QUICK_GRID, sweeps=False, strict=False)  # over-reports are allowed
     except CheckFailed as failed:
         raise Refused(
             "verification", f"the registered accountant {accountant!r} fails check_accountant's grid: {failed}"
