@@ -14,7 +14,9 @@ are loaded once, the first time a registry is asked for a name.
 
 from __future__ import annotations
 
+import sys
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from importlib.metadata import entry_points
 from typing import Generic, TypeVar
@@ -25,6 +27,49 @@ T = TypeVar("T")
 
 #: what a name may look like: it ends up in specs, manifests, file names and `--flag` values.
 NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
+
+
+#: every registered object that is not the package's own: (kind, name, object), whose code an
+#: exception came from (:func:`user_code`).
+_USER_OBJECTS: list[tuple[str, str, object]] = []
+
+
+def _module_of(obj: object) -> str:
+    """The module that defines ``obj`` (a function's, or an instance's class's)."""
+    own = getattr(obj, "__module__", None)
+    return own if isinstance(own, str) and callable(obj) else type(obj).__module__
+
+
+def _is_users(obj: object) -> bool:
+    module = _module_of(obj)
+    return module != "dpaudit_mix" and not module.startswith("dpaudit_mix.")
+
+
+def user_code(exc: BaseException) -> str | None:
+    """Which registered user object's code raised ``exc`` ("the accountant 'mine' (your code,
+    its module)"), where its traceback passes through one of its methods (or the registered
+    function itself), or a worker's traceback carried as the cause names its module's file;
+    None where the failure is the package's own or a library's."""
+    with _USER_LOCK:
+        owners = list(_USER_OBJECTS)
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        for frame, _ in traceback.walk_tb(current.__traceback__):
+            for kind, name, obj in owners:
+                if frame.f_locals.get("self") is obj or frame.f_code is getattr(obj, "__code__", None):
+                    return f"the {kind} {name!r} (your code, {_module_of(obj)})"
+        if type(current).__name__ == "_RemoteTraceback":  # a process pool's worker: its text only
+            for kind, name, obj in owners:
+                path = getattr(sys.modules.get(_module_of(obj)), "__file__", None)
+                if path and f'"{path}"' in str(current):
+                    return f"the {kind} {name!r} (your code, {_module_of(obj)})"
+        current = current.__cause__ or current.__context__
+    return None
+
+
+_USER_LOCK = threading.Lock()
 
 
 def _article(kind: str) -> str:
@@ -60,6 +105,10 @@ class Registry(Generic[T]):
                 "(pass replace=True to replace it)",
             )
             self._entries[name] = obj
+        with _USER_LOCK:
+            _USER_OBJECTS[:] = [u for u in _USER_OBJECTS if u[:2] != (self.kind, name)]
+            if _is_users(obj):
+                _USER_OBJECTS.append((self.kind, name, obj))
         for listener in self._listeners:
             listener()
         return obj
@@ -69,6 +118,8 @@ class Registry(Generic[T]):
         with self._lock:
             require(name in self._entries, f"no {self.kind} named {name!r} is registered")
             del self._entries[name]
+        with _USER_LOCK:
+            _USER_OBJECTS[:] = [u for u in _USER_OBJECTS if u[:2] != (self.kind, name)]
         for listener in self._listeners:
             listener()
 

@@ -233,3 +233,51 @@ def test_entry_point_plugins_load_once_and_a_broken_one_is_one_line(monkeypatch)
     groups["dpaudit_mix.gizmos"] = [Point("broken", "gizmos_plus:x", "dpaudit_mix.gizmos")]
     with pytest.raises(InputError, match=r"the gizmo plugin 'broken' .* failed to load: no module named gadgets_plus"):
         broken.get("anything")
+
+
+@dataclass(frozen=True)
+class _Raising:
+    """A user's accountant with a bug of its own kind (not a ValueError)."""
+
+    name: str = "toy-raising"
+    error: type[Exception] = RuntimeError
+
+    def epsilon(self, phases: Sequence[GaussianPhase], delta: float) -> float:
+        raise self.error("the cache server is down")
+
+
+@dataclass(frozen=True)
+class _BrokenWorld:
+    tasks: tuple[str, ...] = ("up",)
+
+    def build(self, task: str, seed: int, shards: int, proxy: ProxySpec) -> Problem:
+        return {}["rows"]  # a KeyError in the user's world
+
+
+@pytest.mark.parametrize("error", [RuntimeError, KeyError])
+def test_a_users_code_that_raises_anything_is_one_line_and_exit_2(error, capsys, tmp_path: Path) -> None:
+    accounting.register_accountant("toy-raising", _Raising(error=error))
+    worlds.register_world("toy-broken", _BrokenWorld())
+    try:
+        calibrate = ["calibrate", "--epsilon", "1", "--delta", "1e-5", "--sample-rate", "1", "--steps", "10"]
+        assert main([*calibrate, "--accountant", "toy-raising"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "Traceback" not in err
+        assert err.startswith(f"dpaudit-mix: error: the accountant 'toy-raising' (your code, {__name__}) raised ")
+        assert error.__name__ in err and "the cache server is down" in err
+        assert main(["problem", "toy-broken", "--task", "up", "--out", str(tmp_path / "p.npz")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("dpaudit-mix: error: the world 'toy-broken' (your code") and "KeyError" in err
+        assert not (tmp_path / "p.npz").exists()
+    finally:
+        accounting.ACCOUNTANTS.unregister("toy-raising")
+        worlds.WORLDS.unregister("toy-broken")
+
+
+def test_a_bug_of_the_packages_own_keeps_its_traceback(monkeypatch) -> None:
+    """Only a user's registered code is their input: the package's own failure is not hidden."""
+    from dpaudit_mix.cli import mixing
+
+    monkeypatch.setattr(mixing, "cmd_calibrate", {}.__getitem__)  # a TypeError in no user's frame
+    with pytest.raises(TypeError, match="unhashable"):
+        main(["calibrate", "--epsilon", "1", "--delta", "1e-5", "--sample-rate", "1", "--steps", "10"])

@@ -2,7 +2,9 @@
 
 Exit 0 success, 2 bad input, 3 audit violation (or a refused release / failed check), 4 an
 inconclusive audit (a σ = 0 control saw nothing, so the audit cannot see leakage), 5 a fault of
-the machine (disk full, I/O error, stdout closed), 130 interrupted (Ctrl-C; rerun to resume).
+the machine (disk full, I/O error, stdout closed), 130 interrupted (Ctrl-C; rerun to resume). An
+exception of any type raised inside a user's registered object (accountant, mechanism, world,
+network, threshold strategy) is bad input too: exit 2, one line naming it.
 
 One module per command group (:mod:`.mixing`, :mod:`.audits`, :mod:`.planning`, :mod:`.releases`,
 :mod:`.experiments`, :mod:`.verify`), each with its handlers and its ``commands(sub)``;
@@ -19,6 +21,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import EXIT_BAD_INPUT, EXIT_FAULT, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_VIOLATION, InputError
+from ..registry import user_code
 from . import audits, experiments, mixing, planning, releases, verify
 from .common import PATH_ERRORS, Parser
 
@@ -82,3 +85,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemoryError:
         _say("dpaudit-mix: error: out of memory; ask for fewer runs, examples or steps")
         return EXIT_FAULT
+    except Exception as exc:
+        # a user's registered accountant, mechanism, world, network or threshold rule failed: one line
+        # naming it (their input to us); a failure of the package's own code keeps its traceback
+        culprit = user_code(exc)
+        if culprit is None:
+            raise
+        _say(f"dpaudit-mix: error: {culprit} raised {type(exc).__name__}: {exc}")
+        return EXIT_BAD_INPUT
