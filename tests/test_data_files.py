@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -240,6 +241,38 @@ def test_mixed_sizes_and_truncated_images_in_a_folder(capsys, tmp_path: Path):
     _fails(capsys, path, tmp_path / "p.npz", "b.png: size (20, 20), but the folder's images are (28, 28)")
     (tmp_path / "folder" / "1" / "b.png").write_bytes(_png(large)[:60])
     _fails(capsys, path, tmp_path / "p.npz", "b.png: unreadable or truncated image")
+
+
+def test_images_too_large_are_refused_from_their_headers(capsys, tmp_path: Path, monkeypatch):
+    """Sizes are read from the npz header and the PNG header before a pixel is decoded; Pillow's
+    own bomb check is never what the user sees."""
+    from dpaudit_mix.data import image_files
+
+    side = 4097  # one pixel row past the 4096 × 4096 cap (blank: 17 MB inflated, kilobytes on disk)
+    manifest = _image_world(tmp_path, a={"images": np.zeros((2, side, side), np.uint8), "labels": np.array([0, 1])})
+    _fails(capsys, manifest, tmp_path / "p.npz", f"a.npz: images of {side} × {side} pixels, more than the 16,777,216")
+    path = _image_world(tmp_path)
+    path.write_text(path.read_text().replace('b = "b.npz"', 'b = "folder/"'))
+    for label in ("0", "1"):
+        (tmp_path / "folder" / label).mkdir(parents=True)
+        (tmp_path / "folder" / label / "x.png").write_bytes(_png(np.zeros((28, 28), np.uint8)))
+    Image.new("L", (side, side)).save(tmp_path / "folder" / "1" / "x.png")
+    _fails(capsys, path, tmp_path / "p.npz", f"x.png: an image of more than 16,777,216 pixels ({side} × {side})")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Pillow's bomb warning, had it been let through, fails here
+        monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # Pillow's bomb error at open, well below ours
+        _fails(
+            capsys,
+            path,
+            tmp_path / "p.npz",
+            "x.png: an image of more than 16,777,216 pixels: every image becomes 28 × 28",
+        )
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 89_478_485)
+    (tmp_path / "folder" / "1" / "x.png").write_bytes(_png(np.zeros((28, 28), np.uint8)))
+    for i in range(30):
+        (tmp_path / "folder" / "0" / f"{i}.png").write_bytes(_png(np.zeros((28, 28), np.uint8)))
+    monkeypatch.setattr(image_files, "MAX_SOURCE_VALUES", 30 * 28 * 28)  # the sensitive set's 30 fit; 32 do not
+    _fails(capsys, path, tmp_path / "p.npz", "its images hold more than the 23,520 pixel values one source may hold")
 
 
 def test_bad_manifests(capsys, tmp_path: Path):
