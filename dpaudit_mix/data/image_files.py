@@ -199,7 +199,10 @@ def _picture(content: bytes, path: Path) -> np.ndarray:
     from PIL import Image, UnidentifiedImageError
 
     def too_large(size: str) -> str:
-        return f"{path}: an image of more than {MAX_IMAGE_PIXELS:,} pixels{size}: every image becomes 28 × 28, resize it first"
+        return (
+            f"{path}: an image of more than {MAX_IMAGE_PIXELS:,} pixels{size}: every image becomes 28 × 28, "
+            "resize it first"
+        )
 
     try:
         with warnings.catch_warnings():
