@@ -9,7 +9,7 @@ from scipy.stats import binom, binomtest
 
 from dpaudit_mix import accounting
 from dpaudit_mix.audit.dirac import dirac_scores, simulated_released
-from dpaudit_mix.audit.guesses import guess_sizes, p_value
+from dpaudit_mix.audit.guesses import guess_sizes, p_value, p_values
 from dpaudit_mix.audit.one_run import audit_one_run
 from dpaudit_mix.errors import InputError
 from dpaudit_mix.randomness import stream
@@ -27,6 +27,19 @@ def test_the_p_value_is_the_binomial_tail_plus_the_delta_term() -> None:
     values = [p_value(1000, 200, 150, eps, DELTA) for eps in (0.0, 0.5, 1.0, 2.0)]
     assert values == sorted(values) and all(0 <= v <= 1 for v in values)  # a larger ε explains more
     assert guess_sizes(1000).tolist() == sorted(set(guess_sizes(1000).tolist())) and guess_sizes(1000)[-1] == 500
+
+
+@pytest.mark.parametrize(("guesses", "correct"), [(40, 1), (40, 30), (200, 200), (1000, 560), (5000, 4100)])
+def test_the_profile_p_values_are_the_formula_at_every_point(guesses: int, correct: int) -> None:
+    """p_values (one log-pmf recursion for all ε) against scipy's pmf term by term."""
+    epsilons, deltas = np.array([0.0, 0.3, 1.0, 4.0, 20.0]), np.array([0.1, 1e-3, 1e-5, 1e-9, 1e-12])
+    for e, d, got in zip(epsilons, deltas, p_values(10_000, guesses, correct, epsilons, deltas), strict=True):
+        q = float(np.exp(e) / (1 + np.exp(e)))
+        below = np.cumsum(binom.pmf(correct - np.arange(1, correct + 1), guesses, q))
+        expected = min(
+            1.0, binom.sf(correct - 1, guesses, q) + 2 * 10_000 * d * np.max(below / np.arange(1, correct + 1))
+        )
+        assert got == pytest.approx(expected, rel=1e-9, abs=1e-300)
 
 
 def _audit(q: float, steps: int, leak: float, trial: int, canaries: int = 1000):  # type: ignore[no-untyped-def]

@@ -34,16 +34,31 @@ GUESS_SIZES = 8
 EPSILON_MAX, EPSILON_TOLERANCE = 50.0, 1e-4
 
 
-def p_value(canaries: int, guesses: int, correct: int, epsilon: float, delta: float) -> float:
-    """The bound on P[V ≥ ``correct``] of ``guesses`` guesses among ``canaries`` under (ε, δ)-DP
-    (the module's formula)."""
-    q = float(expit(epsilon))
-    tail = float(binom.sf(correct - 1, guesses, q))
-    if delta == 0 or correct == 0:
-        return min(1.0, tail)
+def p_values(canaries: int, guesses: int, correct: int, epsilons: np.ndarray, deltas: np.ndarray) -> np.ndarray:
+    """The bound on P[V ≥ ``correct``] of ``guesses`` guesses among ``canaries`` under each
+    (ε, δ) of a profile (the module's formula), evaluated for all of them at once: one binomial
+    pmf matrix (profile points × i), not a scalar call per point (a one-run profile search asks
+    tens of thousands)."""
+    eps = np.atleast_1d(np.asarray(epsilons, dtype=np.float64))
+    dls = np.broadcast_to(np.asarray(deltas, dtype=np.float64), eps.shape)
+    q = expit(eps)
+    tail = binom.sf(correct - 1, guesses, q)
+    if correct == 0 or not np.any(dls > 0):
+        return np.minimum(1.0, tail)
+    # log P[B = correct − i], i = 1..correct, from log P[B = correct − 1] down the pmf's ratio
+    # P[B = k − 1] / P[B = k] = k / (r − k + 1) · (1 − q)/q, and (1 − q)/q = e^−ε: one cumulative
+    # sum of logs shared by every ε, then an outer sum, instead of a pmf call per (ε, i)
+    k = np.arange(correct - 1, 0, -1, dtype=np.float64)  # k = correct − 1 … 1
+    steps = np.concatenate([[0.0], np.cumsum(np.log(k) - np.log(guesses - k + 1))])
     i = np.arange(1, correct + 1)
-    below = np.cumsum(binom.pmf(correct - i, guesses, q))  # P[correct − i ≤ B < correct]
-    return min(1.0, tail + 2 * canaries * delta * float(np.max(below / i)))
+    log_pmf = binom.logpmf(correct - 1, guesses, q)[:, None] + steps[None, :] - eps[:, None] * (i - 1)[None, :]
+    below = np.cumsum(np.exp(log_pmf), axis=1)  # P[correct − i ≤ B < correct]
+    return np.minimum(1.0, tail + 2 * canaries * dls * np.max(below / i, axis=1))
+
+
+def p_value(canaries: int, guesses: int, correct: int, epsilon: float, delta: float) -> float:
+    """:func:`p_values` at one (ε, δ)."""
+    return float(p_values(canaries, guesses, correct, np.array([epsilon]), np.array([delta]))[0])
 
 
 def guess_sizes(canaries: int) -> np.ndarray:

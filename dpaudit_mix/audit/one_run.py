@@ -37,7 +37,7 @@ from .. import accounting
 from ..errors import is_real, require
 from .estimate import Estimate, gaussian_pair
 from .fdp import PROFILE_FLOOR, PROFILE_GRID, Curves, GaussianCurves, LineCurves, rejects
-from .guesses import EPSILON_MAX, MIN_CANARIES, GuessSets, largest_rejected, p_value
+from .guesses import EPSILON_MAX, MIN_CANARIES, GuessSets, largest_rejected, p_values
 from .one_run_power import OneRunPowerClaim, Power, one_run_power, one_run_power_claim
 from .profile import BISECTION_INTERVAL, BISECTION_MIN_SIGMA, BISECTION_RATIO, scale_threshold
 from .scores import check_claim
@@ -64,7 +64,7 @@ class Profile:
     def p_value(self, canaries: int, guesses: int, correct: int) -> float:
         """Steinke's bound at every point of the profile: the smallest holds (its minimum is taken
         before anything random)."""
-        return min(p_value(canaries, guesses, correct, e, d) for e, d in zip(self.epsilons, self.deltas, strict=True))
+        return float(p_values(canaries, guesses, correct, np.array(self.epsilons), np.array(self.deltas)).min())
 
     def rejects(self, sets: GuessSets, alpha: float) -> bool:
         if any(self.p_value(sets.canaries, r, v) <= alpha for r, v in sets.pairs()):

@@ -1,0 +1,43 @@
+"""What one call of the one-run audit costs (targets: ≤ 1 s for 10³ canaries and ≤ 3 s for 10⁴,
+with the training's phases, on 2 cores): wall time of ``audit_one_run`` on exact Dirac-canary
+scores of a mechanism calibrated to (1, 1e-5), the first call in a fresh process (it builds the
+claimed profile) and a second (the profile known), against the training it audits.
+
+    python bench/one_run_call.py
+"""
+
+from __future__ import annotations
+
+import time
+
+from dpaudit_mix import accounting
+from dpaudit_mix.audit.dirac import dirac_scores, simulated_released
+from dpaudit_mix.audit.one_run import audit_one_run
+from dpaudit_mix.randomness import stream
+
+DELTA = 1e-5
+#: (canaries, q, T, target s)
+CASES = ((1000, 0.1, 10, 1.0), (10_000, 0.1, 10, 3.0), (10_000, 1.0, 1, 3.0))
+
+
+def main() -> None:
+    print("| canaries | q | T | call | wall s | target s | ratio | ε_LB | ε_LB (profile) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for canaries, q, steps, target in CASES:
+        sigma = accounting.calibrate(1.0, DELTA, q, steps)
+        phases = [accounting.GaussianPhase(sigma, q, steps)]
+        draws = stream(0, "simulated-scores", bench="one-run-call", canaries=canaries, q=q).numpy()
+        member = draws.random(canaries) < 0.5
+        scores = dirac_scores(simulated_released(member, sigma, q, steps, draws), sigma, q)
+        for call in ("first", "second"):
+            started = time.perf_counter()
+            result = audit_one_run(scores, member, epsilon=1.0, delta=DELTA, phases=phases)
+            wall = time.perf_counter() - started
+            print(
+                f"| {canaries} | {q:g} | {steps} | {call} | {wall:.2f} | {target:g} | {wall / target:.2f} | "
+                f"{result.epsilon_lower_bound:.3f} | {result.epsilon_lower_bound_profile:.3f} |"
+            )
+
+
+if __name__ == "__main__":
+    main()
