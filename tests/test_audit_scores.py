@@ -256,3 +256,25 @@ def test_a_csv_is_read_by_its_one_header(tmp_path: Path, text: str, message: str
     path.write_text(text)
     with pytest.raises(ValueError, match=message):
         read_scores(path)
+
+
+@pytest.mark.parametrize("case", ["all equal", "identical sets"])
+def test_scores_that_carry_no_information_are_one_warning_and_inconclusive(case: str, tmp_path: Path, capsys) -> None:
+    rng = _draw("no-information", case=case)
+    scores = rng.normal(size=2000)
+    in_scores, out_scores = (
+        (np.zeros(2000), np.zeros(2000)) if case == "all equal" else (scores, rng.permutation(scores))
+    )
+    result = dpaudit_mix.audit_scores(in_scores, out_scores, epsilon=1.0, delta=DELTA)
+    assert result.no_information and result.inconclusive and not result.violation
+    assert result.to_dict()["inconclusive"] and result.warnings[0].startswith("the scores carry no information")
+    path = tmp_path / "blind.npz"
+    np.savez(path, in_scores=in_scores, out_scores=out_scores)
+    assert main(["audit-scores", str(path), "--epsilon", "1", "--delta", str(DELTA)]) == 4
+    err = capsys.readouterr().err
+    assert "dpaudit-mix: warning: the scores carry no information; the attack sees nothing" in err
+    assert "INCONCLUSIVE" not in err  # one line says it
+    # one score moved: information, however little
+    moved = in_scores.copy()
+    moved[0] += 1e-6
+    assert not dpaudit_mix.audit_scores(moved, out_scores, epsilon=1.0, delta=DELTA).no_information

@@ -155,10 +155,10 @@ def test_delong_interval_covers_the_true_auroc_at_its_level() -> None:
 CLAIMS = ((1.0, 1.0, 2), (4.0, 1.0, 5), (1.0, 0.5, 2), (1.0, 0.5, 5), (1.0, 0.2, 5), (4.0, 0.5, 5))
 
 
-@pytest.mark.parametrize("configurations", [15, pytest.param(50, marks=[pytest.mark.full, pytest.mark.long])])
+@pytest.mark.parametrize("configurations", [10, pytest.param(50, marks=[pytest.mark.full, pytest.mark.long])])
 def test_engine_profile_verdict_over_honest_configurations(tmp_path, monkeypatch, configurations: int) -> None:
     """Random honest configurations, Poisson included: the profile verdict fires no more often than
-    α = 5% allows, and every result carries the GDP numbers (15 configurations here, the first 15
+    α = 5% allows, and every result carries the GDP numbers (10 configurations here, the first 10
     of the 50 that `make full` runs). (Claims come from six (ε, q, T),
     calibrated once each, to keep the test fast: full batch and Poisson, small and large ε, the
     smallest σ among them 1.5, since a Poisson PLD call at σ < 1 takes seconds; problems, C,

@@ -83,6 +83,9 @@ class AuditResult:
     #: what this audit's power rests on (:mod:`.power`; None where it is not simulated): the power
     #: itself is computed when first asked (:attr:`power`), so audits that never report it pay nothing
     power_claim: PowerClaim | None = field(repr=False, compare=False)
+    #: every score is one value, or the in and out scores are the same multiset: no attack on them
+    #: can see anything, so silence is no evidence (the verdict is inconclusive)
+    no_information: bool
 
     @property
     def verdict(self) -> str:
@@ -97,8 +100,9 @@ class AuditResult:
 
     @property
     def inconclusive(self) -> bool:
-        """A σ = 0 control was given and even it stays within the claim: the attack is blind."""
-        return self.control is not None and not self.control.violation
+        """The scores carry no information, or a σ = 0 control was given and even it stays within
+        the claim: the attack is blind."""
+        return self.no_information or (self.control is not None and not self.control.violation)
 
     def to_dict(self) -> dict[str, Any]:
         """audit.json's fields for one result (``exceeds_claim`` is ``violation``)."""
@@ -132,7 +136,9 @@ class AuditResult:
             "power": None if self.power is None else self.power.to_dict(),
         }
         if self.control is not None:
-            data |= {"control": self.control.to_dict(), "inconclusive": self.inconclusive}
+            data["control"] = self.control.to_dict()
+        if self.control is not None or self.no_information:
+            data |= {"inconclusive": self.inconclusive, "no_information": self.no_information}
         return {**data, "exceeds_claim": self.violation}
 
 
@@ -213,6 +219,16 @@ def full_batch(phases: Sequence[accounting.GaussianPhase] | None) -> bool:
     return bool(phases) and all(p.sample_rate == 1.0 for p in phases or ())
 
 
+def _no_information(scores_in: np.ndarray, scores_out: np.ndarray) -> bool:
+    """All scores one value, or in and out the same multiset (sorted only when the cheap tests pass)."""
+    low, high = min(scores_in.min(), scores_out.min()), max(scores_in.max(), scores_out.max())
+    if low == high:
+        return True
+    if len(scores_in) != len(scores_out) or scores_in.min() != scores_out.min() or scores_in.max() != scores_out.max():
+        return False
+    return bool(np.array_equal(np.sort(scores_in), np.sort(scores_out)))
+
+
 def _warnings(auroc: float, epsilon: float, max_epsilon: float, detectable: bool, curve: str) -> tuple[str, ...]:
     said = []
     if auroc < 0.5:
@@ -280,6 +296,7 @@ def analyse(
     detectable = stated != "none" and bool(np.any(claimed.violated(np.array([perfect[0]]), np.array([perfect[1]]))))
     strict, gdp = found.strict, found.gdp
     epsilon_violation = found.epsilon_lower_bound > epsilon
+    blind = _no_information(scores_in, scores_out)
     result = AuditResult(
         runs=len(scores_in) + len(scores_out),
         epsilon_lower_bound=found.epsilon_lower_bound,
@@ -303,7 +320,9 @@ def analyse(
         epsilon_violation=epsilon_violation,
         epsilon_lower_bound_max=max_epsilon,
         curve_detectable=detectable,
-        warnings=_warnings(diag.auroc, epsilon, max_epsilon, detectable, stated),
+        warnings=(("the scores carry no information; the attack sees nothing",) if blind else ())
+        + _warnings(diag.auroc, epsilon, max_epsilon, detectable, stated),
+        no_information=blind,
         control=None,
         violation=epsilon_violation or profile_violation,
         curve=stated,

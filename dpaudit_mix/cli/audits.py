@@ -102,11 +102,12 @@ def cmd_audit_scores(args: argparse.Namespace) -> int:
         print(f"dpaudit-mix: {verdict_line(result, args.epsilon)}{see}", file=sys.stderr)
         return EXIT_VIOLATION
     if result.inconclusive:
-        print(
-            f"dpaudit-mix: INCONCLUSIVE: the sigma=0 control stays within the claimed epsilon {args.epsilon:g}: "
-            f"this attack cannot see leakage, and its silence proves nothing{see}",
-            file=sys.stderr,
-        )
+        if not result.no_information:  # that case's warning line has said why
+            print(
+                f"dpaudit-mix: INCONCLUSIVE: the sigma=0 control stays within the claimed epsilon {args.epsilon:g}: "
+                f"this attack cannot see leakage, and its silence proves nothing{see}",
+                file=sys.stderr,
+            )
         return EXIT_INCONCLUSIVE
     return 0
 
