@@ -46,6 +46,17 @@ def test_mix_nonprivate_and_private(capsys, problem_file: Path, tmp_path: Path) 
     assert code == 0 and np.array(dp["weights"]).shape == (3, 5) and len(dp["loss"]) == 3
     assert dp["epsilon_by_accountant"]["pld"] <= 2.0 and dp["noise_multiplier"] > 0
     assert json.loads(out.read_text()) == {key: value for key, value in dp.items() if key != "out"}
+    assert dp["learner"] == {"clip": 3.0, "learning_rate": 1.0, "tuned": False}
+
+
+def test_a_private_mix_at_high_epsilon_says_its_untuned_learner_biases_lambda(capsys, problem_file: Path) -> None:
+    argv = ["mix", "--problem", str(problem_file), "--delta", "1e-5", "--steps", "20", "--clip", "2"]
+    code, _, err = run(capsys, *argv, "--epsilon", "2")
+    assert code == 0 and "bias lambda" not in err
+    code, dp, err = run(capsys, *argv, "--epsilon", "100")
+    assert code == 0 and dp["learner"]["clip"] == 2.0 and not dp["learner"]["tuned"]
+    line = "dpaudit-mix: warning: at epsilon 100 the learner's C = 2 and eta = 1 (untuned) bias lambda"
+    assert err.count("\n") == 1 and err.startswith(line)
 
 
 def test_account_and_calibrate(capsys) -> None:

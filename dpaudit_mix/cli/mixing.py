@@ -35,6 +35,13 @@ def cmd_mix(args: argparse.Namespace) -> None:
     mixed = mix.private(
         prob, args.epsilon, args.delta, settings=settings, runs=args.runs, accountant=args.accountant, seed=args.seed
     )
+    if args.epsilon >= mix.BIASED_FROM_EPSILON:
+        print(
+            f"dpaudit-mix: warning: at epsilon {args.epsilon:g} the learner's C = {settings.clip:g} and "
+            f"eta = {settings.learning_rate:g} (untuned) bias lambda away from lambda-star more than the noise does; "
+            "choose --clip on public data (a pipeline spec's mix_tuning = true rehearses C and eta there)",
+            file=sys.stderr,
+        )
     if args.seed is not None:
         print(
             f"dpaudit-mix: warning: --seed {args.seed}: the noise is reproducible from the seed; for audits and "
