@@ -229,8 +229,10 @@ def _no_information(scores_in: np.ndarray, scores_out: np.ndarray) -> bool:
     return bool(np.array_equal(np.sort(scores_in), np.sort(scores_out)))
 
 
-def _warnings(auroc: float, epsilon: float, max_epsilon: float, detectable: bool, curve: str) -> tuple[str, ...]:
-    said = []
+def _warnings(
+    blind: bool, auroc: float, epsilon: float, max_epsilon: float, detectable: bool, curve: str
+) -> tuple[str, ...]:
+    said = ["the scores carry no information; the attack sees nothing"] if blind else []
     if auroc < 0.5:
         said.append(
             f"AUROC {auroc:.3f} is below 1/2: the attack does worse than chance (are the scores' signs flipped? "
@@ -280,8 +282,7 @@ def analyse(
     phases (None: a μ-GDP claim, whose Gaussian numbers are then not known to be bounds).
     ``confidence`` holds for this one result: an audit of several shares its α over them.
     """
-    tell = step or (lambda name: None)
-    stated = claimed_curve(phases, curve)
+    tell, stated = step or (lambda name: None), claimed_curve(phases, curve)
     tell(STEPS[0])
     found = attacked(
         scores_in, scores_out, seed=seed, label=label, delta=delta, confidence=confidence, threshold=threshold
@@ -295,8 +296,7 @@ def analyse(
     max_epsilon = float(strict_epsilon(*perfect, delta))
     detectable = stated != "none" and bool(np.any(claimed.violated(np.array([perfect[0]]), np.array([perfect[1]]))))
     strict, gdp = found.strict, found.gdp
-    epsilon_violation = found.epsilon_lower_bound > epsilon
-    blind = _no_information(scores_in, scores_out)
+    epsilon_violation, blind = found.epsilon_lower_bound > epsilon, _no_information(scores_in, scores_out)
     result = AuditResult(
         runs=len(scores_in) + len(scores_out),
         epsilon_lower_bound=found.epsilon_lower_bound,
@@ -320,8 +320,7 @@ def analyse(
         epsilon_violation=epsilon_violation,
         epsilon_lower_bound_max=max_epsilon,
         curve_detectable=detectable,
-        warnings=(("the scores carry no information; the attack sees nothing",) if blind else ())
-        + _warnings(diag.auroc, epsilon, max_epsilon, detectable, stated),
+        warnings=_warnings(blind, diag.auroc, epsilon, max_epsilon, detectable, stated),
         no_information=blind,
         control=None,
         violation=epsilon_violation or profile_violation,
