@@ -32,6 +32,7 @@ NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
 #: every registered object that is not the package's own: (kind, name, object), whose code an
 #: exception came from (:func:`user_code`).
 _USER_OBJECTS: list[tuple[str, str, object]] = []
+_USER_LOCK = threading.Lock()
 
 
 def _module_of(obj: object) -> str:
@@ -67,9 +68,6 @@ def user_code(exc: BaseException) -> str | None:
                     return f"the {kind} {name!r} (your code, {_module_of(obj)})"
         current = current.__cause__ or current.__context__
     return None
-
-
-_USER_LOCK = threading.Lock()
 
 
 def _article(kind: str) -> str:
