@@ -56,12 +56,11 @@ def audit_size(
     unit = "canaries" if one_run else "audit_runs"
 
     def power(n: int) -> Power | None:
-        half = n if one_run else n // 2
-        return power_at(
+        return _power_of_size(
             epsilon,
             delta,
             phases,
-            half,
+            n,
             one_run=one_run,
             confidence=confidence,
             threshold=threshold,
@@ -129,13 +128,12 @@ def power_problems(
         target = check_detect(detect)
     except InputError:
         return [f"audit: its detect {detect!r} is not a leak the gate holds an audit to ({LEAKS[0]} to {LEAKS[-1]})"]
-    half = size if one_run else size // 2
     try:
-        found = power_at(
+        found = _power_of_size(
             epsilon,
             delta,
             phases,
-            half,
+            size,
             one_run=one_run,
             confidence=confidence,
             threshold=threshold,
@@ -150,6 +148,25 @@ def power_problems(
     if found is not None and record.get("power") != found.to_dict():
         problems.append("audit: the recorded power is not the one recomputed from the claim at the audit's size")
     return problems
+
+
+def _power_of_size(
+    epsilon: float,
+    delta: float,
+    phases: Sequence[accounting.GaussianPhase],
+    size: int,
+    *,
+    one_run: bool,
+    confidence: float,
+    threshold: str,
+    accountant: str,
+) -> Power | None:
+    """The power of a release's audit of ``size``: canaries for one run, else runs per canary over
+    both halves (half without the canary, half with), so :func:`power_at` sees one side's runs."""
+    side = size if one_run else size // 2
+    return power_at(
+        epsilon, delta, phases, side, one_run=one_run, confidence=confidence, threshold=threshold, accountant=accountant
+    )
 
 
 def power_sentence(audit: dict[str, Any], size: str, mechanism: str) -> str:
