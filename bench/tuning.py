@@ -4,6 +4,7 @@ split A of ρ = 0.1, paired over seeds (one-sample t-test of the differences, st
 
     python bench/tuning.py [--seeds 10] [--epsilon 1]
     python bench/tuning.py --sigma-zero     # σ = 0: the rehearsed (C, η) and cos to λ★ on every task
+    python bench/tuning.py --mix-command [--seeds 3] [--epsilon 100]   # `mix` with and without --tune-on
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ import argparse
 import numpy as np
 from statsmodels.stats.weightstats import DescrStatsW
 
-from dpaudit_mix import accounting
+from dpaudit_mix import accounting, mix
 from dpaudit_mix.data import registry
 from dpaudit_mix.learner import LearnerConfig, fit, fit_losses
 from dpaudit_mix.optimum import mixmin
 from dpaudit_mix.problem import Problem
-from dpaudit_mix.randomness import stream
+from dpaudit_mix.randomness import Key, stream
 from dpaudit_mix.recovery.metrics import cos_similarity
-from dpaudit_mix.tuning import rehearse
+from dpaudit_mix.tuning import rehearse, rehearse_like
 
 STEPS, DELTA, RHO = 100, 1e-5, 0.1
 
@@ -52,12 +53,41 @@ def sigma_zero() -> None:
             print(f"| {world} | {task} | {pair} | {rehearsed:.4f} | {default:.4f} |")
 
 
+def _paired(name: str, default: list[float], tuned: list[float]) -> str:
+    diff = np.array(tuned) - np.array(default)
+    p = DescrStatsW(diff).ttest_mean()[1]
+    return (
+        f"{name}: default {np.mean(default):.4f} ± {np.std(default, ddof=1):.4f}, tuned "
+        f"{np.mean(tuned):.4f} ± {np.std(tuned, ddof=1):.4f}, paired Δ {diff.mean():+.4f} (t-test p = {p:.2g})"
+    )
+
+
+def mix_command(seeds: int, epsilon: float) -> None:
+    """The `mix` command's path on mnist-shift's multiclass problem (all its sensitive rows): the
+    default C = 3, η = 1 against ``--tune-on`` its public problem, cos(λ, λ★) paired over seeds."""
+    full = registry.build("mnist-shift", "multiclass")
+    public = registry.build_public("mnist-shift", "multiclass")
+    star = mixmin(full.logp).weights
+    settings = LearnerConfig(steps=STEPS)
+    cos: dict[str, list[float]] = {"default": [], "tuned": []}
+    for seed in range(seeds):
+        for name, tune_on in (("default", None), ("tuned", public)):
+            mixed = mix.private(full, epsilon, DELTA, settings=settings, seed=seed, tune_on=tune_on)
+            cos[name].append(cos_similarity(mixed.weights[0], star))
+        print(f"seed {seed}: default {cos['default'][-1]:.4f}, tuned {cos['tuned'][-1]:.4f} ({mixed.learner})")
+    print(_paired(f"mnist-shift multiclass, mix --epsilon {epsilon:g}, cos(λ, λ★) over {seeds} seeds", **cos))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--sigma-zero", action="store_true", help="the σ = 0 table instead")
+    parser.add_argument("--mix-command", action="store_true", help="`mix` with and without --tune-on instead")
     args = parser.parse_args()
+    if args.mix_command:
+        mix_command(args.seeds, args.epsilon)
+        return
     if args.sigma_zero:
         sigma_zero()
         return
@@ -75,13 +105,9 @@ def main() -> None:
             ids = {"bench": "tuning", "world": world, "seed": seed}
             rows = round(RHO * full.n)
             split_a = full.subset(np.sort(stream(0, "pipeline-split", **ids).numpy().permutation(full.n)[:rows]))
-            draw = stream(0, "learner-tuning", **ids, rows=rows).numpy()
-            rehearsal = public.subset(np.sort(draw.permutation(public.n)[:rows]))  # as the pipeline does
-
-            def noise(clip: float, learning_rate: float, ids: dict = ids):
-                return stream(0, "learner-tuning", **ids, clip=clip, learning_rate=learning_rate)
-
-            tuned = rehearse(rehearsal, noise_multiplier=sigma, steps=STEPS, sample_rate=1.0, noise=noise)
+            tuned = rehearse_like(  # as the pipeline does
+                public, rows, Key(0).child(**ids), noise_multiplier=sigma, steps=STEPS, sample_rate=1.0
+            )
             chosen.add((tuned["clip"], tuned["learning_rate"]))
             for name, (clip, lr) in {"default": (3.0, 1.0), "tuned": (tuned["clip"], tuned["learning_rate"])}.items():
                 config = LearnerConfig(steps=STEPS, clip=clip, noise_multiplier=sigma, learning_rate=lr)

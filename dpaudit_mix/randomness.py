@@ -268,6 +268,12 @@ class SecureSource:
         return z[:count].reshape(size)
 
 
+def secure_root() -> int:
+    """A root seed from the OS CSPRNG (63 bits), for draws that read only public data but follow
+    a release that has no seed (a public rehearsal's noise): never replayable from anything else."""
+    return int(np.frombuffer(os.urandom(8), dtype=np.uint64)[0] >> np.uint64(1))
+
+
 def source(noise: Stream | None) -> RandomSource:
     """The stream's generator, or the OS CSPRNG when there is none (``None`` = release mode)."""
     return SecureSource() if noise is None else noise.numpy()

@@ -18,11 +18,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from . import accounting
 from .learner import LearnerConfig, fit, fit_losses
 from .optimum import mixmin
 from .problem import Problem
-from .randomness import Stream, stream
+from .randomness import Key, Stream, stream
 
 #: recovery's grid (its reports were measured on it).
 CLIPS = (0.5, 1.0, 2.0, 3.0, 5.0)
@@ -82,6 +84,22 @@ def rehearse(
         "task": public.task,
         "candidates": candidates,
     }
+
+
+def rehearse_like(
+    public: Problem, rows: int, key: Key, *, noise_multiplier: float, steps: int, sample_rate: float
+) -> dict[str, Any]:
+    """:func:`rehearse` on the pipeline's grid, on ``public`` cut to ``rows`` rows (as many as the
+    private problem has, so the noise weighs on the mean as it will there), every draw from
+    ``key``'s ``learner-tuning`` streams (the cut by its row count, each candidate by its C and η)."""
+    if public.n > rows:
+        draw = key.child(rows=rows).stream("learner-tuning").numpy()
+        public = public.subset(np.sort(draw.permutation(public.n)[:rows]))
+
+    def noise(clip: float, learning_rate: float) -> Stream:
+        return key.child(clip=clip, learning_rate=learning_rate).stream("learner-tuning")
+
+    return rehearse(public, noise_multiplier=noise_multiplier, steps=steps, sample_rate=sample_rate, noise=noise)
 
 
 def tune(public: Problem, *, epsilon: float, delta: float, steps: int, sample_rate: float, seed: int) -> dict[str, Any]:

@@ -7,6 +7,8 @@ import pytest
 from dpaudit_mix.cli import main
 from dpaudit_mix.problem import Problem, save
 
+from .conftest import random_problem
+
 
 @pytest.fixture
 def problem_file(tmp_path: Path, small_problem: Problem) -> Path:
@@ -59,6 +61,55 @@ def test_a_private_mix_at_high_epsilon_says_its_untuned_learner_biases_lambda(ca
     assert err.count("\n") == 1 and err.startswith(line)
 
 
+@pytest.fixture
+def public_file(tmp_path: Path, small_problem: Problem) -> Path:
+    """A public problem with the private one's sources (other rows of the same kind)."""
+    path = tmp_path / "pub.npz"
+    other = random_problem(400, 5, seed=12)
+    save(Problem(other.logp, small_problem.sources, task="public"), path)
+    return path
+
+
+def test_mix_tune_on_rehearses_c_and_eta_on_public_rows_and_says_so(capsys, problem_file, public_file) -> None:
+    from dpaudit_mix.tuning import WIDE_CLIPS, WIDE_LEARNING_RATES
+
+    argv = ["mix", "--problem", str(problem_file), "--epsilon", "100", "--delta", "1e-5", "--steps", "10"]
+    code, dp, err = run(capsys, *argv, "--tune-on", str(public_file), "--seed", "3")
+    learner = dp["learner"]
+    assert code == 0 and learner["tuned"] and "bias lambda" not in err
+    assert learner["clip"] in WIDE_CLIPS and learner["learning_rate"] in WIDE_LEARNING_RATES
+    assert learner["tuned_on"] == {"task": "public", "rows": 300, "rehearsal_seed": 3}  # cut to the private n
+    code, again, _ = run(capsys, *argv, "--tune-on", str(public_file), "--seed", "3")
+    assert again == dp  # same seed, same rehearsal and fit
+    code, secure, _ = run(capsys, *argv, "--tune-on", str(public_file))
+    assert code == 0 and secure["noise"] == "csprng" and secure["learner"]["tuned_on"]["rehearsal_seed"] >= 0
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ("clip", "do not also give --clip"),
+        ("sources", "are not the private problem's"),
+        ("sensitive", "was built on a sensitive set"),
+        ("user-level", "does not take --user-level"),
+    ],
+)
+def test_mix_tune_on_refuses_what_is_not_a_public_twin(capsys, tmp_path, problem_file, public_file, change, message):
+    from dpaudit_mix.identity import META_KEY
+    from dpaudit_mix.problem import load
+
+    public = load(public_file)
+    if change == "sources":
+        save(Problem(public.logp, tuple(f"other-{s}" for s in public.sources)), public_file)
+    if change == "sensitive":
+        save(Problem(public.logp, public.sources, meta={META_KEY: "ab" * 32}), public_file)
+    extra = {"clip": ["--clip", "2"], "user-level": ["--user-level"]}.get(change, [])
+    out = tmp_path / "out.json"
+    argv = ["mix", "--problem", str(problem_file), "--epsilon", "1", "--delta", "1e-5", "--tune-on", str(public_file)]
+    code, _, err = run(capsys, *argv, *extra, "--out", str(out))
+    assert code == 2 and message in err and err.count("\n") == 1 and not out.exists()
+
+
 def test_account_and_calibrate(capsys) -> None:
     code, acc, _ = run(
         capsys, "account", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "100", "--delta", "1e-5"
@@ -87,6 +138,7 @@ def test_account_and_calibrate(capsys) -> None:
         (["problem", "mnist-shift", "--proxy", "vit", "--out", "OUT"], "invalid choice: 'vit'"),
         (["problem", "mnist-shift", "--proxy", "cnn", "--proxy-epochs", "0", "--out", "OUT"], "must be >= 1"),
         (["problem", "mnist-shift", "--proxy-epochs", "3", "--out", "OUT"], "applies to cnn proxies only"),
+        (["problem", "shakespeare-users", "--public", "--out", "OUT"], "is no image world"),
         (
             ["problem", "shakespeare-users", "--proxy", "cnn", "--out", "OUT"],
             "applies to the image worlds (mnist-labels, mnist-shift, fashion-shift)",

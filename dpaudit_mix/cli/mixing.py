@@ -25,21 +25,34 @@ def cmd_mix(args: argparse.Namespace) -> None:
         "--secure and --seed exclude each other: --seed makes the noise reproducible, which a release must not be",
     )
     if args.out:
-        check_output(args.out, folder=False, inputs=[args.problem])
+        check_output(args.out, folder=False, inputs=[args.problem, args.tune_on])
     prob = problem_io.load(args.problem)
     if args.nonprivate:
         emit(mix.nonprivate(prob).to_dict(), args.out)
         return
     require(args.epsilon is not None and args.delta is not None, "give --nonprivate, or both --epsilon and --delta")
-    settings = learner_config(args, learning_rate=LearnerConfig.learning_rate)  # the flags; η has none
-    mixed = mix.private(
-        prob, args.epsilon, args.delta, settings=settings, runs=args.runs, accountant=args.accountant, seed=args.seed
+    require(
+        args.tune_on is None or args.clip is None,
+        "--tune-on chooses C (and eta) by the public rehearsal; do not also give --clip",
     )
-    if args.epsilon >= mix.BIASED_FROM_EPSILON:
+    public = None if args.tune_on is None else problem_io.load(args.tune_on)
+    clip = LearnerConfig.clip if args.clip is None else args.clip
+    settings = learner_config(args, clip=clip, learning_rate=LearnerConfig.learning_rate)  # η has no flag
+    mixed = mix.private(
+        prob,
+        args.epsilon,
+        args.delta,
+        settings=settings,
+        runs=args.runs,
+        accountant=args.accountant,
+        seed=args.seed,
+        tune_on=public,
+    )
+    if public is None and args.epsilon >= mix.BIASED_FROM_EPSILON:
         print(
             f"dpaudit-mix: warning: at epsilon {args.epsilon:g} the learner's C = {settings.clip:g} and "
             f"eta = {settings.learning_rate:g} (untuned) bias lambda away from lambda-star more than the noise does; "
-            "choose --clip on public data (a pipeline spec's mix_tuning = true rehearses C and eta there)",
+            "tune them on public rows: `dpaudit-mix problem WORLD --public --out pub.npz`, then --tune-on pub.npz",
             file=sys.stderr,
         )
     if args.seed is not None:
@@ -75,12 +88,14 @@ def cmd_problem(args: argparse.Namespace) -> None:
     require(args.data is None or args.data.endswith(".toml"), f"--data takes a data manifest (.toml), got {args.data}")
     check_output(args.out, folder=False)
     proxy = registry.proxy_spec(name, args.proxy, args.proxy_epochs)
-    prob = registry.build(name, args.task or registry.tasks(name)[0], seed=args.seed, proxy=proxy)
+    build = registry.build_public if args.public else registry.build
+    prob = build(name, args.task or registry.tasks(name)[0], seed=args.seed, proxy=proxy)
     problem_io.save(prob, args.out)
     star = mixmin(prob.logp).weights
     emit(
         {
             "problem": name,
+            "split": "public validation" if args.public else "sensitive",
             "task": prob.task,
             "n": prob.n,
             "k": prob.k,
@@ -139,7 +154,17 @@ def commands(sub: argparse._SubParsersAction[Parser]) -> None:
         "release). Default: noise from the OS CSPRNG",
     )
     mix.add_argument("--steps", type=positive_int, default=LearnerConfig.steps)
-    mix.add_argument("--clip", type=finite, default=LearnerConfig.clip)
+    mix.add_argument(
+        "--clip",
+        type=finite,
+        help=f"the learner's clipping norm C (default {LearnerConfig.clip:g}; not with --tune-on)",
+    )
+    mix.add_argument(
+        "--tune-on",
+        metavar="PUBLIC.npz",
+        help="choose C and eta by rehearsing DP-MixMin at this run's sigma, T and q on a public problem with the "
+        "same sources (`dpaudit-mix problem WORLD --public`); spends no privacy",
+    )
     mix.add_argument("--sample-rate", type=finite, default=1.0)
     mix.add_argument("--user-level", action="store_true")
     mix.add_argument("--secure", action="store_true", help="noise from the OS CSPRNG (the default without --seed)")
@@ -187,6 +212,12 @@ def _problem_commands(sub: argparse._SubParsersAction[Parser]) -> None:
         "--proxy-epochs",
         type=positive_int,
         help="cnn proxies: fixed epochs (default: early stopping on public validation)",
+    )
+    prob.add_argument(
+        "--public",
+        action="store_true",
+        help="image worlds: the same proxies on the world's public validation rows instead of the sensitive set "
+        "(for `mix --tune-on`; it spends no privacy)",
     )
     prob.add_argument("--out", required=True)
     prob.set_defaults(func=cmd_problem)

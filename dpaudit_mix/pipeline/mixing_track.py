@@ -11,8 +11,8 @@ from ..cache import content_key
 from ..errors import InputError, present
 from ..models import device
 from ..problem import Problem
-from ..randomness import Key, Stream, stream
-from ..tuning import rehearse
+from ..randomness import Key
+from ..tuning import rehearse_like
 from .methods import (
     LOSS_BOUND,
     PRIVATE_METHODS,
@@ -83,24 +83,21 @@ class MixingTrack:
         return job.method == "dpmixmin" and bool(getattr(self.spec, "mix_tuning", False))
 
     def rehearsal(self, job: Job, epsilon: float) -> dict[str, float]:
-        """C and η rehearsed at the job's σ on the task's public problem (:func:`..tuning.rehearse`)."""
+        """C and η rehearsed at the job's σ on the task's public problem (:func:`..tuning.rehearse_like`)."""
         if self.public is None:
             raise InputError("mix_tuning needs a public problem; this track has none")
         phase = present(mixing_phase(job.method, epsilon, self.spec), "DP-MixMin runs a DP phase")
         ids = {"split": self.split_key, "task": job.task, "epsilon": epsilon, "seed": job.seed}
-
-        def noise(clip: float, learning_rate: float) -> Stream:
-            return stream(self.spec.seed, "learner-tuning", **ids, clip=clip, learning_rate=learning_rate)
-
-        public = self.public(job.task)
         rows = len(self.mixing_problems(job.task)[0].logp)
-        if public.n > rows:  # as many rows as split A: the noise weighs on the mean as it will there
-            draw = stream(self.spec.seed, "learner-tuning", **ids, rows=rows).numpy()
-            public = public.subset(np.sort(draw.permutation(public.n)[:rows]))
-        chosen = rehearse(
-            public, noise_multiplier=phase.noise_multiplier, steps=phase.steps, sample_rate=1.0, noise=noise
+        chosen = rehearse_like(
+            self.public(job.task),
+            rows,
+            Key(self.spec.seed).child(**ids),
+            noise_multiplier=phase.noise_multiplier,
+            steps=phase.steps,
+            sample_rate=1.0,
         )
-        return {"clip": chosen["clip"], "learning_rate": chosen["learning_rate"], "public_n": float(public.n)}
+        return {"clip": chosen["clip"], "learning_rate": chosen["learning_rate"], "public_n": float(chosen["public_n"])}
 
     def mixing_problems(self, task: str) -> tuple[Problem, Problem]:
         if task not in self._problems:
