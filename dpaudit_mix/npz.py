@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import zipfile
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +27,8 @@ WORKING_COPIES = 4
 #: the most bytes one file's arrays may inflate to whatever memory says (a guard where
 #: /proc/meminfo cannot be read, and a cap that keeps a single input from taking the machine).
 MAX_INFLATED_BYTES = 8 * 2**30
+#: a caller's measured working bytes for the arrays these headers describe.
+Working = Callable[[Sequence["Member"]], int]
 #: dtype kinds a numeric input may hold: integers, unsigned integers, real floats.
 NUMERIC_KINDS = "iuf"
 
@@ -102,16 +104,24 @@ def headers(content: bytes, where: str) -> list[Member]:
         raise InputError(f"{where} is a damaged .npz archive: {exc}") from None
 
 
-def check_fits(members: Iterable[Member], where: str, copies: int = WORKING_COPIES) -> None:
-    """Refuse arrays that would not fit: their inflated bytes times the caller's working copies."""
+def check_fits(members: Iterable[Member], where: str, working: Working | None = None) -> None:
+    """Refuse arrays that would not fit: the bytes the caller measured it works in (``working`` of
+    the headers), else their inflated bytes times its working copies; and never past
+    MAX_INFLATED_BYTES inflated."""
+    members = list(members)
     inflated = sum(m.nbytes for m in members)
+    need = WORKING_COPIES * inflated if working is None else working(members)
     have = available_bytes()
-    limit = MAX_INFLATED_BYTES if have is None else min(MAX_INFLATED_BYTES, have // copies)
     require(
-        inflated <= limit,
-        f"{where} inflates to {inflated / 2**30:.2f} GiB of arrays, more than this machine can read safely "
-        f"({limit / 2**30:.2f} GiB at {copies} working copies); refusing it before inflating",
+        inflated <= MAX_INFLATED_BYTES and (have is None or need <= have),
+        f"{where} inflates to {inflated / 2**30:.2f} GiB of arrays and needs {need / 2**30:.2f} GiB to work on, "
+        f"more than this machine can read safely ({_room(have)}); refusing it before inflating",
     )
+
+
+def _room(have: int | None) -> str:
+    cap = f"at most {MAX_INFLATED_BYTES / 2**30:.0f} GiB inflated"
+    return cap if have is None else f"{have / 2**30:.2f} GiB available, {cap}"
 
 
 def read_file(path: Path, what: str) -> bytes:
@@ -136,9 +146,10 @@ def check_file(path: Path, what: str) -> None:
     )
 
 
-def loads(content: bytes, where: str, copies: int = WORKING_COPIES) -> dict[str, np.ndarray]:
-    """Every array of an ``.npz``'s bytes, after its headers pass (dtype, size against memory)."""
-    check_fits(headers(content, where), where, copies)
+def loads(content: bytes, where: str, working: Working | None = None) -> dict[str, np.ndarray]:
+    """Every array of an ``.npz``'s bytes, after its headers pass (dtype, size against memory:
+    :func:`check_fits`)."""
+    check_fits(headers(content, where), where, working)
     try:
         with np.load(io.BytesIO(content), allow_pickle=False) as archive:
             return {key: archive[key] for key in archive.files}
@@ -146,9 +157,9 @@ def loads(content: bytes, where: str, copies: int = WORKING_COPIES) -> dict[str,
         raise InputError(f"{where} is a damaged .npz archive: {exc}") from None
 
 
-def load(path: Path, what: str, copies: int = WORKING_COPIES) -> dict[str, np.ndarray]:
+def load(path: Path, what: str) -> dict[str, np.ndarray]:
     """:func:`loads` of the file at ``path`` (``what`` names it in messages: "scores file")."""
-    return loads(read_file(path, what), f"{what} {path}", copies)
+    return loads(read_file(path, what), f"{what} {path}")
 
 
 def numeric(array: np.ndarray, where: str) -> np.ndarray:

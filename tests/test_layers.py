@@ -66,6 +66,7 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "audit.power",
             "audit.result",
             "audit.scores",
+            "audit.sorted_scores",
             "audit.ties",
             "audit.words",
             "learner",

@@ -15,6 +15,7 @@ import pytest
 
 from dpaudit_mix import npz
 from dpaudit_mix import problem as problem_io
+from dpaudit_mix.audit import score_file
 from dpaudit_mix.audit.score_file import read_scores
 from dpaudit_mix.cache import load_npz
 from dpaudit_mix.errors import InputError
@@ -51,6 +52,20 @@ def test_a_decompression_bomb_is_refused_from_its_headers(tmp_path: Path, monkey
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 8 * 1024  # KiB: nothing inflated
     monkeypatch.setattr(npz, "available_bytes", lambda: 2**30)
     assert len(read_scores(path)["in_scores"]) == 1_000_000  # the same file fits a larger machine
+
+
+def test_a_scores_file_is_guarded_by_the_audits_measured_working_bytes(tmp_path: Path, monkeypatch) -> None:
+    """bonferroni works in 16 bytes a score, the other rules in 72 (bench/score_memory.py): a file
+    the first admits, the second refuses; a float32 file also pays for its stored copy."""
+    path = bomb(tmp_path / "scores.npz", 1_000_000)
+    bonferroni = score_file.FIXED_WORKING_BYTES + 16 * 2_000_000
+    assert score_file.working_bytes("bonferroni")(npz.headers(path.read_bytes(), "f")) == bonferroni
+    single = [npz.Member("in_scores", (10,), np.dtype(np.float32))]
+    assert score_file.working_bytes("split")(single) == score_file.FIXED_WORKING_BYTES + 72 * 10 + 40
+    monkeypatch.setattr(npz, "available_bytes", lambda: bonferroni + 2**20)
+    assert len(read_scores(path, "bonferroni")["out_scores"]) == 1_000_000
+    with pytest.raises(InputError, match=re.escape("needs 0.43 GiB to work on")):
+        read_scores(path, "split")
 
 
 def test_a_forged_header_length_is_refused_before_it_is_read(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from dpaudit_mix.audit.bounds import epsilon_lower_bound, gdp_mu
 from dpaudit_mix.audit.diagnostics import auroc_interval, diagnose, tpr_at_fpr
 from dpaudit_mix.audit.engine import run_audit
 from dpaudit_mix.audit.profile import GaussianTradeOff, ProfileTradeOff, claimed_tradeoff
+from dpaudit_mix.audit.sorted_scores import SortedScores
 from dpaudit_mix.audit.spec import AuditSpec
 from dpaudit_mix.problem import Problem, save
 from dpaudit_mix.randomness import stream
@@ -122,14 +123,14 @@ def test_rank_grid_is_fixed_and_covers_both_tails() -> None:
 def test_diagnostics() -> None:
     rng = np.random.default_rng(5)
     s_in, s_out = rng.standard_normal(4000) + 1.0, rng.standard_normal(4000)
-    d = diagnose(s_in, s_out)
+    d = diagnose(SortedScores.of(s_in, s_out))
     exact = norm.cdf(1 / np.sqrt(2))  # P(N(1,1) > N(0,1))
     assert d.auroc_ci[0] <= d.auroc <= d.auroc_ci[1] and d.auroc_ci[0] < exact < d.auroc_ci[1]
     assert abs(d.auroc - exact) < 0.02
     assert d.tpr_at_fpr["0.01"] == pytest.approx(norm.sf(norm.isf(0.01) - 1), abs=0.03)
     # ties count one half; perfect separation gives TPR 1 at any FPR
-    assert diagnose(np.zeros(10), np.zeros(10)).auroc == 0.5
-    assert tpr_at_fpr(np.ones(10), np.zeros(10), 1e-3) == 1.0
+    assert diagnose(SortedScores.of(np.zeros(10), np.zeros(10))).auroc == 0.5
+    assert tpr_at_fpr(SortedScores.of(np.ones(10), np.zeros(10)), 1e-3) == 1.0
 
 
 def test_delong_interval_covers_the_true_auroc_at_its_level() -> None:
@@ -143,12 +144,14 @@ def test_delong_interval_covers_the_true_auroc_at_its_level() -> None:
     covered = 0
     for _ in range(1000):
         s_in, s_out = rng.standard_normal(300) + 1.0, rng.standard_normal(300)
-        _, low, high = auroc_interval(s_in, s_out, 0.95)
+        _, low, high = auroc_interval(SortedScores.of(s_in, s_out), 0.95)
         covered += low <= exact <= high
     assert 0.93 <= covered / 1000 <= 0.97
     tied_in, tied_out = np.round(rng.standard_normal(500) + 0.5), np.round(rng.standard_normal(500))
     labels = np.r_[np.ones(500), np.zeros(500)]
-    assert auroc_interval(tied_in, tied_out, 0.95)[0] == pytest.approx(roc_auc_score(labels, np.r_[tied_in, tied_out]))
+    assert auroc_interval(SortedScores.of(tied_in, tied_out), 0.95)[0] == pytest.approx(
+        roc_auc_score(labels, np.r_[tied_in, tied_out])
+    )
 
 
 #: the (ε, q, T) claims of the honest configurations below.

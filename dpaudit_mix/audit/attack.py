@@ -91,11 +91,18 @@ def rank_grid(n: int, per_side: int) -> np.ndarray:
     return np.unique(np.concatenate([half, n + 1 - half]))
 
 
+def candidates(sorted_out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The out-scores (sorted ascending) at the fixed rank grid, largest first, and each one's
+    rank j (1 = largest): "score > the j-th largest" allows j − 1 false positives (ties can only
+    make the real count smaller)."""
+    ranks = rank_grid(len(sorted_out), RANKS_PER_SIDE)
+    return sorted_out[len(sorted_out) - ranks], ranks
+
+
 def _candidates(scores_out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Thresholds just above the out-scores at the fixed rank grid, and the FP count each allows
-    by rank (j − 1 for the j-th largest; ties can only make the real count smaller)."""
-    ranks = rank_grid(len(scores_out), RANKS_PER_SIDE)
-    return np.nextafter(np.sort(scores_out)[::-1][ranks - 1], np.inf), ranks - 1
+    """Thresholds just above the out-scores at the fixed rank grid, and the FP count each allows."""
+    values, ranks = candidates(np.sort(scores_out))
+    return np.nextafter(values, np.inf), ranks - 1
 
 
 def _counts(scores_in: np.ndarray, scores_out: np.ndarray, thresholds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -106,15 +113,10 @@ def _counts(scores_in: np.ndarray, scores_out: np.ndarray, thresholds: np.ndarra
 
 
 def _points(
-    scores_in: np.ndarray,
-    scores_out: np.ndarray,
-    thresholds: np.ndarray,
-    confidence: float,
-    fp: np.ndarray | None = None,
+    scores_in: np.ndarray, scores_out: np.ndarray, thresholds: np.ndarray, confidence: float
 ) -> tuple[CPPoint, ...]:
-    """CP points of the tests "score ≥ τ"; ``fp`` replaces the counted false positives."""
-    counted, fn = _counts(scores_in, scores_out, thresholds)
-    fp = counted if fp is None else fp
+    """CP points of the tests "score ≥ τ", counted on the scores."""
+    fp, fn = _counts(scores_in, scores_out, thresholds)
     fpr_ub, fnr_ub = cp_upper(fp, fn, len(scores_out), len(scores_in), confidence)
     return tuple(
         CPPoint(float(t), int(a), int(b), len(scores_out), len(scores_in), float(u), float(v))
@@ -157,12 +159,33 @@ def bonferroni(
     scores: np.ndarray, include: np.ndarray, select: np.ndarray, delta: float, confidence: float
 ) -> Thresholds:
     """Every candidate counted on all runs, at α/m each (the module's first rule)."""
-    s_in, s_out = scores[include], scores[~include]
-    thresholds, fp = _candidates(s_out)
+    s_in = np.sort(scores[include])
+    thresholds, fp = _candidates(scores[~include])
+    fn = np.searchsorted(s_in, thresholds, side="left")
+    return bonferroni_tests(thresholds, fp, fn, int(np.sum(~include)), len(s_in), delta=delta, confidence=confidence)
+
+
+def bonferroni_tests(
+    thresholds: np.ndarray,
+    fp: np.ndarray,
+    fn: np.ndarray,
+    negatives: int,
+    positives: int,
+    *,
+    delta: float,
+    confidence: float,
+) -> Thresholds:
+    """The bonferroni rule on its candidates' counts, however they were counted (on the runs, on
+    sorted scores, or drawn from the counts' own law by :mod:`.power`): CP at α/m each, all runs."""
     level = 1 - (1 - confidence) / len(thresholds)
-    points = _points(s_in, s_out, thresholds, level, fp)
+    fpr_ub, fnr_ub = cp_upper(fp, fn, negatives, positives, level)
+    points = tuple(
+        CPPoint(float(t), int(a), int(b), negatives, positives, float(u), float(v))
+        for t, a, b, u, v in zip(thresholds, fp, fn, fpr_ub, fnr_ub, strict=True)
+    )
     strict = max(points, key=lambda p: _strict(p, delta))
-    return Thresholds(strict, max(points, key=_mu), points, len(thresholds), np.ones(len(scores), dtype=bool), level)
+    every = np.broadcast_to(np.True_, (negatives + positives,))  # no copy: 10⁸ runs cost nothing
+    return Thresholds(strict, max(points, key=_mu), points, len(thresholds), every, level)
 
 
 def split(scores: np.ndarray, include: np.ndarray, select: np.ndarray, delta: float, confidence: float) -> Thresholds:
@@ -214,6 +237,11 @@ def attack(
     """The strict and GDP bounds of the best threshold tests on ``scores`` under ``strategy``."""
     chosen = THRESHOLDS.get(strategy)(scores, include, select, delta, confidence)
     require(isinstance(chosen, Thresholds), f"threshold strategy {strategy!r} returned no Thresholds")
+    return attack_result(strategy, chosen, delta)
+
+
+def attack_result(strategy: str, chosen: Thresholds, delta: float) -> AttackResult:
+    """The strict and GDP bounds of what ``strategy`` chose."""
     mu = _mu(chosen.gdp)
     return AttackResult(
         strategy,

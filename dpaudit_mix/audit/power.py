@@ -3,7 +3,9 @@ this size, and the smallest leak the audit catches.
 
 A silent audit is evidence only in proportion to what it could have seen. So every many-run
 result carries ``power``, computed by simulating the claimed mechanism's white-box score law and
-running the same attack on the same numbers of canary-in and canary-out runs:
+running the same attack on the same numbers of canary-in and canary-out runs (for the Gaussian
+law and the package's bonferroni, drawing the attack's counts from their exact law instead of
+the scores: :func:`gaussian_counts`, so a 2 × 10⁸-run audit's power costs what a small one's does):
 
 - the law: without phases, the μ-GDP mechanism of (ε, δ) (in ~ N(μ, 1), out ~ N(0, 1), μ the
   claim's: :func:`..accounting.gdp_mu_of_epsilon`); with full-batch phases, the same with μ =
@@ -35,7 +37,16 @@ import numpy as np
 
 from .. import accounting
 from ..randomness import stream
-from .attack import attack
+from .attack import (
+    RANKS_PER_SIDE,
+    THRESHOLDS,
+    AttackResult,
+    attack,
+    attack_result,
+    bonferroni,
+    bonferroni_tests,
+    rank_grid,
+)
 from .dirac import dirac_scores, simulated_released
 from .profile import TradeOff
 
@@ -46,6 +57,10 @@ LEAKS = (1.1, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
 DETECTS_WITH = 0.9
 #: the most scores one simulated Dirac audit may draw (runs × steps): beyond it, no power is given.
 MAX_DIRAC_DRAWS = 50_000
+#: the most runs an audit's power simulates score by score (every rule but the Gaussian law's
+#: bonferroni, whose counts are drawn from their law at any size): 50 audits at ~6 leaks of
+#: 10⁶ runs take ~25 s, and of 2 × 10⁷ runs ten minutes.
+MAX_SIMULATED_RUNS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -88,10 +103,14 @@ def power_claim(
     threshold: str,
 ) -> PowerClaim | None:
     """What the power of an audit of the claim at this size rests on; None where the claimed
-    mechanism's score law is not simulated (several subsampled phases, or too many draws)."""
+    mechanism's score law is not simulated (several subsampled phases, too many draws, or more
+    than MAX_SIMULATED_RUNS runs to simulate score by score)."""
     phases = tuple(phases or ())
     subsampled = [p for p in phases if p.sample_rate < 1]
     if subsampled and (len(phases) > 1 or (runs_in + runs_out) * phases[0].steps > MAX_DIRAC_DRAWS):
+        return None
+    by_counts = not subsampled and THRESHOLDS.get(threshold) is bonferroni
+    if not by_counts and runs_in + runs_out > MAX_SIMULATED_RUNS:
         return None
     return PowerClaim(epsilon, delta, phases, claimed, stated, runs_in, runs_out, confidence, threshold)
 
@@ -119,18 +138,14 @@ class PowerClaim:
 
 @lru_cache(maxsize=256)
 def _power(audit: PowerClaim) -> Power:
-    epsilon, delta, runs_in = audit.epsilon, audit.delta, audit.runs_in
+    epsilon, runs_in = audit.epsilon, audit.runs_in
     law = _Law.of(audit)
 
     def flagged(leak: float) -> np.ndarray:
         bounds = np.empty(SIMULATIONS)
         flags = np.empty(SIMULATIONS, dtype=bool)
         for k in range(SIMULATIONS):
-            scores_in, scores_out = law.scores(k, leak)
-            scores = np.concatenate([scores_in, scores_out])
-            include = np.arange(len(scores)) < runs_in
-            select = np.arange(len(scores)) % 2 == 0  # the split strategy's halves: fixed, not the labels
-            found = attack(scores, include, select, delta=delta, confidence=audit.confidence, strategy=audit.threshold)
+            found = law.attacked(k, leak, audit)
             bounds[k] = found.epsilon_lower_bound
             flags[k] = found.epsilon_lower_bound > epsilon or (
                 audit.stated != "none" and found.profile_violation(audit.claimed)
@@ -188,9 +203,23 @@ class _Law:
         mu = accounting.gdp_mu_of_epsilon(audit.epsilon, audit.delta)
         return cls(f"the μ-GDP mechanism of ε (μ = {mu:.4g})", mu, None, runs_in, runs_out, key)
 
-    def scores(self, k: int, leak: float) -> tuple[np.ndarray, np.ndarray]:
-        """Audit ``k``'s in and out scores with σ/``leak``, from a stream of its own."""
+    def attacked(self, k: int, leak: float, audit: PowerClaim) -> AttackResult:
+        """Audit ``k`` of the mechanism run with σ/``leak``, attacked as the audit would be, from a
+        stream of its own: the package's bonferroni on the Gaussian law from its counts' exact
+        law (:func:`gaussian_counts`, a few dozen draws at any size), else on simulated scores."""
         source = stream(0, "audit-power", claim=self.key, audit=k, leak=leak).numpy()
+        if self.phase is None and THRESHOLDS.get(audit.threshold) is bonferroni:
+            values, ranks, misses = gaussian_counts(self.mu * leak, self.runs_in, self.runs_out, source)
+            counts = (np.nextafter(values, np.inf), ranks - 1, misses, self.runs_out, self.runs_in)
+            chosen = bonferroni_tests(*counts, delta=audit.delta, confidence=audit.confidence)
+            return attack_result("bonferroni", chosen, audit.delta)
+        scores_in, scores_out = self._scores(leak, source)
+        scores = np.concatenate([scores_in, scores_out])
+        include = np.arange(len(scores)) < self.runs_in
+        select = np.arange(len(scores)) % 2 == 0  # the split strategy's halves: fixed, not the labels
+        return attack(scores, include, select, delta=audit.delta, confidence=audit.confidence, strategy=audit.threshold)
+
+    def _scores(self, leak: float, source: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         if self.phase is None:
             return self.mu * leak + source.standard_normal(self.runs_in), source.standard_normal(self.runs_out)
         sigma, q, steps = self.phase.noise_multiplier, self.phase.sample_rate, self.phase.steps
@@ -198,3 +227,31 @@ class _Law:
         released = simulated_released(member, sigma / leak, q, steps, source)  # the leak runs σ/c …
         scores = dirac_scores(released, sigma, q)  # … and the auditor scores by the claimed σ
         return scores[: self.runs_in], scores[self.runs_in :]
+
+
+def gaussian_counts(
+    mu: float, runs_in: int, runs_out: int, source: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The bonferroni candidates' counts for in ~ N(μ, 1), out ~ N(0, 1), drawn from their exact
+    law instead of from 10⁸ scores: the out-scores at the rank grid (j = 1 the largest) as
+    uniform order statistics, the j-th smallest upper-tail probability s_j = s_i + (1 − s_i)·
+    Beta(j − i, n − j + 1) given the i-th (kept as tails, so the extreme ranks keep their
+    precision), then the in-runs above each as sequential binomials of the normal's tail mass
+    between consecutive candidates. Returns the out-scores, their ranks j and the in-runs below each."""
+    from scipy.special import ndtr, ndtri
+
+    ranks = rank_grid(runs_out, RANKS_PER_SIDE)
+    tails = np.empty(len(ranks))
+    tail, done = 0.0, 0
+    for at, j in enumerate(ranks):
+        tail += (1 - tail) * source.beta(j - done, runs_out - j + 1)
+        tails[at], done = tail, int(j)
+    values = -ndtri(tails)  # P(out > v_j) = s_j
+    above_mass = ndtr(mu - values)  # P(in > v_j), rising with j
+    above = np.empty(len(ranks), dtype=np.int64)
+    counted, left, mass = 0, runs_in, 0.0
+    for at, m in enumerate(above_mass):
+        step = int(source.binomial(left, min(1.0, max(0.0, (m - mass) / (1 - mass))))) if mass < 1 else 0
+        counted, left, mass = counted + step, left - step, m
+        above[at] = counted
+    return values, ranks, runs_in - above

@@ -42,16 +42,40 @@ from .words import power_line, verdict_line
 NPZ_KEYS = ("in_scores", "out_scores", "control_in", "control_out")
 
 
-def read_scores(path: Path) -> dict[str, np.ndarray]:
+#: the bytes per score an audit of a scores file was measured to peak at (``bench/score_memory.py``):
+#: the scores as float64 and one sorted copy under the package's bonferroni, which counts on sorted
+#: scores alone; the other rules rank, concatenate and permute all the runs, and simulate its power.
+BYTES_PER_SCORE = {"bonferroni": 16}
+#: the same for every other threshold rule (measured under ``split`` at 10⁷ scores a class).
+OTHER_BYTES_PER_SCORE = 72
+#: what the analysis holds whatever the size: chunked passes' temporaries, the report's figures.
+FIXED_WORKING_BYTES = 300 * 2**20
+
+
+def working_bytes(threshold: str) -> npz.Working:
+    """The bytes an audit under ``threshold`` works in, from the score file's headers: each score
+    at its measured cost, plus the array as stored where it is not already float64."""
+    per_score = BYTES_PER_SCORE.get(threshold, OTHER_BYTES_PER_SCORE)
+
+    def working(members: Sequence[npz.Member]) -> int:
+        scores = sum(m.nbytes // m.dtype.itemsize for m in members if m.dtype.itemsize)
+        stored = sum(m.nbytes for m in members if m.dtype != np.float64)
+        return FIXED_WORKING_BYTES + per_score * scores + stored
+
+    return working
+
+
+def read_scores(path: Path, threshold: str = "bonferroni") -> dict[str, np.ndarray]:
     """The scores in ``path`` by :data:`NPZ_KEYS` name (``control_*`` only where given), each
-    checked (real numbers, finite, at least two)."""
+    checked (real numbers, finite, at least two), refused before inflating where an audit under
+    ``threshold`` would not fit memory (:func:`working_bytes`)."""
     npz.check_file(path, "scores file")
     require(
         path.suffix in (".npz", ".csv"), f"{path}: scores come as .npz (in_scores, out_scores) or .csv (score, label)"
     )
     content = npz.read_file(path, "scores file")
     if path.suffix == ".npz":
-        data = npz.loads(content, f"scores file {path}")
+        data = npz.loads(content, f"scores file {path}", working_bytes(threshold))
         missing = [key for key in NPZ_KEYS[:2] if key not in data]
         require(not missing, f"{path} lacks {' and '.join(missing)} (an .npz needs in_scores and out_scores)")
         require(("control_in" in data) == ("control_out" in data), f"{path}: control_in and control_out come together")

@@ -219,16 +219,6 @@ def full_batch(phases: Sequence[accounting.GaussianPhase] | None) -> bool:
     return bool(phases) and all(p.sample_rate == 1.0 for p in phases or ())
 
 
-def _no_information(scores_in: np.ndarray, scores_out: np.ndarray) -> bool:
-    """All scores one value, or in and out the same multiset (sorted only when the cheap tests pass)."""
-    low, high = min(scores_in.min(), scores_out.min()), max(scores_in.max(), scores_out.max())
-    if low == high:
-        return True
-    if len(scores_in) != len(scores_out) or scores_in.min() != scores_out.min() or scores_in.max() != scores_out.max():
-        return False
-    return bool(np.array_equal(np.sort(scores_in), np.sort(scores_out)))
-
-
 def _warnings(
     blind: bool, auroc: float, epsilon: float, max_epsilon: float, detectable: bool, curve: str
 ) -> tuple[str, ...]:
@@ -284,11 +274,11 @@ def analyse(
     """
     tell, stated = step or (lambda name: None), claimed_curve(phases, curve)
     tell(STEPS[0])
-    found = attacked(
+    found, ordered = attacked(
         scores_in, scores_out, seed=seed, label=label, delta=delta, confidence=confidence, threshold=threshold
     )
     tell(STEPS[1])
-    diag = diagnose(scores_in, scores_out)
+    diag = diagnose(ordered)
     tell(STEPS[2])
     below_curve = found.profile_violation(claimed)
     profile_violation = below_curve and stated != "none"  # a verdict only on a curve that was claimed
@@ -296,7 +286,7 @@ def analyse(
     max_epsilon = float(strict_epsilon(*perfect, delta))
     detectable = stated != "none" and bool(np.any(claimed.violated(np.array([perfect[0]]), np.array([perfect[1]]))))
     strict, gdp = found.strict, found.gdp
-    epsilon_violation, blind = found.epsilon_lower_bound > epsilon, _no_information(scores_in, scores_out)
+    epsilon_violation, blind = found.epsilon_lower_bound > epsilon, ordered.no_information()
     result = AuditResult(
         runs=len(scores_in) + len(scores_out),
         epsilon_lower_bound=found.epsilon_lower_bound,

@@ -91,7 +91,7 @@ def cmd_audit_scores(args: argparse.Namespace) -> int:
     if args.one_run:
         return _one_run_scores(args, path, claim)
     extra = {"threshold": args.threshold, "seed": args.seed, "label": args.label, "curve": args.curve}
-    result = audit_score_file(path, read_scores(path), **claim, **extra, progress=True)
+    result = audit_score_file(path, read_scores(path, args.threshold), **claim, **extra, progress=True)
     print(json.dumps(result.to_dict(), indent=2))
     see = f"; see {out}/report.md" if out else ""
     if result.power is not None:
