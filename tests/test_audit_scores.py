@@ -278,3 +278,20 @@ def test_scores_that_carry_no_information_are_one_warning_and_inconclusive(case:
     moved = in_scores.copy()
     moved[0] += 1e-6
     assert not dpaudit_mix.audit_scores(moved, out_scores, epsilon=1.0, delta=DELTA).no_information
+
+
+def test_the_command_names_the_accountant_behind_the_claimed_epsilon(capsys, tmp_path: Path) -> None:
+    """With phases the claimed ε is an accountant's figure, named in the JSON and in a line (by
+    its registered name and its library); without phases the line says the ε is as stated."""
+    path = _scores(tmp_path, accounting.gdp_mu_of_epsilon(1.0, DELTA), 0)
+    for accountant, library in (("pld", "dp_accounting's PLD"), ("rdp", "Opacus' RDP")):
+        sigma = accounting.calibrate(1.0, DELTA, 1.0, 1, accountant)
+        spent = accounting.epsilon([accounting.GaussianPhase(sigma, 1.0, 1)], DELTA, accountant)
+        phases = ["--noise-multiplier", repr(sigma), "--sample-rate", "1", "--steps", "1", "--accountant", accountant]
+        assert main(["audit-scores", str(path), "--epsilon", f"{spent!r}", "--delta", str(DELTA), *phases]) == 0
+        captured = capsys.readouterr()
+        said = json.loads(captured.out)["accounted"]
+        assert said["accountant"] == accountant and said["accounted_epsilon"] == pytest.approx(spent)
+        assert f"accounted by {accountant} ({library}): ε = {spent:.4g} for the phases" in captured.err
+    assert main(["audit-scores", str(path), "--epsilon", "1", "--delta", str(DELTA)]) == 0
+    assert "claimed ε = 1 at δ = 1e-05 as stated (no phases" in capsys.readouterr().err

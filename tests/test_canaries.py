@@ -21,8 +21,11 @@ Q = BATCH / EXAMPLES
 STEPS = EPOCHS * round(1 / Q)
 
 
-def _training(test: str, examples: int = EXAMPLES) -> tuple[torch.nn.Module, torch.optim.Optimizer, DataLoader, float]:
-    """A user's own small model, data and Opacus engine (σ for ε = 2 by the PLD accountant)."""
+def _training(
+    test: str, examples: int = EXAMPLES, engine: str = "prv"
+) -> tuple[torch.nn.Module, torch.optim.Optimizer, DataLoader, float]:
+    """A user's own small model, data and Opacus engine (σ for ε = 2 by the PLD accountant; the
+    engine's own accountant Opacus' default, PRV, unless ``engine`` says)."""
     rng = stream(0, "simulated-scores", test=test).numpy()
     x = torch.from_numpy(rng.normal(size=(examples, 5)).astype(np.float32))
     y = torch.from_numpy((rng.random(examples) < 0.5).astype(np.int64))
@@ -32,7 +35,7 @@ def _training(test: str, examples: int = EXAMPLES) -> tuple[torch.nn.Module, tor
     generator = stream(0, "finetune-noise", test=test).torch()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model, optimizer, loader = PrivacyEngine().make_private(
+        model, optimizer, loader = PrivacyEngine(accountant=engine).make_private(
             module=model,
             optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
             data_loader=DataLoader(TensorDataset(x, y), batch_size=BATCH),
@@ -113,3 +116,22 @@ def test_without_an_opacus_accountant_hook_q_must_be_given() -> None:
         attach(optimizer, 100, sample_rate=Q, source=stream(0, "canary-membership", test="no-hook").numpy()).sample_rate
         == Q
     )
+
+
+def test_the_audit_names_its_accountant_and_the_users_engine_beside_it() -> None:
+    """The claim's ε is the PLD accountant's; the user's Opacus engine (RDP here) says its own
+    get_epsilon beside it, larger, with the one line on why."""
+    model, optimizer, loader, _ = _training("accounted", engine="rdp")
+    canaries = attach(optimizer, 1000, source=stream(0, "canary-membership", test="accounted").numpy())
+    _train(model, optimizer, loader)
+    phases = canaries.phases()
+    result = canaries.audit(epsilon=accounting.epsilon(phases, DELTA), delta=DELTA, phases=phases)
+    said = result.accounted
+    assert said is not None and said.accountant == "pld" and said.epsilon == accounting.epsilon(phases, DELTA)
+    assert said.engine == "rdp" and said.engine_epsilon == pytest.approx(accounting.epsilon(phases, DELTA, "rdp"))
+    assert said.engine_epsilon > said.epsilon  # RDP's conversion to (ε, δ) is the looser bound
+    line = result.to_dict()["accounted"]["line"]
+    assert "accounted by pld (dp_accounting's PLD)" in line and "engine's rdp accountant" in line
+    assert "RDP converts Rényi DP to (ε, δ) by an upper bound" in line
+    stated = canaries.audit(epsilon=2.0, delta=DELTA)  # no phases: the ε is the user's word
+    assert stated.accounted is not None and "as stated (no phases" in stated.accounted.line()

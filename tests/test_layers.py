@@ -50,6 +50,7 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "the mixing problem, λ★, the learner, the accountant, the audit statistics (mypy strict)",
         (
             "accounting",
+            "audit.accounted",
             "audit.attack",
             "audit.bounds",
             "audit.canaries",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +27,7 @@ from ..errors import present, require
 from ..learner import BLOCK, default_threads
 from ..problem import Problem
 from ..resources import require_memory
+from .accounted import Accounted
 from .attack import AttackResult
 from .chunks import ChunkStore
 from .mechanisms import mechanism
@@ -198,6 +199,7 @@ def _analyse(
     """Every (setting, threat)'s bounds and verdicts from the collected scores, and the summary."""
     check_claim(spec.epsilon, spec.delta, plan.claimed_phases, plan.accountant)
     claimed = claimed_tradeoff(spec.epsilon, spec.delta, plan.claimed_phases)
+    accounted = Accounted.of(spec.epsilon, spec.delta, plan.claimed_phases, plan.accountant)
     per_result = result_confidence(spec.confidence, sum(s.noise for s in settings) * len(spec.threats))
     results = []
     attacks: dict[tuple[str, str, bool], Attacked] = {}
@@ -223,7 +225,7 @@ def _analyse(
                 label=score_label(s.canary, threat, s.noise),
             )
             attacks[(s.canary, threat, s.noise)] = Attacked(found, scores_in, scores_out)
-            results.append(SettingResult.of(result, s.canary, threat, s.noise))
+            results.append(SettingResult.of(replace(result, accounted=accounted), s.canary, threat, s.noise))
     # A σ = 0 control releases its canary in the clear: if even it stays within the claim, this
     # audit (its runs, canary or attack) cannot see leakage, and its silence proves nothing.
     summary = AuditSummary(

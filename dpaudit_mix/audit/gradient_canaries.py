@@ -28,7 +28,7 @@ whole pipeline, at far less power.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -37,6 +37,7 @@ from .. import accounting
 from ..errors import InputError, is_real, require
 from ..randomness import RandomSource, SecureSource
 from ..resources import require_memory
+from .accounted import Accounted
 from .dirac import dirac_scores
 from .one_run import MIN_CANARIES, OneRunResult, audit_one_run
 
@@ -55,6 +56,7 @@ class Canaries:
     source: RandomSource
     released: list[np.ndarray] = field(default_factory=list)  # per step, (m,): x_t σ
     noise_multipliers: list[float] = field(default_factory=list)  # per step: the σ the optimizer used
+    engine: Any = None  # the Opacus accountant the optimizer's hook steps (None without one)
     _restore: list[Callable[[], None]] = field(default_factory=list)
 
     @property
@@ -102,9 +104,11 @@ class Canaries:
     ) -> OneRunResult:
         """The one-run audit of the claim: with ``phases`` (σ, q, T of the training), the canaries
         are scored under the claimed σ and q (a σ the optimizer did not really use shows), and the
-        claim's whole privacy profile is tested."""
+        claim's whole privacy profile is tested. The result's ``accounted`` names the accountant
+        behind ε and, beside it, what the user's Opacus engine (its accountant's ``get_epsilon``)
+        says of the training as it ran."""
         sigma, q = (phases[-1].noise_multiplier, phases[-1].sample_rate) if phases else (None, None)
-        return audit_one_run(
+        result = audit_one_run(
             self.scores(sigma, q),
             self.membership,
             epsilon=epsilon,
@@ -113,6 +117,12 @@ class Canaries:
             confidence=confidence,
             accountant=accountant,
         )
+        accounted = Accounted.of(epsilon, delta, phases, accountant)  # the ε the audit already asked: cached
+        if self.engine is not None:  # what the user's own engine says of the training it ran
+            accounted = replace(
+                accounted, engine=str(self.engine.mechanism()), engine_epsilon=float(self.engine.get_epsilon(delta))
+            )
+        return replace(result, accounted=accounted)
 
     def detach(self) -> None:
         """Take the canary coordinates out of the optimizer (and its hooks), released values kept."""
@@ -159,24 +169,30 @@ def attach(
     reference = optimizer.params[0]
     weight = torch.nn.Parameter(torch.zeros(m, dtype=reference.dtype, device=reference.device))
     optimizer.original_optimizer.add_param_group({"params": [weight], "lr": 0.0})
-    canaries = Canaries(optimizer, weight, member.astype(bool), float(sample_rate), draws)
+    engine = _hook_cell(optimizer, "self")
+    canaries = Canaries(optimizer, weight, member.astype(bool), float(sample_rate), draws, engine=engine)
     _hook_clipping(canaries)
     _hook_release(canaries)
     return canaries
 
 
+def _hook_cell(optimizer: Any, name: str) -> Any | None:
+    """A value Opacus' accountant hook keeps in its closure (``get_optimizer_hook_fn`` closes over
+    ``self``, the accountant, and ``sample_rate``), or None without such a hook."""
+    hook = getattr(optimizer, "step_hook", None)
+    code, cells = getattr(hook, "__code__", None), getattr(hook, "__closure__", None)
+    if code is None or cells is None or name not in code.co_freevars:
+        return None
+    return cells[code.co_freevars.index(name)].cell_contents
+
+
 def _training_sample_rate(optimizer: Any, given: float | None) -> float:
-    """The q the training runs and accounts at: the one Opacus' accountant hook was made with
-    (``get_optimizer_hook_fn(sample_rate)`` keeps it in its closure), checked against a given one."""
+    """The q the training runs and accounts at: the one Opacus' accountant hook was made with,
+    checked against a given one."""
     if given is not None:
         require(is_real(given) and 0 < given <= 1, f"sample_rate must be the training's q in (0, 1], got {given!r}")
-    hook = optimizer.step_hook
-    code, cells = getattr(hook, "__code__", None), getattr(hook, "__closure__", None)
-    accounted = (
-        float(cells[code.co_freevars.index("sample_rate")].cell_contents)
-        if code is not None and cells is not None and "sample_rate" in code.co_freevars
-        else None
-    )
+    cell = _hook_cell(optimizer, "sample_rate")
+    accounted = None if cell is None else float(cell)
     if accounted is None:
         if given is None:
             raise InputError(

@@ -35,6 +35,7 @@ import numpy as np
 
 from .. import accounting
 from ..errors import is_real, require
+from .accounted import Accounted
 from .estimate import Estimate, gaussian_pair
 from .fdp import PROFILE_FLOOR, PROFILE_GRID, Curves, GaussianCurves, LineCurves, rejects
 from .guesses import EPSILON_MAX, MIN_CANARIES, GuessSets, largest_rejected, p_values
@@ -113,6 +114,9 @@ class OneRunResult:
     level_per_test: float
     epsilon_estimate: Estimate  # an estimate, never a verdict: see :mod:`.estimate`
     power_claim: OneRunPowerClaim | None = field(default=None, repr=False, compare=False)
+    #: the accountant behind the claimed ε and its figure for the phases (Opacus' beside it where
+    #: the engine is Opacus: :meth:`.gradient_canaries.Canaries.audit`)
+    accounted: Accounted | None = field(default=None, compare=False)
 
     @property
     def violation(self) -> bool:
@@ -147,6 +151,7 @@ class OneRunResult:
             "level_per_test": self.level_per_test,
             "epsilon_estimate": self.epsilon_estimate.to_dict(),
             "power": None if power is None else power.to_dict(),
+            **({} if self.accounted is None else {"accounted": self.accounted.to_dict()}),
         }
 
 
@@ -217,6 +222,7 @@ def audit_one_run(
         level_per_test=per_set,
         epsilon_estimate=gaussian_pair(s[b == 1], s[b == 0], delta, confidence),
         power_claim=one_run_power_claim(epsilon, delta, phases=phases, canaries=len(s), confidence=confidence),
+        accounted=Accounted.of(epsilon, delta, phases, accountant),
     )
 
 

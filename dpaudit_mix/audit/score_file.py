@@ -159,7 +159,7 @@ def audit_score_file(
     claimed_curve(phases, curve)
     if out is not None:  # every input checked first: a refused audit makes no folder
         out = check_output(out, folder=True, inputs=[path])
-    audited = Audited(epsilon, delta, claimed, phases, confidence, threshold, seed)
+    audited = Audited(epsilon, delta, claimed, phases, confidence, threshold, seed, accountant)
     runs = sum(len(v) for v in scores.values())
     with tqdm(
         total=len(STEPS) * (1 + ("control_in" in scores)),
@@ -236,6 +236,7 @@ def _write_report(
             "mechanism's σ-scaled family (same q and T), not on any mechanism's ε.",
         ),
         ("strong", verdict_line(result, epsilon)),
+        *(() if result.accounted is None else (("p", f"The claim: {result.accounted.line()}."),)),
         ("p", power_line(result)),
         ("p", control_text),
         *(("p", f"Warning: {w}.") for w in result.warnings),
@@ -339,5 +340,7 @@ def _one_run_text(result: OneRunResult, path: Path) -> str:
         f"{result.guess_sets} guess sets (Bonferroni); each test at level {result.level_per_test:.3g}, "
         f"{result.confidence:.0%} overall. Two methods bound the same probability, so either one's rejection "
         "counts at that level: Steinke, Nasr & Jagielski (2023) for (ε, δ) points, and Mahloujifar, Melis & "
-        "Chaudhuri (2025) for whole trade-off curves (f-DP). " + one_run_power_line(result)
+        "Chaudhuri (2025) for whole trade-off curves (f-DP). "
+        + ("" if result.accounted is None else f"The claim: {result.accounted.line()}. ")
+        + one_run_power_line(result)
     )

@@ -24,6 +24,7 @@ import numpy.typing as npt
 
 from .. import accounting, npz
 from ..errors import InputError, require
+from .accounted import Accounted
 from .attack import THRESHOLDS, AttackResult
 from .bounds import strict_epsilon
 from .diagnostics import diagnose
@@ -86,6 +87,8 @@ class AuditResult:
     #: every score is one value, or the in and out scores are the same multiset: no attack on them
     #: can see anything, so silence is no evidence (the verdict is inconclusive)
     no_information: bool
+    #: the accountant behind the claimed ε and its figure for the phases (set by :class:`Audited`)
+    accounted: Accounted | None = field(default=None, compare=False, kw_only=True)
 
     @property
     def verdict(self) -> str:
@@ -134,6 +137,7 @@ class AuditResult:
             "auroc_ci": list(self.auroc_ci),
             "tpr_at_fpr": dict(self.tpr_at_fpr),
             "power": None if self.power is None else self.power.to_dict(),
+            **({} if self.accounted is None else {"accounted": self.accounted.to_dict()}),
         }
         if self.control is not None:
             data["control"] = self.control.to_dict()
@@ -358,6 +362,7 @@ class Audited:
     confidence: float
     threshold: str
     seed: int
+    accountant: str = accounting.DEFAULT_ACCOUNTANT
 
     def scored(
         self,
@@ -378,7 +383,8 @@ class Audited:
         if "control_in" in scores:
             control = analyse(scores["control_in"], scores["control_out"], **claim, **named, label=control_label(label))
             result = with_control(result, control[0])
-        return result, found
+        accounted = Accounted.of(self.epsilon, self.delta, self.phases, self.accountant)
+        return replace(result, accounted=accounted), found
 
 
 def control_label(label: str) -> str:
@@ -428,4 +434,5 @@ def audit_scores(
     pairs = {"in_scores": scores_in, "out_scores": scores_out}
     if controls is not None:
         pairs.update(control_in=controls[0], control_out=controls[1])
-    return Audited(epsilon, delta, claimed, phases, confidence, threshold, seed).scored(pairs, label, curve=curve)[0]
+    audited = Audited(epsilon, delta, claimed, phases, confidence, threshold, seed, accountant)
+    return audited.scored(pairs, label, curve=curve)[0]

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 from ..errors import EXIT_BAD_INPUT, EXIT_FAULT, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_VIOLATION, InputError
 from ..registry import user_code
+from ..version import __version__
 from . import audits, experiments, mixing, planning, releases, verify
 from .common import PATH_ERRORS, Parser
 
@@ -37,7 +38,14 @@ __all__ = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="dpaudit-mix", description=__doc__)
+    parser = Parser(
+        prog="dpaudit-mix",
+        description=__doc__,
+        epilog="examples:\n  dpaudit-mix audit-scores --help\n  make demo  # from a fresh clone: the demo's report",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {__version__}", help="print the version and exit"
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for group in (mixing, audits, planning, releases, experiments, verify):
         group.commands(sub)

@@ -13,7 +13,20 @@ from .. import accounting
 from ..atomic import check_output
 from ..backend import BACKENDS
 from ..errors import EXIT_INCONCLUSIVE, EXIT_VIOLATION, require
-from .common import Parser, add_json, finite, phases_of, positive_int, seed_number
+from .common import (
+    CONFIDENCE_HELP,
+    DELTA_HELP,
+    EPSILON_HELP,
+    SAMPLE_RATE_HELP,
+    STEPS_HELP,
+    Parser,
+    add_json,
+    command,
+    finite,
+    phases_of,
+    positive_int,
+    seed_number,
+)
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -94,6 +107,8 @@ def cmd_audit_scores(args: argparse.Namespace) -> int:
     result = audit_score_file(path, read_scores(path, args.threshold), **claim, **extra, progress=True)
     print(json.dumps(result.to_dict(), indent=2))
     see = f"; see {out}/report.md" if out else ""
+    if result.accounted is not None:
+        print(f"dpaudit-mix: {result.accounted.line()}", file=sys.stderr)
     if result.power is not None:
         print(f"dpaudit-mix: power: {result.power.line(str(result.runs) + ' runs')}", file=sys.stderr)
     for warning in result.warnings:
@@ -119,6 +134,8 @@ def _one_run_scores(args: argparse.Namespace, path: Path, claim: dict[str, Any])
     require(args.threshold == "bonferroni", "--one-run chooses its guesses by its own fixed grid: drop --threshold")
     result = audit_canary_file(path, read_canaries(path), **claim)
     print(json.dumps(result.to_dict(), indent=2))
+    if result.accounted is not None:
+        print(f"dpaudit-mix: {result.accounted.line()}", file=sys.stderr)
     print(f"dpaudit-mix: {one_run_power_line(result)}", file=sys.stderr)
     if result.violation:
         see = f"; see {claim['out']}/report.md" if claim["out"] else ""
@@ -129,45 +146,60 @@ def _one_run_scores(args: argparse.Namespace, path: Path, claim: dict[str, Any])
 
 def commands(sub: argparse._SubParsersAction[Parser]) -> None:
     """audit (a mechanism, by spec) and audit-scores (any stack's scores)."""
-    audit = sub.add_parser("audit", help="empirical privacy audit of DP-MixMin (exit 3 on a violation)")
-    audit.add_argument("spec")
+    audit = command(
+        sub,
+        "audit",
+        "empirical privacy audit of DP-MixMin (exit 3 on a violation)",
+        "dpaudit-mix audit audits/default.toml --out reports/audit",
+        "dpaudit-mix audit audits/default.toml --noise-multiplier 0.5  # a broken mechanism: exit 3",
+    )
+    audit.add_argument("spec", help="the audit spec (.toml; its keys: docs/design.md)")
     audit.add_argument("--problem", help="a problem file (overrides the spec)")
     audit.add_argument("--out", help="output folder (default reports/<spec name>)")
-    audit.add_argument("--runs", type=positive_int)
-    audit.add_argument("--epsilon", type=finite)
+    audit.add_argument("--runs", type=positive_int, help="runs to train, half with the canary (default: the spec's)")
+    audit.add_argument("--epsilon", type=finite, help="the claimed epsilon in nats (default: the spec's)")
     audit.add_argument(
         "--noise-multiplier",
         type=finite,
         help="override the calibrated sigma while the claim stays epsilon (simulates a broken mechanism)",
     )
-    audit.add_argument("--backend", choices=BACKENDS, default="local")
-    audit.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://host:8786")
+    audit.add_argument("--backend", choices=BACKENDS, default="local", help="run the runs here or on a Dask cluster")
+    audit.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://host:8786 (with --backend dask)")
     audit.set_defaults(func=cmd_audit)
 
-    scores = sub.add_parser(
+    scores = command(
+        sub,
         "audit-scores",
-        help="audit a claimed (epsilon, delta) from membership scores of any stack (exit 3 on a violation)",
+        "audit a claimed (epsilon, delta) from membership scores of any stack (exit 3 on a violation)",
+        "dpaudit-mix audit-scores scores.npz --epsilon 1 --delta 1e-5 --out report",
+        "dpaudit-mix audit-scores canaries.csv --one-run --epsilon 2 --delta 1e-5 --noise-multiplier 1.1 "
+        "--sample-rate 0.01 --steps 3000",
     )
     scores.add_argument(
         "file", help=".npz with in_scores and out_scores, or .csv with columns score and label (1 = canary in)"
     )
-    scores.add_argument("--epsilon", type=finite, required=True)
-    scores.add_argument("--delta", type=finite, required=True)
+    scores.add_argument("--epsilon", type=finite, required=True, help=EPSILON_HELP)
+    scores.add_argument("--delta", type=finite, required=True, help=DELTA_HELP)
     scores.add_argument(
         "--noise-multiplier",
         type=finite,
         help="with --sample-rate and --steps: the mechanism's "
         "phase; its PLD profile is the claim when q < 1 (default: mu-GDP from epsilon)",
     )
-    scores.add_argument("--sample-rate", type=finite)
-    scores.add_argument("--steps", type=positive_int)
+    scores.add_argument("--sample-rate", type=finite, help=f"{SAMPLE_RATE_HELP}, of the claimed phase")
+    scores.add_argument("--steps", type=positive_int, help=f"{STEPS_HELP}, of the claimed phase")
     scores.add_argument(
         "--accountant",
         default=accounting.DEFAULT_ACCOUNTANT,
         help="the accountant that calibrated sigma: --epsilon must be its epsilon for the phase (default pld)",
     )
-    scores.add_argument("--confidence", type=finite, default=0.95)
-    scores.add_argument("--threshold", default="bonferroni", help="bonferroni (default) or split")
+    scores.add_argument("--confidence", type=finite, default=0.95, help=CONFIDENCE_HELP)
+    scores.add_argument(
+        "--threshold",
+        default="bonferroni",
+        help="how thresholds are chosen: bonferroni (default: a fixed rank grid, alpha shared, all runs) or split "
+        "(chosen on half, counted on the other; 4.5x the memory)",
+    )
     scores.add_argument(
         "--curve",
         choices=("gdp",),
@@ -175,7 +207,7 @@ def commands(sub: argparse._SubParsersAction[Parser]) -> None:
         "(epsilon, delta) alone and the verdict rests on the strict bound)",
     )
     scores.add_argument(
-        "--seed", type=seed_number, default=0, help="names the stream of the split strategy's SELECT half"
+        "--seed", type=seed_number, default=0, help="names the streams of tie-breaking and of split's SELECT half"
     )
     scores.add_argument(
         "--label",

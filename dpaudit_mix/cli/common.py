@@ -34,11 +34,43 @@ PATH_ERRORS = {
 }
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help that states every option's default (where its text does not already), and examples
+    in the epilog kept as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if not action.option_strings or action.default in (None, False, argparse.SUPPRESS) or "default" in text:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line on stderr and exit 2 like every other bad input."""
+    """argparse, but a usage error is one line on stderr and exit 2 like every other bad input,
+    and the help states defaults (:class:`HelpFormatter`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise InputError(message)
+
+
+def command(sub: argparse._SubParsersAction[Parser], name: str, summary: str, *examples: str) -> Parser:
+    """A subcommand with its one-line ``summary`` (its help in the command list and its
+    description) and ``examples`` in its epilog, each a whole command line."""
+    lines = "\n".join(f"  {e}" for e in examples)
+    return sub.add_parser(name, help=summary, description=summary.replace("%%", "%"), epilog=f"examples:\n{lines}")
+
+
+#: the claim's numbers, said the same way by every command that takes them.
+EPSILON_HELP = "the claimed epsilon (privacy loss, in nats)"
+DELTA_HELP = "the claim's delta (a probability, e.g. 1e-5)"
+NOISE_HELP = "noise multiplier sigma (noise std over the clipping norm C; unitless)"
+SAMPLE_RATE_HELP = "Poisson sampling rate q of each step (a fraction in (0, 1])"
+STEPS_HELP = "DP-SGD steps T (a count)"
+CONFIDENCE_HELP = "the level every bound holds at (a probability)"
 
 
 def emit(result: dict[str, Any], out: str | None) -> None:

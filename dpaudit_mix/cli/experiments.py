@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from ..atomic import check_output
-from .common import Parser, add_backend, add_device, add_json, connected_backend
+from .common import Parser, add_backend, add_device, add_json, command, connected_backend
 
 
 def cmd_recovery(args: argparse.Namespace) -> int:
@@ -57,14 +57,25 @@ def cmd_warmsyn(args: argparse.Namespace) -> None:
 
 def commands(sub: argparse._SubParsersAction[Parser]) -> None:
     """recovery, pipeline and warmsyn: the long runs, each with its report."""
-    recovery = sub.add_parser("recovery", help="weight-recovery report: private λ against λ★ over ε × ρ and k")
-    recovery.add_argument("spec")
+    recovery = command(
+        sub,
+        "recovery",
+        "weight-recovery report: private λ against λ★ over ε × ρ and k",
+        "dpaudit-mix recovery recovery/default.toml --workers 2",
+    )
+    recovery.add_argument("spec", help="the recovery spec (.toml; its keys: docs/design.md)")
     recovery.add_argument("--out", help="output folder (default reports/recovery-<spec name>)")
     add_backend(recovery, "cells")
     recovery.set_defaults(func=cmd_recovery)
 
-    pipeline = sub.add_parser("pipeline", help="proxies → private mixture → pretrain → DP finetune → evaluate")
-    pipeline.add_argument("spec")
+    pipeline = command(
+        sub,
+        "pipeline",
+        "proxies → private mixture → pretrain → DP finetune → evaluate",
+        "dpaudit-mix pipeline pipeline/quick.toml",
+        "dpaudit-mix pipeline pipeline/default.toml --workers 2 --device auto",
+    )
+    pipeline.add_argument("spec", help="the pipeline spec (.toml; its keys: docs/design.md)")
     pipeline.add_argument("--out", help="output folder (default reports/pipeline-<spec name>)")
     pipeline.add_argument(
         "--secure",
@@ -75,10 +86,13 @@ def commands(sub: argparse._SubParsersAction[Parser]) -> None:
     add_device(pipeline, "pretraining and finetuning")
     pipeline.set_defaults(func=cmd_pipeline)
 
-    warmsyn = sub.add_parser(
-        "warmsyn", help="EDM synthetic data from a small public set, warm-up, DP finetune: the seed paper's ablation"
+    warmsyn = command(
+        sub,
+        "warmsyn",
+        "EDM synthetic data from a small public set, warm-up, DP finetune: the WarmSyn ablation",
+        "dpaudit-mix warmsyn warmsyn/default.toml",
     )
-    warmsyn.add_argument("spec")
+    warmsyn.add_argument("spec", help="the WarmSyn spec (.toml; its keys: docs/design.md)")
     warmsyn.add_argument("--out", help="output folder (default reports/warmsyn-<spec name>)")
     add_device(warmsyn, "the EDM, the warm-ups and the finetunes")
     warmsyn.set_defaults(func=cmd_warmsyn)

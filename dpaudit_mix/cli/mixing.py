@@ -14,7 +14,22 @@ from ..data import registry
 from ..data.proxies import PROXIES
 from ..errors import require
 from ..learner import LearnerConfig, learner_config
-from .common import ACCOUNTANT_HELP, Parser, add_json, count, emit, finite, positive_int, seed_number
+from .common import (
+    ACCOUNTANT_HELP,
+    CONFIDENCE_HELP,
+    DELTA_HELP,
+    NOISE_HELP,
+    SAMPLE_RATE_HELP,
+    STEPS_HELP,
+    Parser,
+    add_json,
+    command,
+    count,
+    emit,
+    finite,
+    positive_int,
+    seed_number,
+)
 
 
 def cmd_mix(args: argparse.Namespace) -> None:
@@ -140,20 +155,26 @@ def cmd_bound(args: argparse.Namespace) -> None:
 
 def commands(sub: argparse._SubParsersAction[Parser]) -> None:
     """mix, account, calibrate, problem, bound: one answer each, on stdout."""
-    mix = sub.add_parser("mix", help="fit mixture weights (MixMin or DP-MixMin)")
-    mix.add_argument("--problem", required=True)
+    mix = command(
+        sub,
+        "mix",
+        "fit mixture weights λ on a problem file (MixMin, or DP-MixMin at (epsilon, delta))",
+        "dpaudit-mix mix --problem p.npz --epsilon 1 --delta 1e-5 --tune-on pub.npz --out lambda.json",
+        "dpaudit-mix mix --problem p.npz --nonprivate",
+    )
+    mix.add_argument("--problem", required=True, help="the problem file (.npz from `dpaudit-mix problem`)")
     mode = mix.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--nonprivate", action="store_true")
-    mode.add_argument("--epsilon", type=finite)
-    mix.add_argument("--delta", type=finite)
-    mix.add_argument("--runs", type=positive_int, default=1)
+    mode.add_argument("--nonprivate", action="store_true", help="fit λ★ without noise (never for release)")
+    mode.add_argument("--epsilon", type=finite, help="fit privately at this epsilon (in nats; with --delta)")
+    mix.add_argument("--delta", type=finite, help=DELTA_HELP)
+    mix.add_argument("--runs", type=positive_int, default=1, help="independent private fits to report (a count)")
     mix.add_argument(
         "--seed",
         type=seed_number,
         help="reproducible noise from this seed (audits, experiments; never for "
         "release). Default: noise from the OS CSPRNG",
     )
-    mix.add_argument("--steps", type=positive_int, default=LearnerConfig.steps)
+    mix.add_argument("--steps", type=positive_int, default=LearnerConfig.steps, help=STEPS_HELP)
     mix.add_argument(
         "--clip",
         type=finite,
@@ -165,29 +186,41 @@ def commands(sub: argparse._SubParsersAction[Parser]) -> None:
         help="choose C and eta by rehearsing DP-MixMin at this run's sigma, T and q on a public problem with the "
         "same sources (`dpaudit-mix problem WORLD --public`); spends no privacy",
     )
-    mix.add_argument("--sample-rate", type=finite, default=1.0)
-    mix.add_argument("--user-level", action="store_true")
+    mix.add_argument("--sample-rate", type=finite, default=1.0, help=SAMPLE_RATE_HELP)
+    mix.add_argument(
+        "--user-level", action="store_true", help="protect each user (the problem's user ids), not each example"
+    )
     mix.add_argument("--secure", action="store_true", help="noise from the OS CSPRNG (the default without --seed)")
     mix.add_argument(
         "--accountant",
         default=accounting.DEFAULT_ACCOUNTANT,
         help=ACCOUNTANT_HELP,
     )
-    mix.add_argument("--out")
+    mix.add_argument("--out", help="write the JSON to this file (stdout gets a summary; default: stdout only)")
     mix.set_defaults(func=cmd_mix)
 
-    account = sub.add_parser("account", help="epsilon of DP-SGD under every accountant")
-    account.add_argument("--noise-multiplier", type=finite, required=True)
-    account.add_argument("--sample-rate", type=finite, required=True)
-    account.add_argument("--steps", type=positive_int, required=True)
-    account.add_argument("--delta", type=finite, required=True)
+    account = command(
+        sub,
+        "account",
+        "epsilon of DP-SGD under every accountant",
+        "dpaudit-mix account --noise-multiplier 1.1 --sample-rate 0.01 --steps 1000 --delta 1e-5",
+    )
+    account.add_argument("--noise-multiplier", type=finite, required=True, help=NOISE_HELP)
+    account.add_argument("--sample-rate", type=finite, required=True, help=SAMPLE_RATE_HELP)
+    account.add_argument("--steps", type=positive_int, required=True, help=STEPS_HELP)
+    account.add_argument("--delta", type=finite, required=True, help=DELTA_HELP)
     account.set_defaults(func=cmd_account)
 
-    calibrate = sub.add_parser("calibrate", help="noise multiplier for a target (epsilon, delta)")
-    calibrate.add_argument("--epsilon", type=finite, required=True)
-    calibrate.add_argument("--delta", type=finite, required=True)
-    calibrate.add_argument("--sample-rate", type=finite, required=True)
-    calibrate.add_argument("--steps", type=positive_int, required=True)
+    calibrate = command(
+        sub,
+        "calibrate",
+        "noise multiplier for a target (epsilon, delta)",
+        "dpaudit-mix calibrate --epsilon 1 --delta 1e-5 --sample-rate 0.01 --steps 1000 --accountant pld",
+    )
+    calibrate.add_argument("--epsilon", type=finite, required=True, help="the target epsilon (in nats)")
+    calibrate.add_argument("--delta", type=finite, required=True, help=DELTA_HELP)
+    calibrate.add_argument("--sample-rate", type=finite, required=True, help=SAMPLE_RATE_HELP)
+    calibrate.add_argument("--steps", type=positive_int, required=True, help=STEPS_HELP)
     calibrate.add_argument(
         "--accountant",
         default=accounting.DEFAULT_ACCOUNTANT,
@@ -202,11 +235,18 @@ def commands(sub: argparse._SubParsersAction[Parser]) -> None:
 
 def _problem_commands(sub: argparse._SubParsersAction[Parser]) -> None:
     """problem, bound and export-world: files and figures a user makes or checks by hand."""
-    prob = sub.add_parser("problem", help="build a problem file from an embedded world or your own files")
+    prob = command(
+        sub,
+        "problem",
+        "build a problem file from an embedded world or your own files",
+        "dpaudit-mix problem mnist-shift --task multiclass --out p.npz",
+        "dpaudit-mix problem mnist-shift --task multiclass --public --out pub.npz",
+        "dpaudit-mix problem --data data.toml --out p.npz",
+    )
     prob.add_argument("name", nargs="?", help=f"one of: {', '.join(registry.PROBLEMS)}")
     prob.add_argument("--data", help="a data manifest (.toml) naming your public sources and sensitive set")
     prob.add_argument("--task", help="default: the world's first task (digit-0, or lm for the text world)")
-    prob.add_argument("--seed", type=seed_number, default=0)
+    prob.add_argument("--seed", type=seed_number, default=0, help="root seed of the world's splits and proxies")
     prob.add_argument("--proxy", choices=PROXIES, default="logistic", help="image worlds: the per-source proxies")
     prob.add_argument(
         "--proxy-epochs",
@@ -219,14 +259,24 @@ def _problem_commands(sub: argparse._SubParsersAction[Parser]) -> None:
         help="image worlds: the same proxies on the world's public validation rows instead of the sensitive set "
         "(for `mix --tune-on`; it spends no privacy)",
     )
-    prob.add_argument("--out", required=True)
+    prob.add_argument("--out", required=True, help="the problem file to write (.npz)")
     prob.set_defaults(func=cmd_problem)
 
-    bound = sub.add_parser("bound", help="Clopper-Pearson strict and GDP lower bounds from attack counts")
-    for flag in ("--fp", "--fn", "--negatives", "--positives"):
-        bound.add_argument(flag, type=count, required=True)
-    bound.add_argument("--delta", type=finite, required=True)
-    bound.add_argument("--confidence", type=finite, default=0.95)
+    bound = command(
+        sub,
+        "bound",
+        "Clopper-Pearson strict and GDP lower bounds from attack counts",
+        "dpaudit-mix bound --fp 3 --fn 400 --negatives 1000 --positives 1000 --delta 1e-5",
+    )
+    for flag, what in (
+        ("--fp", "false positives: canary-out runs the attack called in"),
+        ("--fn", "false negatives: canary-in runs it called out"),
+        ("--negatives", "canary-out runs"),
+        ("--positives", "canary-in runs"),
+    ):
+        bound.add_argument(flag, type=count, required=True, help=f"{what} (a count)")
+    bound.add_argument("--delta", type=finite, required=True, help=DELTA_HELP)
+    bound.add_argument("--confidence", type=finite, default=0.95, help=CONFIDENCE_HELP)
     bound.add_argument(
         "--claimed-mu",
         type=finite,
@@ -237,9 +287,14 @@ def _problem_commands(sub: argparse._SubParsersAction[Parser]) -> None:
     for p in (prob, bound):
         add_json(p)
 
-    export = sub.add_parser("export-world", help="write an embedded world as data files and a data manifest")
+    export = command(
+        sub,
+        "export-world",
+        "write an embedded world as data files and a data manifest",
+        "dpaudit-mix export-world mnist-shift --out my-world",
+    )
     export.add_argument("name", help=f"one of: {', '.join(registry.PROBLEMS)}")
-    export.add_argument("--seed", type=seed_number, default=0)
+    export.add_argument("--seed", type=seed_number, default=0, help="root seed of the world's splits")
     export.add_argument("--out", required=True, help="a new folder: data.toml and the files it names")
     export.set_defaults(func=cmd_export)
     add_json(export)

@@ -7,7 +7,19 @@ import json
 import sys
 
 from ..errors import EXIT_VIOLATION
-from .common import Parser, add_json, finite, phases_of, positive_int
+from .common import (
+    CONFIDENCE_HELP,
+    DELTA_HELP,
+    EPSILON_HELP,
+    SAMPLE_RATE_HELP,
+    STEPS_HELP,
+    Parser,
+    add_json,
+    command,
+    finite,
+    phases_of,
+    positive_int,
+)
 
 
 def cmd_plan_audit(args: argparse.Namespace) -> int:
@@ -23,20 +35,24 @@ def cmd_plan_audit(args: argparse.Namespace) -> int:
 
 
 def commands(sub: argparse._SubParsersAction[Parser]) -> None:
-    plan = sub.add_parser(
+    plan = command(
+        sub,
         "plan-audit",
-        help="the runs (or, --one-run, canaries) an audit of a claim needs to catch sigma/DETECT with 90%% "
+        "the runs (or, --one-run, canaries) an audit of a claim needs to catch sigma/DETECT with 90%% "
         "(exit 3 when no size up the ladder does)",
+        "dpaudit-mix plan-audit --epsilon 1 --delta 1e-5 --detect 2",
+        "dpaudit-mix plan-audit --epsilon 2 --delta 1e-5 --noise-multiplier 1.1 --sample-rate 0.01 --steps 3000 "
+        "--one-run",
     )
-    plan.add_argument("--epsilon", type=finite, required=True)
-    plan.add_argument("--delta", type=finite, required=True)
+    plan.add_argument("--epsilon", type=finite, required=True, help=EPSILON_HELP)
+    plan.add_argument("--delta", type=finite, required=True, help=DELTA_HELP)
     plan.add_argument("--noise-multiplier", type=finite, help="with --sample-rate and --steps: the claimed phase")
-    plan.add_argument("--sample-rate", type=finite)
-    plan.add_argument("--steps", type=positive_int)
+    plan.add_argument("--sample-rate", type=finite, help=f"{SAMPLE_RATE_HELP}, of the claimed phase")
+    plan.add_argument("--steps", type=positive_int, help=f"{STEPS_HELP}, of the claimed phase")
     plan.add_argument(
         "--detect", type=finite, default=2.0, help="the leak to catch: sigma/DETECT flagged with 90%% (default 2)"
     )
     plan.add_argument("--one-run", action="store_true", help="plan a one-run audit (canaries), not runs a side")
-    plan.add_argument("--confidence", type=finite, default=0.95)
+    plan.add_argument("--confidence", type=finite, default=0.95, help=CONFIDENCE_HELP)
     add_json(plan)
     plan.set_defaults(func=cmd_plan_audit)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..errors import EXIT_VIOLATION, require
-from .common import Parser, add_json, emit, finite
+from .common import Parser, add_json, command, emit, finite
 
 
 def cmd_release(args: argparse.Namespace) -> int:
@@ -83,11 +83,14 @@ def cmd_ledger(args: argparse.Namespace) -> None:
 
 def commands(sub: argparse._SubParsersAction[Parser]) -> None:
     """release, check-release and the privacy ledger."""
-    release_cmd = sub.add_parser(
+    release_cmd = command(
+        sub,
         "release",
-        help="verify, audit the exact configuration, then release λ or a finetuned model (exit 3 if refused)",
+        "verify, audit the exact configuration, then release λ or a finetuned model (exit 3 if refused)",
+        "dpaudit-mix release releases/default.toml --out reports/release",
+        "dpaudit-mix release releases/model.toml",
     )
-    release_cmd.add_argument("spec")
+    release_cmd.add_argument("spec", help="the release spec (.toml; its keys: docs/design.md)")
     release_cmd.add_argument("--out", help="output folder (default reports/release-<spec name>)")
     release_cmd.add_argument(
         "--noise-multiplier",
@@ -97,10 +100,14 @@ def commands(sub: argparse._SubParsersAction[Parser]) -> None:
     )
     release_cmd.set_defaults(func=cmd_release)
 
-    check = sub.add_parser(
-        "check-release", help="re-verify a release.json (hash, epsilon, problem file or model weights)"
+    check = command(
+        sub,
+        "check-release",
+        "re-verify a release.json (signature, hashes, epsilon, ledger, problem file or model weights)",
+        "dpaudit-mix check-release reports/release/release.json",
+        "dpaudit-mix check-release received/release.json --public-key releaser.pem --problem p.npz",
     )
-    check.add_argument("manifest")
+    check.add_argument("manifest", help="the release's release.json")
     check.add_argument("--problem", help="the problem file to check against (default: the path in the manifest)")
     check.add_argument(
         "--public-key",
@@ -111,14 +118,27 @@ def commands(sub: argparse._SubParsersAction[Parser]) -> None:
     )
     check.set_defaults(func=cmd_check_release)
 
-    key = sub.add_parser("signing-key", help="print the public key this machine signs releases with")
+    key = command(
+        sub,
+        "signing-key",
+        "print the public key this machine signs releases with",
+        "dpaudit-mix signing-key --out releaser.pem",
+    )
     key.add_argument("--out", help="also write the public key (PEM) to this file")
     key.set_defaults(func=cmd_signing_key)
 
-    book = sub.add_parser("ledger", help="the privacy ledger: show each data set's cap and spend, or change a cap")
-    book.add_argument("action", choices=("show", "set-budget"))
+    book = command(
+        sub,
+        "ledger",
+        "the privacy ledger: show each data set's cap and spend, or change a cap",
+        "dpaudit-mix ledger show",
+        "dpaudit-mix ledger set-budget 3f9a2c1e --epsilon 8",
+    )
+    book.add_argument(
+        "action", choices=("show", "set-budget"), help="show every data set, or set-budget of one (with DATA)"
+    )
     book.add_argument("data", nargs="?", help="set-budget: the data set's digest (8+ characters of it)")
-    book.add_argument("--epsilon", type=finite, help="set-budget: the new cap")
+    book.add_argument("--epsilon", type=finite, help="set-budget: the new cap on the data set's epsilon (in nats)")
     book.add_argument("--no-cap", action="store_true", help="set-budget: remove the cap")
     book.add_argument("--ledger", help="the ledger file (default: $DPAUDIT_MIX_LEDGER, else the user state folder)")
     book.set_defaults(func=cmd_ledger)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..atomic import check_output, write_text
 from ..errors import EXIT_VIOLATION
-from .common import Parser
+from .common import Parser, command
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -43,8 +43,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def commands(sub: argparse._SubParsersAction[Parser]) -> None:
-    verify_cmd = sub.add_parser(
-        "verify-accountant", help="check accountants, calibration, the learner's noise and an audit (exit 3 on failure)"
+    verify_cmd = command(
+        sub,
+        "verify-accountant",
+        "check accountants, calibration, the learner's noise and an audit (exit 3 on failure)",
+        "dpaudit-mix verify-accountant --quick --junit verify.xml",
+        "dpaudit-mix verify-accountant --self-test",
     )
     verify_cmd.add_argument("--quick", action="store_true", help="the CI-sized run (about 40 s on 2 cores)")
     verify_cmd.add_argument(
