@@ -8,8 +8,11 @@ travels alone. Figures are saved atomically like every other output.
 from __future__ import annotations
 
 import base64
+import contextlib
 import html
 import os
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,3 +88,22 @@ def write_pages(out: Path, title: str, blocks: list[Block], name: str = "report"
     write_text(out / f"{name}.md", _markdown(title, blocks, out))
     write_text(out / f"{name}.html", _html(title, blocks))
     owned.replace(out, name, [Path(value) for kind, value in blocks if kind == "figure"])
+
+
+@contextlib.contextmanager
+def progress_steps(total: int, desc: str, *, delay: float = 0.0, show: bool = True) -> Iterator[Callable[[str], None]]:
+    """A progress bar of a computation's named steps on stderr: the caller's ``step(name)`` says a
+    step starts (so the one before it is done, and the bar names the one running); the block's
+    end completes it. ``delay``: seconds before it shows (tqdm's), so quick calls stay silent."""
+    from tqdm import tqdm
+
+    with tqdm(total=total, desc=desc, unit="step", delay=delay, disable=not show, file=sys.stderr) as bar:
+        started: list[str] = []
+
+        def step(name: str) -> None:
+            bar.update(len(started) > bar.n)
+            started.append(name)
+            bar.set_postfix_str(name)
+
+        yield step
+        bar.update(len(started) - bar.n)

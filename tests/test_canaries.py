@@ -12,6 +12,7 @@ from opacus import PrivacyEngine
 from torch.utils.data import DataLoader, TensorDataset
 
 from dpaudit_mix import accounting
+from dpaudit_mix.audit import gradient_canaries
 from dpaudit_mix.canaries import attach
 from dpaudit_mix.errors import InputError
 from dpaudit_mix.randomness import stream, torch_scope
@@ -118,9 +119,11 @@ def test_without_an_opacus_accountant_hook_q_must_be_given() -> None:
     )
 
 
-def test_the_audit_names_its_accountant_and_the_users_engine_beside_it() -> None:
+def test_the_audit_names_its_accountant_and_the_users_engine_beside_it(monkeypatch, capsys) -> None:
     """The claim's ε is the PLD accountant's; the user's Opacus engine (RDP here) says its own
-    get_epsilon beside it, larger, with the one line on why."""
+    get_epsilon beside it, larger, with the one line on why. The call's progress bar (shown past
+    PROGRESS_AFTER seconds; here at once) names its steps."""
+    monkeypatch.setattr(gradient_canaries, "PROGRESS_AFTER", 0.0)
     model, optimizer, loader, _ = _training("accounted", engine="rdp")
     canaries = attach(optimizer, 1000, source=stream(0, "canary-membership", test="accounted").numpy())
     _train(model, optimizer, loader)
@@ -133,5 +136,6 @@ def test_the_audit_names_its_accountant_and_the_users_engine_beside_it() -> None
     line = result.to_dict()["accounted"]["line"]
     assert "accounted by pld (dp_accounting's PLD)" in line and "engine's rdp accountant" in line
     assert "RDP converts Rényi DP to (ε, δ) by an upper bound" in line
+    assert "one-run audit" in capsys.readouterr().err
     stated = canaries.audit(epsilon=2.0, delta=DELTA)  # no phases: the ε is the user's word
     assert stated.accounted is not None and "as stated (no phases" in stated.accounted.line()

@@ -36,11 +36,14 @@ import numpy as np
 from .. import accounting
 from ..errors import InputError, is_real, require
 from ..randomness import RandomSource, SecureSource
+from ..reporting import progress_steps
 from ..resources import require_memory
 from .accounted import Accounted
 from .dirac import dirac_scores
-from .one_run import MIN_CANARIES, OneRunResult, audit_one_run
+from .one_run import MIN_CANARIES, STEPS, OneRunResult, audit_one_run
 
+#: seconds an audit call runs before its progress bar shows (the quick ones stay silent).
+PROGRESS_AFTER = 2.0
 #: bytes each canary keeps per step (its released value, float64).
 BYTES_PER_CANARY_STEP = 8
 
@@ -108,15 +111,17 @@ class Canaries:
         behind ε and, beside it, what the user's Opacus engine (its accountant's ``get_epsilon``)
         says of the training as it ran."""
         sigma, q = (phases[-1].noise_multiplier, phases[-1].sample_rate) if phases else (None, None)
-        result = audit_one_run(
-            self.scores(sigma, q),
-            self.membership,
-            epsilon=epsilon,
-            delta=delta,
-            phases=phases,
-            confidence=confidence,
-            accountant=accountant,
-        )
+        with progress_steps(len(STEPS), "one-run audit", delay=PROGRESS_AFTER) as step:
+            result = audit_one_run(
+                self.scores(sigma, q),
+                self.membership,
+                epsilon=epsilon,
+                delta=delta,
+                phases=phases,
+                confidence=confidence,
+                accountant=accountant,
+                step=step,
+            )
         accounted = Accounted.of(epsilon, delta, phases, accountant)  # the ε the audit already asked: cached
         if self.engine is not None:  # what the user's own engine says of the training it ran
             accounted = replace(

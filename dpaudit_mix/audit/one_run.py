@@ -45,6 +45,8 @@ from .scores import check_claim
 
 __all__ = ["MIN_CANARIES", "OneRunResult", "audit_one_run", "checked_canaries", "subsampled"]
 
+#: what a one-run audit does, in order (``audit_one_run``'s ``step`` hears each as it starts).
+STEPS = ("bounds of every guess set", "the claimed curve", "the profile bound")
 #: the f-DP searches: a geometric grid of this many candidates over [GRID_LOW, EPSILON_MAX]
 #: (ε′, or μ), then as many again between the largest rejected one and the next.
 GRID_POINTS, GRID_LOW = 48, 1e-3
@@ -183,25 +185,31 @@ def audit_one_run(
     confidence: float = 0.95,
     accountant: str = accounting.DEFAULT_ACCOUNTANT,
     profile_bound: bool = True,
+    step: Callable[[str], None] | None = None,
 ) -> OneRunResult:
     """Test the claim (ε, δ) (and, with ``phases``, its whole trade-off curve) against one run's
     canary ``scores`` and their ``membership`` (1 = in the training set, drawn with probability
     ½ each, independently of everything else). ``profile_bound`` False skips the search for
     ``epsilon_lower_bound_profile`` (seconds where the phases are subsampled; the verdict does
-    not rest on it): Monte Carlo studies of the verdict run thousands of audits."""
+    not rest on it): Monte Carlo studies of the verdict run thousands of audits. ``step`` hears
+    of each of :data:`STEPS` as it starts (a progress bar)."""
+    tell = step or (lambda name: None)
     s, b = checked_canaries(scores, membership)
     require(is_real(confidence) and 0 < confidence < 1, f"confidence must be in (0, 1), got {confidence!r}")
     check_claim(epsilon, delta, phases, accountant)
     sets = GuessSets.of(s, b, one_sided=subsampled(phases))
     level = 1 - confidence
     per_set = level / len(sets)
+    tell(STEPS[0])
     steinke = np.array([largest_rejected(sets.canaries, r, v, delta, per_set) for r, v in sets.pairs()])
     fdp = largest_rejected_curve(lambda grid: LineCurves.approximate(grid, delta), sets, per_set)
     best = int(np.argmax(np.maximum(steinke, fdp)))
     bound = float(max(steinke.max(), fdp.max()))
     profile_epsilon = profile_violation = None
     if phases:
+        tell(STEPS[1])
         profile_violation = _claimed_curve_rejected(phases, sets, per_set)
+        tell(STEPS[2])
         profile_epsilon = _profile_epsilon(phases, delta, sets, per_set) if profile_bound else None
     return OneRunResult(
         canaries=sets.canaries,

@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import csv
 import io
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from .. import accounting, npz
 from ..atomic import check_output, write_json
 from ..errors import InputError, require
-from ..reporting import Block, save_figure, write_pages
+from ..reporting import Block, progress_steps, save_figure, write_pages
 from .attack import AttackResult
 from .one_run import OneRunResult, audit_one_run, checked_canaries
 from .profile import TradeOff
@@ -161,22 +159,9 @@ def audit_score_file(
         out = check_output(out, folder=True, inputs=[path])
     audited = Audited(epsilon, delta, claimed, phases, confidence, threshold, seed, accountant)
     runs = sum(len(v) for v in scores.values())
-    with tqdm(
-        total=len(STEPS) * (1 + ("control_in" in scores)),
-        desc="audit-scores",
-        unit="step",
-        disable=not progress or runs < PROGRESS_RUNS,
-        file=sys.stderr,
-    ) as bar:
-        started: list[str] = []
-
-        def step(name: str) -> None:  # a step starts: the one before it is done
-            bar.update(len(started) > bar.n)
-            started.append(name)
-            bar.set_postfix_str(name)
-
+    steps = len(STEPS) * (1 + ("control_in" in scores))
+    with progress_steps(steps, "audit-scores", show=progress and runs >= PROGRESS_RUNS) as step:
         result, found = audited.scored(scores, label, step=step, curve=curve)
-        bar.update(len(started) - bar.n)
     if out is not None:
         _write_report(
             out,
