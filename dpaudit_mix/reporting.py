@@ -40,6 +40,31 @@ def save_figure(fig: Figure, path: Path) -> Path:
     return path
 
 
+#: what each figure the package draws shows, said to a reader who cannot see it (its alt text).
+FIGURE_TEXT = {
+    "tradeoff": "trade-off curves: the claimed mechanism's curve and the attacks' Clopper–Pearson points, "
+    "false-positive rate against false-negative rate",
+    "scores": "histograms of the attack's scores on canary-in and canary-out runs, with the chosen threshold",
+    "roc": "ROC curves of each attack, true-positive against false-positive rate, with the chosen threshold",
+    "epsilon": "bar chart of each setting's certified ε lower bound against the claimed ε",
+    "lambda": "bar chart of the released mixture weights λ, one bar per public source",
+    "macro_auc_vs_epsilon": "the finetuned models' macro AUC against ε, one line per method, mean ± std over seeds",
+    "relative_gain": "each method's gain over uniform mixing against ε, with paired-test intervals",
+    "perplexity_vs_epsilon": "the text models' perplexity against ε, one line per method, mean ± std over seeds",
+    "cos_heatmap": "heat maps of cos(λ, λ★) over ε and ρ",
+    "alpha_vs_k": "recovery of λ★ against the number of sources k",
+    "ablation": "WarmSyn ablation: accuracy of each warm-up against ε",
+    "canary_scores": "histograms of one training run's canary scores, members (in) against non-members (out)",
+    "card": "bar charts of the released model's pretraining mixture λ per source and of its metrics",
+    "map": "the map: DP-MixMin minus uniform over bad sources, pretraining size and finetune rows",
+}
+
+
+def figure_text(path: Path) -> str:
+    """The alt text of a figure file (its stem's entry in FIGURE_TEXT, else its name in words)."""
+    return FIGURE_TEXT.get(path.stem, f"figure: {path.stem.replace('_', ' ')}")
+
+
 def _markdown(title: str, blocks: list[Block], out: Path) -> str:
     lines = [f"# {title}", ""]
     for kind, value in blocks:
@@ -47,7 +72,7 @@ def _markdown(title: str, blocks: list[Block], out: Path) -> str:
             lines += ["| " + " | ".join(value[0]) + " |", "|" + "---|" * len(value[0])]
             lines += ["| " + " | ".join(row) + " |" for row in value[1:]]
         elif kind == "figure":
-            lines.append(f"![{value.stem}]({os.path.relpath(value, out)})")
+            lines.append(f"![{figure_text(value)}]({os.path.relpath(value, out)})")
         else:
             lines.append({"h2": "## {}", "p": "{}", "strong": "**{}**"}[kind].format(value))
         lines.append("")
@@ -62,18 +87,21 @@ def _html(title: str, blocks: list[Block]) -> str:
                 "<tr>" + "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in row) + "</tr>"
                 for tag, row in (("th" if i == 0 else "td", row) for i, row in enumerate(value))
             ]
-            parts.append("<table>" + "".join(cells) + "</table>")
+            parts.append("<div class='wide'><table>" + "".join(cells) + "</table></div>")
         elif kind == "figure":
             data = base64.b64encode(value.read_bytes()).decode()
-            parts.append(f'<img alt="{value.stem}" src="data:image/png;base64,{data}">')
+            parts.append(f'<img alt="{html.escape(figure_text(value))}" src="data:image/png;base64,{data}">')
         else:
             parts.append(f"<{kind}>{html.escape(str(value))}</{kind}>")
-    style = (
-        "body{font-family:sans-serif;max-width:1100px;margin:auto}td,th{padding:2px 8px;"
-        "border-bottom:1px solid #ccc;text-align:right}img{max-width:100%}"
+    style = (  # a phone's width: the page wraps, a wide table scrolls inside its own box
+        "body{font-family:sans-serif;max-width:1100px;margin:auto;padding:0 8px;overflow-wrap:anywhere}"
+        "td,th{padding:2px 8px;border-bottom:1px solid #ccc;text-align:right;overflow-wrap:normal}"
+        "img{max-width:100%;height:auto}.wide{overflow-x:auto}"
     )
     return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>{html.escape(title)}</title>"
         f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>{''.join(parts)}</body></html>"
     )
 

@@ -29,18 +29,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .. import accounting
-from ..errors import InputError, is_real, require
+from ..atomic import check_output
+from ..errors import InputError, is_real, present, require
 from ..randomness import RandomSource, SecureSource
 from ..reporting import progress_steps
 from ..resources import require_memory
 from .accounted import Accounted
 from .dirac import dirac_scores
 from .one_run import MIN_CANARIES, STEPS, OneRunResult, audit_one_run
+from .one_run_report import write_canary_report
 
 #: seconds an audit call runs before its progress bar shows (the quick ones stay silent).
 PROGRESS_AFTER = 2.0
@@ -60,6 +63,7 @@ class Canaries:
     released: list[np.ndarray] = field(default_factory=list)  # per step, (m,): x_t σ
     noise_multipliers: list[float] = field(default_factory=list)  # per step: the σ the optimizer used
     engine: Any = None  # the Opacus accountant the optimizer's hook steps (None without one)
+    audited: np.ndarray | None = None  # the scores the last :meth:`audit` tested (what :meth:`report` draws)
     _restore: list[Callable[[], None]] = field(default_factory=list)
 
     @property
@@ -112,8 +116,9 @@ class Canaries:
         says of the training as it ran."""
         sigma, q = (phases[-1].noise_multiplier, phases[-1].sample_rate) if phases else (None, None)
         with progress_steps(len(STEPS), "one-run audit", delay=PROGRESS_AFTER) as step:
+            self.audited = self.scores(sigma, q)
             result = audit_one_run(
-                self.scores(sigma, q),
+                self.audited,
                 self.membership,
                 epsilon=epsilon,
                 delta=delta,
@@ -128,6 +133,14 @@ class Canaries:
                 accounted, engine=str(self.engine.mechanism()), engine_epsilon=float(self.engine.get_epsilon(delta))
             )
         return replace(result, accounted=accounted)
+
+    def report(self, out: str | Path, result: OneRunResult) -> Path:
+        """``result`` (from :meth:`audit`) as ``audit-scores --one-run --out`` writes it: audit.json,
+        report.md/html and canary_scores.png in the new folder ``out``, which is returned."""
+        audited = present(self.audited, "audit the canaries before reporting: canaries.report(out, canaries.audit())")
+        folder = check_output(Path(out), folder=True)
+        write_canary_report(folder, result, audited, self.membership, source="canaries.report")
+        return folder
 
     def detach(self) -> None:
         """Take the canary coordinates out of the optimizer (and its hooks), released values kept."""

@@ -215,6 +215,9 @@ def write_report(outcome: AuditOutcome, out: Path) -> None:
         "same q and T (σ scaled) they still violate: a lower bound on the ε of that family, for any q."
     )
     blocks: list[Block] = [("p", head), ("strong", _verdict(summary))]
+    accounted = next((r.accounted for r in summary.results if r.accounted is not None), None)
+    if accounted is not None:
+        blocks.append(("p", f"The claim: {accounted.line()}."))
     private = [r for r in summary.results if r.noise]
     if private:
         blocks.append(("p", power_line(private[0])))

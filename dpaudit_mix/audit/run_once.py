@@ -29,8 +29,8 @@ from .engine import score_label, spec_hash
 from .mechanisms import mechanism
 from .mechanisms.base import CanaryCollector, Plan, Setting
 from .one_run import OneRunResult, audit_one_run
+from .one_run_report import one_run_line, one_run_power_line
 from .result import summary_json
-from .score_file import one_run_line, one_run_power_line
 from .sizing import sized
 from .spec import THREATS, AuditSpec, mixing_data, resolve_problem
 from .verdict import result_confidence, summary_fields

@@ -23,6 +23,7 @@ from ..errors import InputError, require
 from ..reporting import Block, progress_steps, save_figure, write_pages
 from .attack import AttackResult
 from .one_run import OneRunResult, audit_one_run, checked_canaries
+from .one_run_report import write_canary_report
 from .profile import TradeOff
 from .report import tradeoff_figure
 from .scores import (
@@ -276,56 +277,5 @@ def audit_canary_file(
         *canaries, epsilon=epsilon, delta=delta, phases=phases, confidence=confidence, accountant=accountant
     )
     if out is not None:
-        write_pages(
-            out, "dpaudit-mix one-run audit", [("strong", one_run_line(result)), ("p", _one_run_text(result, path))]
-        )
-        write_json(out / "audit.json", {"scores": path.name, **result.to_dict()})
+        write_canary_report(out, result, *canaries, source=path.name)
     return result
-
-
-def one_run_line(result: OneRunResult) -> str:
-    """The verdict of a one-run audit in one line."""
-    verdict = (
-        "VIOLATION (ε violated)"
-        if result.epsilon_violation
-        else "VIOLATION (curve violated: the mechanism is not the claimed one; the (ε, δ) claim itself is not "
-        "shown violated)"
-        if result.violation
-        else "no violation"
-    )
-    profile = (
-        ""
-        if result.profile_violation is None
-        else f"; the claimed profile {'REJECTED' if result.profile_violation else 'not rejected'}"
-        + (
-            ""
-            if result.epsilon_lower_bound_profile is None
-            else f" (ε_LB profile {result.epsilon_lower_bound_profile:.3f})"
-        )
-    )
-    methods = ", ".join(f"{name} {value:.3f}" for name, value in result.bounds.items())
-    return (
-        f"{verdict}: ε_LB = {result.epsilon_lower_bound:.3f} ({methods}) against the claimed ε = {result.epsilon:g} "
-        f"(δ = {result.delta:g}; {result.correct} of {result.guesses} guesses right){profile}"
-    )
-
-
-def one_run_power_line(result: OneRunResult) -> str:
-    """What the audit could have shown: the power line, and the estimate beside it."""
-    power = result.power
-    caught = "no power simulated for this claim" if power is None else power.line(f"{result.canaries} canaries")
-    return f"Power: {caught}. {result.epsilon_estimate.line()}."
-
-
-def _one_run_text(result: OneRunResult, path: Path) -> str:
-    sides = "and the k highest alone 'in' (one-sided: the claim is subsampled) " if result.one_sided_sets else ""
-    return (
-        f"One training run, {result.canaries} canaries from {path.name} ({result.members} in). Guesses: the k "
-        f"highest scores 'in' and the k lowest 'out' {sides}over sizes k fixed by the number of canaries: "
-        f"{result.guess_sets} guess sets (Bonferroni); each test at level {result.level_per_test:.3g}, "
-        f"{result.confidence:.0%} overall. Two methods bound the same probability, so either one's rejection "
-        "counts at that level: Steinke, Nasr & Jagielski (2023) for (ε, δ) points, and Mahloujifar, Melis & "
-        "Chaudhuri (2025) for whole trade-off curves (f-DP). "
-        + ("" if result.accounted is None else f"The claim: {result.accounted.line()}. ")
-        + one_run_power_line(result)
-    )

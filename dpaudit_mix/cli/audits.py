@@ -66,8 +66,8 @@ def _many_run_audit(args: argparse.Namespace, spec: Any, out: Path) -> int:
 
 def _one_run_audit(args: argparse.Namespace, spec: Any, out: Path) -> int:
     """``audit`` of a spec with ``one_run = true``: one training run, many canaries."""
+    from ..audit.one_run_report import one_run_line, one_run_power_line
     from ..audit.run_once import run_one_run_audit, write_one_run_report
-    from ..audit.score_file import one_run_line, one_run_power_line
 
     outcome = run_one_run_audit(spec, out, noise_multiplier=args.noise_multiplier, report=write_one_run_report)
     print(json.dumps(outcome.summary.to_dict(), indent=2))
@@ -129,7 +129,8 @@ def cmd_audit_scores(args: argparse.Namespace) -> int:
 
 def _one_run_scores(args: argparse.Namespace, path: Path, claim: dict[str, Any]) -> int:
     """``audit-scores --one-run``: one training run's canaries (scores, membership), exit 3 on a violation."""
-    from ..audit.score_file import audit_canary_file, one_run_line, one_run_power_line, read_canaries
+    from ..audit.one_run_report import one_run_line, one_run_power_line
+    from ..audit.score_file import audit_canary_file, read_canaries
 
     require(args.threshold == "bonferroni", "--one-run chooses its guesses by its own fixed grid: drop --threshold")
     result = audit_canary_file(path, read_canaries(path), **claim)

@@ -27,8 +27,8 @@ from .. import accounting
 from ..atomic import write_json, write_npz
 from ..audit.gradient_canaries import BYTES_PER_CANARY_STEP, Canaries, attach
 from ..audit.one_run import MIN_CANARIES
+from ..audit.one_run_report import one_run_line
 from ..audit.plan import check_detect
-from ..audit.score_file import one_run_line
 from ..cache import sha256_bytes, user_cache_dir
 from ..data import registry
 from ..errors import InputError, require

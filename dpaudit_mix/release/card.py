@@ -26,16 +26,21 @@ def provenance(manifest: dict[str, Any], fingerprint: str) -> str:
     )
 
 
-def write_card(manifest: dict[str, Any], out: Path, fingerprint: str) -> None:
-    """release.md / release.html: the claim, the audit picture and λ beside the uniform mixture."""
-    lam, sources = np.array(manifest["weights"]), manifest["sources"]
-    fig, ax = subplots(figsize=(8, 0.32 * len(sources) + 1.2))
+def lambda_bars(ax: Any, lam: np.ndarray, sources: list[str]) -> None:
+    """λ as labelled bars, each beside the uniform mixture's 1/k."""
     y = np.arange(len(sources))
     ax.barh(y - 0.2, lam, height=0.4, label="released λ")
     ax.barh(y + 0.2, np.full(len(sources), 1 / len(sources)), height=0.4, label="uniform", color="lightgrey")
     ax.set(yticks=y, yticklabels=sources, xlabel="mixture weight")
     ax.invert_yaxis()
     ax.legend()
+
+
+def write_card(manifest: dict[str, Any], out: Path, fingerprint: str) -> None:
+    """release.md / release.html: the claim, the audit picture and λ beside the uniform mixture."""
+    lam, sources = np.array(manifest["weights"]), manifest["sources"]
+    fig, ax = subplots(figsize=(8, 0.32 * len(sources) + 1.2))
+    lambda_bars(ax, lam, sources)
     claim, audit, budget = manifest["claim"], manifest["audit"], manifest["budget"]
     cap = "no cap" if budget["budget_epsilon"] is None else f"{budget['budget_epsilon']:g}"
     eps = ", ".join(f"{k} {v:.4g}" for k, v in claim["epsilon_by_accountant"].items())

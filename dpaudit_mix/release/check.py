@@ -101,7 +101,7 @@ def check_manifest(manifest: Any, folder: Path, problem: str | Path | bytes | No
 
 
 #: what a model release publishes beside release.json (its card has no figures).
-MODEL_FILES = ("release.md", "release.html", "model.npz")
+MODEL_FILES = ("release.md", "release.html", "card.png", "model.npz")
 
 
 def _lambda_sections(

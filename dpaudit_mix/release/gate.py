@@ -47,7 +47,7 @@ from . import ledger, signing
 from .accountant_check import check_release_accountant
 from .audit_size import AuditSize, audit_size
 from .card import CARD, write_card
-from .check import check_manifest
+from .check import MODEL_FILES, check_manifest
 from .lambda_audit import audit_record, audit_spec
 from .manifest import Budget, Claim, Manifest, Publication, public_path, published_files
 from .model_manifest import MODEL_FILE, ModelManifest, is_model_spec
@@ -386,7 +386,7 @@ def release(
             )
     except (Refused, InputError) as exc:
         refusal = exc if isinstance(exc, Refused) else Refused("input", str(exc), exit_code=EXIT_BAD_INPUT)
-        for name in (*CARD, MODEL_FILE):  # a card (or weights) of an unpublished release must not outlive this refusal
+        for name in {*CARD, *MODEL_FILES, MODEL_FILE}:  # an unpublished release's card or weights must not outlive it
             (out / name).unlink(missing_ok=True)
         try:
             write_json(

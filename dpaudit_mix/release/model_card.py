@@ -6,9 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..reporting import Block, write_pages
+import numpy as np
+
+from ..reporting import Block, save_figure, subplots, write_pages
 from .audit_size import power_sentence
-from .card import provenance
+from .card import lambda_bars, provenance
+
+#: AUC at or below this is a task the model does no better than chance on (the card says so).
+CHANCE_AUC = 0.5
 
 
 def _phase(phase: dict[str, Any] | None) -> str:
@@ -80,7 +85,39 @@ def write_model_card(manifest: dict[str, Any], out: Path, fingerprint: str) -> N
             + _cost(audit),
         ),
         ("table", metrics),
+        *_chance_warnings(manifest["metrics"]),
         ("p", f"Weights: {model['file']}, sha256 {model['sha256'][:16]}…; released {manifest['timestamp']}."),
         ("p", provenance(manifest, fingerprint)),
+        ("figure", _figure(manifest, out)),
     ]
     write_pages(out, "dpaudit-mix model release", blocks, name="release")
+
+
+def _chance_warnings(metrics: dict[str, float]) -> list[Block]:
+    """One warning line per AUC at or below chance: a model no better than a coin on that task."""
+    return [
+        (
+            "strong",
+            f"Warning: {name} = {value:.3f} is at or below chance ({CHANCE_AUC:g}): the model does not "
+            "separate this task's classes; do not rely on it there.",
+        )
+        for name, value in metrics.items()
+        if "auc" in name and value <= CHANCE_AUC
+    ]
+
+
+def _figure(manifest: dict[str, Any], out: Path) -> Path:
+    """card.png: the pretraining mixture λ as bars (where there is one) and the model's metrics."""
+    weights, sources = manifest["mixture"]["weights"], manifest["mixture"]["sources"]
+    metrics = manifest["metrics"]
+    fig, (left, right) = subplots(1, 2, figsize=(11, 0.32 * max(len(sources), len(metrics)) + 1.6))
+    if weights is None:
+        left.text(0.5, 0.5, "no pretraining mixture", ha="center", va="center")
+        left.set_axis_off()
+    else:
+        lambda_bars(left, np.array(weights), list(sources))
+    y = np.arange(len(metrics))
+    right.barh(y, list(metrics.values()), color="tab:green")
+    right.set(yticks=y, yticklabels=list(metrics), xlabel="value", title="the released model's metrics")
+    right.invert_yaxis()
+    return save_figure(fig, out / "card.png")

@@ -1,0 +1,82 @@
+"""A one-run audit in words and on a page: its verdict line, its power line, and the report
+(audit.json, report.md/html, the canary-score histogram) that ``audit-scores --one-run --out``
+and ``Canaries.report`` write."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..atomic import write_json
+from ..reporting import Block, save_figure, subplots, write_pages
+from .one_run import OneRunResult, checked_canaries
+
+
+def write_canary_report(
+    out: Path, result: OneRunResult, scores: np.ndarray, membership: np.ndarray, *, source: str
+) -> None:
+    """audit.json, report.md/html and canary_scores.png of one run's audit in ``out`` (an existing
+    folder): what ``audit-scores --one-run --out`` writes, and ``Canaries.report``."""
+    s, b = checked_canaries(scores, membership)
+    fig, ax = subplots(figsize=(7, 3.2))
+    bins = np.histogram_bin_edges(s, bins=40)
+    ax.hist(s[b == 1], bins=bins, histtype="step", density=True, label=f"members (in), {int(b.sum())}")
+    ax.hist(s[b == 0], bins=bins, histtype="step", density=True, label=f"non-members (out), {int((b == 0).sum())}")
+    ax.set(xlabel="canary score (larger: more likely in)", ylabel="density", title="one run's canary scores")
+    ax.legend()
+    blocks: list[Block] = [
+        ("strong", one_run_line(result)),
+        ("p", _one_run_text(result, source)),
+        ("figure", save_figure(fig, out / "canary_scores.png")),
+    ]
+    write_pages(out, "dpaudit-mix one-run audit", blocks)
+    write_json(out / "audit.json", {"scores": source, **result.to_dict()})
+
+
+def one_run_line(result: OneRunResult) -> str:
+    """The verdict of a one-run audit in one line."""
+    verdict = (
+        "VIOLATION (ε violated)"
+        if result.epsilon_violation
+        else "VIOLATION (curve violated: the mechanism is not the claimed one; the (ε, δ) claim itself is not "
+        "shown violated)"
+        if result.violation
+        else "no violation"
+    )
+    profile = (
+        ""
+        if result.profile_violation is None
+        else f"; the claimed profile {'REJECTED' if result.profile_violation else 'not rejected'}"
+        + (
+            ""
+            if result.epsilon_lower_bound_profile is None
+            else f" (ε_LB profile {result.epsilon_lower_bound_profile:.3f})"
+        )
+    )
+    methods = ", ".join(f"{name} {value:.3f}" for name, value in result.bounds.items())
+    return (
+        f"{verdict}: ε_LB = {result.epsilon_lower_bound:.3f} ({methods}) against the claimed ε = {result.epsilon:g} "
+        f"(δ = {result.delta:g}; {result.correct} of {result.guesses} guesses right){profile}"
+    )
+
+
+def one_run_power_line(result: OneRunResult) -> str:
+    """What the audit could have shown: the power line, and the estimate beside it."""
+    power = result.power
+    caught = "no power simulated for this claim" if power is None else power.line(f"{result.canaries} canaries")
+    return f"Power: {caught}. {result.epsilon_estimate.line()}."
+
+
+def _one_run_text(result: OneRunResult, source: str) -> str:
+    sides = "and the k highest alone 'in' (one-sided: the claim is subsampled) " if result.one_sided_sets else ""
+    return (
+        f"One training run, {result.canaries} canaries from {source} ({result.members} in). Guesses: the k "
+        f"highest scores 'in' and the k lowest 'out' {sides}over sizes k fixed by the number of canaries: "
+        f"{result.guess_sets} guess sets (Bonferroni); each test at level {result.level_per_test:.3g}, "
+        f"{result.confidence:.0%} overall. Two methods bound the same probability, so either one's rejection "
+        "counts at that level: Steinke, Nasr & Jagielski (2023) for (ε, δ) points, and Mahloujifar, Melis & "
+        "Chaudhuri (2025) for whole trade-off curves (f-DP). "
+        + ("" if result.accounted is None else f"The claim: {result.accounted.line()}. ")
+        + one_run_power_line(result)
+    )

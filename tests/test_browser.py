@@ -1,0 +1,138 @@
+"""The reports as a person reads them: the demo's audit report and release card, a model release's
+card and a one-run audit's report, opened in Debian's Chromium through Playwright, offline.
+
+Each page: no console error, every image loaded with alt text, every link resolving inside the
+page or beside it, no address outside the machine, and readable at a phone's 375 px (nothing wider
+than the screen but a table scrolling in its own box); a screenshot of each is kept in the test's
+tmp folder. Skipped where /usr/bin/chromium is missing (`make chromium` installs it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dpaudit_mix import accounting, demo
+from dpaudit_mix.cli import main
+from dpaudit_mix.randomness import stream
+from dpaudit_mix.release import gate
+
+from .test_model_release import BARE, _specs
+
+CHROMIUM = Path("/usr/bin/chromium")
+#: Chromium's flags for a closed network (no background connections) as root in a container.
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+PHONE = {"width": 375, "height": 812}
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (make chromium)"),
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    playwright = pytest.importorskip("playwright.sync_api")
+    with playwright.sync_playwright() as driver:
+        launched = driver.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The pages under test, each made as a user makes it."""
+    root = tmp_path_factory.mktemp("pages")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(demo, "OUT", root / "demo")
+        assert demo.main() == 0
+        patch.setattr(gate, "VERIFY_LEVEL", BARE)
+        assert main(["release", str(_specs(root)), "--out", str(root / "model")]) == 0
+    draws = stream(0, "simulated-scores", test="browser").numpy()
+    member = draws.random(2000) < 0.5
+    scores = np.where(member, 0.3, 0.0) + draws.standard_normal(2000)
+    np.savez(root / "canaries.npz", scores=scores, membership=member.astype(int))
+    sigma = accounting.calibrate(2.0, 1e-5, 1.0, 1)
+    phase = ["--noise-multiplier", repr(sigma), "--sample-rate", "1", "--steps", "1"]
+    epsilon = repr(accounting.epsilon([accounting.GaussianPhase(sigma, 1.0, 1)], 1e-5))
+    claim = ["--epsilon", epsilon, "--delta", "1e-5", *phase]
+    assert main(["audit-scores", str(root / "canaries.npz"), "--one-run", *claim, "--out", str(root / "one")]) == 0
+    return {
+        "demo report": root / "demo" / "report.html",
+        "release card": root / "demo" / "release" / "release.html",
+        "model card": root / "model" / "release.html",
+        "one-run report": root / "one" / "report.html",
+    }
+
+
+def _read(browser: Any, page_file: Path, shot: Path, viewport: dict[str, int]) -> dict[str, Any]:
+    """Open ``page_file`` offline at ``viewport``; what a reader would meet, and a screenshot."""
+    context = browser.new_context(viewport=viewport, offline=True)
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.on("requestfailed", lambda r: problems.append(f"failed: {r.url}"))
+    page.goto(page_file.as_uri(), wait_until="load")
+    seen = page.evaluate(
+        """() => ({
+        images: [...document.images].map(i => ({ok: i.complete && i.naturalWidth > 0, alt: i.alt})),
+        links: [...document.querySelectorAll('a[href]')].map(a => a.getAttribute('href')),
+        ids: [...document.querySelectorAll('[id]')].map(e => e.id),
+        sources: [...document.querySelectorAll('[src],[href]')]
+            .map(e => e.getAttribute('src') || e.getAttribute('href')),
+        overflow: document.documentElement.scrollWidth - window.innerWidth,
+        wide: [...document.querySelectorAll('body *')].filter(e => !e.closest('.wide') &&
+            e.getBoundingClientRect().right > window.innerWidth + 1).map(e => e.tagName),
+        text: document.body.innerText,
+        font: parseFloat(getComputedStyle(document.body).fontSize),
+    })"""
+    )
+    page.screenshot(path=str(shot), full_page=True)
+    context.close()
+    return {**seen, "problems": problems}
+
+
+def test_the_reports_read_in_a_real_browser(browser: Any, pages: dict[str, Path], tmp_path: Path) -> None:
+    """One test, so one worker makes the pages (two demos at once would contend for one cache)."""
+    for name, page_file in pages.items():
+        _check_page(browser, name, page_file, tmp_path)
+
+
+def _check_page(browser: Any, name: str, page_file: Path, tmp_path: Path) -> None:
+    for label, viewport in (("desktop", {"width": 1280, "height": 900}), ("phone", PHONE)):
+        shot = tmp_path / f"{name.replace(' ', '-')}-{label}.png"
+        seen = _read(browser, page_file, shot, viewport)
+        assert seen["problems"] == [], (name, label)
+        assert seen["images"] and all(i["ok"] and len(i["alt"]) > 20 for i in seen["images"]), (name, seen["images"])
+        assert not [s for s in seen["sources"] if re.match(r"^(https?:)?//", s or "")], (name, "an outside address")
+        for link in seen["links"]:
+            if link.startswith("#"):
+                assert link[1:] in seen["ids"], (name, link)
+            elif not link.startswith("data:"):
+                assert (page_file.parent / link.split("#")[0]).exists(), (name, link)
+        if label == "phone":
+            assert seen["overflow"] <= 1 and seen["wide"] == [], (name, seen["overflow"], seen["wide"][:5])
+            assert seen["font"] >= 12, (name, seen["font"])
+        assert shot.stat().st_size > 10_000
+    # what a reviewer signs: the claim and its accountant, and (for audits) what the audit could catch
+    text = seen["text"]
+    assert "ε" in text and ("pld" in text.lower() or "accountant" in text.lower()), name
+    if name in ("demo report", "one-run report"):
+        assert re.search(r"catch|power", text, flags=re.I), name
+    if name == "release card":
+        assert json.loads(page_file.with_name("release.json").read_text())["audit"]["power"]["detects"]
