@@ -1,7 +1,7 @@
 """The documentation cannot rot: the how-to guides' Python blocks run as written (each page's
 blocks in order, in one namespace), every `dpaudit-mix` line in the guides and the README parses,
 the generated references cover every command, option and spec key, and the README stays short.
-(```py blocks are signature sketches, with your own functions in place of my_*.)"""
+(Blocks marked py, not python, are signature sketches, with your own functions in place of my_*.)"""
 
 from __future__ import annotations
 
