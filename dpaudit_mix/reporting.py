@@ -45,7 +45,8 @@ FIGURE_TEXT = {
     "tradeoff": "trade-off curves: the claimed mechanism's curve and the attacks' Clopper–Pearson points, "
     "false-positive rate against false-negative rate",
     "scores": "histograms of the attack's scores on canary-in and canary-out runs, with the chosen threshold",
-    "roc": "ROC curves of each attack, true-positive against false-positive rate, with the chosen threshold",
+    "roc": "ROC curves of each attack on log–log axes with 95% Clopper–Pearson bands, each private run beside "
+    "its σ = 0 control, with the chosen threshold",
     "epsilon": "bar chart of each setting's certified ε lower bound against the claimed ε",
     "lambda": "bar chart of the released mixture weights λ, one bar per public source",
     "macro_auc_vs_epsilon": "the finetuned models' macro AUC against ε, one line per method, mean ± std over seeds",
@@ -106,13 +107,35 @@ def _html(title: str, blocks: list[Block]) -> str:
     )
 
 
+#: the libraries a report's numbers rest on, named with their versions at its foot.
+DEPENDENCIES = ("numpy", "scipy", "statsmodels", "torch", "opacus", "dp-accounting")
+
+
+def versions_line() -> str:
+    """Which code made the page: this package's version, Python's and each of DEPENDENCIES'."""
+    import platform
+    from importlib import metadata
+
+    from .version import __version__
+
+    def installed(name: str) -> str:
+        try:
+            return f"{name} {metadata.version(name)}"
+        except metadata.PackageNotFoundError:
+            return f"{name} not installed"
+
+    libraries = ", ".join(installed(name) for name in DEPENDENCIES)
+    return f"Made by dpaudit-mix {__version__} on Python {platform.python_version()} with {libraries}."
+
+
 def write_pages(out: Path, title: str, blocks: list[Block], name: str = "report") -> None:
-    """NAME.md and NAME.html in ``out``.
+    """NAME.md and NAME.html in ``out``, each ending with :func:`versions_line`.
 
     The figures each page shows are recorded with their digests (:mod:`.owned`); a rerun into
     the same folder removes the last run's figures it no longer shows, where they are still what
     it wrote, so no stale figure sits beside the report and no one else's file is touched.
     """
+    blocks = [*blocks, ("p", versions_line())]
     write_text(out / f"{name}.md", _markdown(title, blocks, out))
     write_text(out / f"{name}.html", _html(title, blocks))
     owned.replace(out, name, [Path(value) for kind, value in blocks if kind == "figure"])

@@ -131,7 +131,10 @@ def _check_page(browser: Any, name: str, page_file: Path, tmp_path: Path) -> Non
         assert shot.stat().st_size > 10_000
     # what a reviewer signs: the claim and its accountant, and (for audits) what the audit could catch
     text = seen["text"]
+    assert "Made by dpaudit-mix" in text and "opacus" in text, name  # the versions behind the numbers
     assert "ε" in text and ("pld" in text.lower() or "accountant" in text.lower()), name
+    if name == "one-run report":
+        assert "σ = " in text and "q = 1" in text and "T = 1" in text and "m = 2000 canaries" in text
     if name in ("demo report", "one-run report"):
         assert re.search(r"catch|power", text, flags=re.I), name
     if name == "release card":

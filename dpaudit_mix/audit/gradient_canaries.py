@@ -63,7 +63,8 @@ class Canaries:
     released: list[np.ndarray] = field(default_factory=list)  # per step, (m,): x_t σ
     noise_multipliers: list[float] = field(default_factory=list)  # per step: the σ the optimizer used
     engine: Any = None  # the Opacus accountant the optimizer's hook steps (None without one)
-    audited: np.ndarray | None = None  # the scores the last :meth:`audit` tested (what :meth:`report` draws)
+    #: the scores the last :meth:`audit` tested and the phases it claimed (what :meth:`report` shows)
+    audited: tuple[np.ndarray, Sequence[accounting.GaussianPhase] | None] | None = None
     _restore: list[Callable[[], None]] = field(default_factory=list)
 
     @property
@@ -116,9 +117,9 @@ class Canaries:
         says of the training as it ran."""
         sigma, q = (phases[-1].noise_multiplier, phases[-1].sample_rate) if phases else (None, None)
         with progress_steps(len(STEPS), "one-run audit", delay=PROGRESS_AFTER) as step:
-            self.audited = self.scores(sigma, q)
+            self.audited = (self.scores(sigma, q), phases)
             result = audit_one_run(
-                self.audited,
+                self.audited[0],
                 self.membership,
                 epsilon=epsilon,
                 delta=delta,
@@ -139,7 +140,8 @@ class Canaries:
         report.md/html and canary_scores.png in the new folder ``out``, which is returned."""
         audited = present(self.audited, "audit the canaries before reporting: canaries.report(out, canaries.audit())")
         folder = check_output(Path(out), folder=True)
-        write_canary_report(folder, result, audited, self.membership, source="canaries.report")
+        scores, claimed = audited
+        write_canary_report(folder, result, scores, self.membership, source="canaries.report", phases=claimed)
         return folder
 
     def detach(self) -> None:

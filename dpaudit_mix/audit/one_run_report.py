@@ -4,20 +4,29 @@ and ``Canaries.report`` write."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from .. import accounting
 from ..atomic import write_json
 from ..reporting import Block, save_figure, subplots, write_pages
 from .one_run import OneRunResult, checked_canaries
 
 
 def write_canary_report(
-    out: Path, result: OneRunResult, scores: np.ndarray, membership: np.ndarray, *, source: str
+    out: Path,
+    result: OneRunResult,
+    scores: np.ndarray,
+    membership: np.ndarray,
+    *,
+    source: str,
+    phases: Sequence[accounting.GaussianPhase] | None,
 ) -> None:
     """audit.json, report.md/html and canary_scores.png of one run's audit in ``out`` (an existing
-    folder): what ``audit-scores --one-run --out`` writes, and ``Canaries.report``."""
+    folder): what ``audit-scores --one-run --out`` writes, and ``Canaries.report``; ``phases`` the
+    claimed σ, q and T (None: the claim is (ε, δ) alone)."""
     s, b = checked_canaries(scores, membership)
     fig, ax = subplots(figsize=(7, 3.2))
     bins = np.histogram_bin_edges(s, bins=40)
@@ -27,11 +36,25 @@ def write_canary_report(
     ax.legend()
     blocks: list[Block] = [
         ("strong", one_run_line(result)),
+        ("p", _claim_text(result, phases)),
         ("p", _one_run_text(result, source)),
         ("figure", save_figure(fig, out / "canary_scores.png")),
     ]
     write_pages(out, "dpaudit-mix one-run audit", blocks)
     write_json(out / "audit.json", {"scores": source, **result.to_dict()})
+
+
+def _claim_text(result: OneRunResult, phases: Sequence[accounting.GaussianPhase] | None) -> str:
+    """The claim audited: the mechanism's phases (σ, q, T), the accountant and m."""
+    run = (
+        "; ".join(f"σ = {p.noise_multiplier:.4g}, q = {p.sample_rate:.4g}, T = {p.steps}" for p in phases)
+        if phases
+        else "no phases given (the claim is (ε, δ) alone)"
+    )
+    accounted = (
+        "" if result.accounted is None else f" {result.accounted.line()[0].upper()}{result.accounted.line()[1:]}."
+    )
+    return f"Claimed mechanism: {run}; m = {result.canaries} canaries, {result.members} of them in.{accounted}"
 
 
 def one_run_line(result: OneRunResult) -> str:
@@ -76,7 +99,5 @@ def _one_run_text(result: OneRunResult, source: str) -> str:
         f"{result.guess_sets} guess sets (Bonferroni); each test at level {result.level_per_test:.3g}, "
         f"{result.confidence:.0%} overall. Two methods bound the same probability, so either one's rejection "
         "counts at that level: Steinke, Nasr & Jagielski (2023) for (ε, δ) points, and Mahloujifar, Melis & "
-        "Chaudhuri (2025) for whole trade-off curves (f-DP). "
-        + ("" if result.accounted is None else f"The claim: {result.accounted.line()}. ")
-        + one_run_power_line(result)
+        "Chaudhuri (2025) for whole trade-off curves (f-DP). " + one_run_power_line(result)
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -23,11 +24,27 @@ def _label(canary: str, threat: str, noise: bool) -> str:
     return f"{canary} / {threat} / {'private' if noise else 'no-noise control'}"
 
 
+def _log_roc(ax: Any, fpr: np.ndarray, tpr: np.ndarray, positives: int, negatives: int) -> None:
+    """The ROC on log–log axes, where the low-FPR tail that bounds ε is visible, with each TPR's
+    95 % Clopper–Pearson band (statsmodels); zero rates are drawn at half a count."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    fpr, tpr = fpr[::-1], tpr[::-1]  # rising FPR, for the steps
+    low, high = proportion_confint(np.rint(tpr * positives), positives, alpha=0.05, method="beta")
+    x = np.maximum(fpr, 0.5 / negatives)
+    floor = 0.5 / positives
+    ax.fill_between(x, np.maximum(low, floor), np.maximum(high, floor), alpha=0.25, step="post", label="95% CP band")
+    ax.plot(x, np.maximum(tpr, floor), lw=1.2, drawstyle="steps-post", label="ROC")
+    diagonal = np.geomspace(0.5 / negatives, 1, 50)
+    ax.plot(diagonal, diagonal, color="grey", lw=0.8, ls=":", label="chance")
+    ax.set(xscale="log", yscale="log", xlabel="FPR (log)", ylabel="TPR (log)")
+
+
 def _figures(outcome: AuditOutcome, out: Path) -> list[Path]:
     """Score histograms (in vs out) and ROC curves with the chosen threshold, each over the runs its
     attack counted (all of them, or EVAL for the split strategy), and ε_LB vs claim."""
     sns.set_theme(style="whitegrid")
-    keys = list(outcome.attacks)
+    keys = sorted(outcome.attacks, key=lambda k: (k[0], k[1], not k[2]))  # each private run beside its σ = 0 control
     cols = 2
     rows = -(-len(keys) // cols)
     hist, hist_axes = subplots(rows, cols, figsize=(11, 3 * rows), squeeze=False)
@@ -48,17 +65,17 @@ def _figures(outcome: AuditOutcome, out: Path) -> list[Path]:
         tpr = 1 - np.searchsorted(s_in, grid, side="left") / len(s_in)
         fpr = 1 - np.searchsorted(s_out, grid, side="left") / len(s_out)
         ax = roc_axes.flat[i]
-        sns.lineplot(x=fpr, y=tpr, ax=ax, estimator=None, sort=False)
-        ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls=":")
+        _log_roc(ax, fpr, tpr, len(s_in), len(s_out))
         point = attack.gdp
+        floor = 0.5 / len(s_out)
         ax.scatter(
-            [point.fp / point.negatives],
-            [1 - point.fn / point.positives],
+            [max(point.fp / point.negatives, floor)],
+            [max(1 - point.fn / point.positives, 0.5 / len(s_in))],
             color="red",
             zorder=3,
             label="μ_LB threshold",
         )
-        ax.set(xlabel="FPR", ylabel="TPR", title=_label(*key))
+        ax.set(title=_label(*key))
         ax.title.set_fontsize(9)
         ax.legend(loc="lower right", fontsize=8)
     for ax in list(hist_axes.flat[len(keys) :]) + list(roc_axes.flat[len(keys) :]):

@@ -277,5 +277,5 @@ def audit_canary_file(
         *canaries, epsilon=epsilon, delta=delta, phases=phases, confidence=confidence, accountant=accountant
     )
     if out is not None:
-        write_canary_report(out, result, *canaries, source=path.name)
+        write_canary_report(out, result, *canaries, source=path.name, phases=phases)
     return result
