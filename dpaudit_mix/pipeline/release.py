@@ -43,6 +43,7 @@ from ..release.gate import Refused, now
 from ..release.manifest import Budget, Publication, public_path
 from ..release.model_card import write_model_card
 from ..release.model_manifest import MODEL_FILE, ModelClaim, ModelManifest, composed_epsilon
+from ..reporting import progress_steps
 from ..resources import require_memory
 from ..specfile import check_fields, parse_spec, read_spec_bytes, spec_table
 from ..verification.suite import verify
@@ -305,6 +306,10 @@ def _written_model(weights: dict[str, np.ndarray], out: Path, network: str, task
     }
 
 
+#: the model release's stages, in order (a progress bar names the one running).
+MODEL_STEPS = ("verify", "private mixture", "pretrain", "DP finetune with canaries", "one-run audit")
+
+
 def _trained_and_audited(
     ready: Prepared,
     out: Path,
@@ -317,37 +322,43 @@ def _trained_and_audited(
 ) -> ModelManifest:
     spec, claim, track, job = ready.spec, ready.claim, ready.track, ready.job
     sigma = claim.finetune_phase.noise_multiplier
-    verification = verify(gate.VERIFY_LEVEL, progress=progress, parts=MODEL_PARTS)
-    if verification.failures():
-        raise Refused("verify", "verify-accountant failed: " + "; ".join(verification.failures()))
-    choice = track.mixture(job)
-    mixture = Mixture(None, None) if choice is None else choice.compute()  # its noise: the OS CSPRNG
-    pretraining = track.pretrain(job, mixture)
-    start = None if pretraining is None else ready.cache.arrays("pretrain", pretraining)
-    attached: list[Canaries] = []
+    with progress_steps(len(MODEL_STEPS), "model release", show=progress) as step:
+        step(MODEL_STEPS[0])
+        verification = verify(gate.VERIFY_LEVEL, progress=progress, parts=MODEL_PARTS)
+        if verification.failures():
+            raise Refused("verify", "verify-accountant failed: " + "; ".join(verification.failures()))
+        step(MODEL_STEPS[1])
+        choice = track.mixture(job)
+        mixture = Mixture(None, None) if choice is None else choice.compute()  # its noise: the OS CSPRNG
+        step(MODEL_STEPS[2])
+        pretraining = track.pretrain(job, mixture)
+        start = None if pretraining is None else ready.cache.arrays("pretrain", pretraining)
+        attached: list[Canaries] = []
 
-    def with_canaries(private: Any) -> None:
-        attached.append(attach(private.optimizer, sized.size, sample_rate=private.sample_rate))
-        private.optimizer.noise_multiplier = sigma  # the calibrated σ, or the larger one asked for
+        def with_canaries(private: Any) -> None:
+            attached.append(attach(private.optimizer, sized.size, sample_rate=private.sample_rate))
+            private.optimizer.noise_multiplier = sigma  # the calibrated σ, or the larger one asked for
 
-    prior = (claim.mixture_phase,) if claim.composition == "sequential" and claim.mixture_phase else ()
-    choice_ft = {"learning_rate": claim.learning_rate, "epochs": claim.epochs}
-    started = time.perf_counter()
-    tuned = track.dp_finetune(job, start, choice_ft, prior, with_canaries)
-    trained = time.perf_counter()
-    canaries = attached[0]
-    canaries.detach()
-    result = canaries.audit(
-        epsilon=claim.finetune_epsilon,
-        delta=claim.delta,
-        phases=[claim.finetune_phase],
-        confidence=spec.confidence,
-        accountant=claim.finetune_accountant,
-    )
-    result.to_dict()  # its power, computed now: the audit's cost counts it
-    audited = time.perf_counter()
-    if result.violation:
-        raise Refused("audit", f"the one-run audit of this very finetune found: {one_run_line(result)}")
+        prior = (claim.mixture_phase,) if claim.composition == "sequential" and claim.mixture_phase else ()
+        choice_ft = {"learning_rate": claim.learning_rate, "epochs": claim.epochs}
+        step(MODEL_STEPS[3])
+        started = time.perf_counter()
+        tuned = track.dp_finetune(job, start, choice_ft, prior, with_canaries)
+        trained = time.perf_counter()
+        step(MODEL_STEPS[4])
+        canaries = attached[0]
+        canaries.detach()
+        result = canaries.audit(
+            epsilon=claim.finetune_epsilon,
+            delta=claim.delta,
+            phases=[claim.finetune_phase],
+            confidence=spec.confidence,
+            accountant=claim.finetune_accountant,
+        )
+        result.to_dict()  # its power, computed now: the audit's cost counts it
+        audited = time.perf_counter()
+        if result.violation:
+            raise Refused("audit", f"the one-run audit of this very finetune found: {one_run_line(result)}")
     world = track.world
     manifest = ModelManifest(
         model=_written_model(tuned.weights(), out, track.image_spec.network, job.task),
