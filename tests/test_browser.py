@@ -138,4 +138,6 @@ def _check_page(browser: Any, name: str, page_file: Path, tmp_path: Path) -> Non
     if name in ("demo report", "one-run report"):
         assert re.search(r"catch|power", text, flags=re.I), name
     if name == "release card":
-        assert json.loads(page_file.with_name("release.json").read_text())["audit"]["power"]["detects"]
+        released = json.loads(page_file.with_name("release.json").read_text())
+        assert released["audit"]["power"]["detects"] and "released λ" in text
+        assert all(f"{w:.4f}" in text for w in released["weights"])  # λ as numbers, beside its bars

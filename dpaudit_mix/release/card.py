@@ -84,6 +84,11 @@ def write_card(manifest: dict[str, Any], out: Path, fingerprint: str) -> None:
             + power_sentence(audit, f"{audit.get('runs', '?')} runs per canary", "mechanism"),
         ),
         ("table", rows),
+        (
+            "table",
+            [["source", "released λ", "uniform"]]
+            + [[n, f"{w:.4f}", f"{1 / len(sources):.4f}"] for n, w in zip(sources, lam, strict=True)],
+        ),
         ("p", provenance(manifest, fingerprint)),
         ("figure", out / "tradeoff.png"),
         ("figure", save_figure(fig, out / "lambda.png")),
