@@ -23,7 +23,8 @@ WHY_THEY_DIFFER = {
     "rdp": "RDP converts Rényi DP to (ε, δ) by an upper bound, looser than the privacy-loss distribution's "
     "near-exact ε, so it reads higher for the same σ, q and T; both bound the same training",
     "prv": "PRV and PLD both compute the privacy-loss distribution numerically, each with its own "
-    "discretisation error, so they agree to a few parts in a thousand",
+    "discretisation and truncation: close at moderate ε, they can part at large ε (PRV 16 where PLD "
+    "puts 10.8)",
     "gdp": "Opacus' GDP accountant uses the central-limit approximation of subsampled Gaussian steps, an "
     "estimate that can fall below the true ε; it is not a bound",
 }
