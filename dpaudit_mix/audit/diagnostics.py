@@ -50,8 +50,8 @@ def auroc_interval(scores: SortedScores, confidence: float) -> tuple[float, floa
             share = (left + 0.5 * (np.searchsorted(sorted_other, part, "right") - left)) / len(sorted_other)
             yield 1 - share if flip else share
 
-    auc, var10, _ = mean_and_variance(placements(s_in, s_out, False))  # per in: P(out < it) + ½ P(out = it)
-    _, var01, _ = mean_and_variance(placements(s_out, s_in, True))  # per out: P(in > it) + ½ P(in = it)
+    auc, var10 = mean_and_variance(placements(s_in, s_out, False))  # per in: P(out < it) + ½ P(out = it)
+    _, var01 = mean_and_variance(placements(s_out, s_in, True))  # per out: P(in > it) + ½ P(in = it)
     half = float(ndtri(1 - (1 - confidence) / 2) * np.sqrt(var10 / len(s_in) + var01 / len(s_out)))
     return auc, max(0.0, auc - half), min(1.0, auc + half)
 

@@ -45,8 +45,8 @@ def chunks(values: np.ndarray) -> Iterator[np.ndarray]:
         yield values[start : start + CHUNK]
 
 
-def mean_and_variance(parts: Iterator[np.ndarray]) -> tuple[float, float, int]:
-    """Mean, sample variance (ddof = 1; inf below two values) and count of the concatenated
+def mean_and_variance(parts: Iterator[np.ndarray]) -> tuple[float, float]:
+    """Mean and sample variance (ddof = 1; inf below two values) of the concatenated
     ``parts``, one part in memory at a time: each part's mean and squared deviations merged
     exactly (Chan, Golub & LeVeque 1983, eq. 2.1), where Σx² − (Σx)²/n would cancel."""
     count, mean, squares = 0, 0.0, 0.0
@@ -56,4 +56,4 @@ def mean_and_variance(parts: Iterator[np.ndarray]) -> tuple[float, float, int]:
         squares += float(np.sum((part - m) ** 2)) + (m - mean) ** 2 * count * n / total
         mean += (m - mean) * n / total
         count = total
-    return mean, (squares / (count - 1) if count > 1 else np.inf), count
+    return mean, (squares / (count - 1) if count > 1 else np.inf)

@@ -15,11 +15,8 @@ from ..backend import BACKENDS
 from ..errors import EXIT_INCONCLUSIVE, EXIT_VIOLATION, require
 from .common import (
     CONFIDENCE_HELP,
-    DELTA_HELP,
-    EPSILON_HELP,
-    SAMPLE_RATE_HELP,
-    STEPS_HELP,
     Parser,
+    add_claim,
     add_json,
     command,
     finite,
@@ -179,16 +176,11 @@ def commands(sub: argparse._SubParsersAction[Parser]) -> None:
     scores.add_argument(
         "file", help=".npz with in_scores and out_scores, or .csv with columns score and label (1 = canary in)"
     )
-    scores.add_argument("--epsilon", type=finite, required=True, help=EPSILON_HELP)
-    scores.add_argument("--delta", type=finite, required=True, help=DELTA_HELP)
-    scores.add_argument(
-        "--noise-multiplier",
-        type=finite,
-        help="with --sample-rate and --steps: the mechanism's "
-        "phase; its PLD profile is the claim when q < 1 (default: mu-GDP from epsilon)",
+    add_claim(
+        scores,
+        "with --sample-rate and --steps: the mechanism's phase; its PLD profile is the claim when q < 1 "
+        "(default: mu-GDP from epsilon)",
     )
-    scores.add_argument("--sample-rate", type=finite, help=f"{SAMPLE_RATE_HELP}, of the claimed phase")
-    scores.add_argument("--steps", type=positive_int, help=f"{STEPS_HELP}, of the claimed phase")
     scores.add_argument(
         "--accountant",
         default=accounting.DEFAULT_ACCOUNTANT,

@@ -155,6 +155,16 @@ def connected_backend(args: argparse.Namespace) -> Iterator[Backend]:
         backend.close()
 
 
+def add_claim(parser: argparse.ArgumentParser, phase_help: str) -> None:
+    """--epsilon and --delta (required), and the claimed phase's --noise-multiplier, --sample-rate
+    and --steps (all three or none: :func:`phases_of` reads them)."""
+    parser.add_argument("--epsilon", type=finite, required=True, help=EPSILON_HELP)
+    parser.add_argument("--delta", type=finite, required=True, help=DELTA_HELP)
+    parser.add_argument("--noise-multiplier", type=finite, help=phase_help)
+    parser.add_argument("--sample-rate", type=finite, help=f"{SAMPLE_RATE_HELP}, of the claimed phase")
+    parser.add_argument("--steps", type=positive_int, help=f"{STEPS_HELP}, of the claimed phase")
+
+
 def phases_of(args: argparse.Namespace) -> list[accounting.GaussianPhase] | None:
     """The claimed phase of --noise-multiplier, --sample-rate and --steps: all three, or none."""
     phase = (args.noise_multiplier, args.sample_rate, args.steps)

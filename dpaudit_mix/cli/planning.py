@@ -9,16 +9,12 @@ import sys
 from ..errors import EXIT_VIOLATION
 from .common import (
     CONFIDENCE_HELP,
-    DELTA_HELP,
-    EPSILON_HELP,
-    SAMPLE_RATE_HELP,
-    STEPS_HELP,
     Parser,
+    add_claim,
     add_json,
     command,
     finite,
     phases_of,
-    positive_int,
 )
 
 
@@ -44,11 +40,7 @@ def commands(sub: argparse._SubParsersAction[Parser]) -> None:
         "dpaudit-mix plan-audit --epsilon 2 --delta 1e-5 --noise-multiplier 1.1 --sample-rate 0.01 --steps 3000 "
         "--one-run",
     )
-    plan.add_argument("--epsilon", type=finite, required=True, help=EPSILON_HELP)
-    plan.add_argument("--delta", type=finite, required=True, help=DELTA_HELP)
-    plan.add_argument("--noise-multiplier", type=finite, help="with --sample-rate and --steps: the claimed phase")
-    plan.add_argument("--sample-rate", type=finite, help=f"{SAMPLE_RATE_HELP}, of the claimed phase")
-    plan.add_argument("--steps", type=positive_int, help=f"{STEPS_HELP}, of the claimed phase")
+    add_claim(plan, "with --sample-rate and --steps: the claimed phase")
     plan.add_argument(
         "--detect", type=finite, default=2.0, help="the leak to catch: sigma/DETECT flagged with 90%% (default 2)"
     )

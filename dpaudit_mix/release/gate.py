@@ -50,7 +50,7 @@ from .card import CARD, write_card
 from .check import MODEL_FILES, check_manifest
 from .lambda_audit import audit_record, audit_spec
 from .manifest import Budget, Claim, Manifest, Publication, public_path, published_files
-from .model_manifest import MODEL_FILE, ModelManifest, is_model_spec
+from .model_manifest import ModelManifest, is_model_spec
 from .publication import Trust
 from .published import Published
 from .refused import Refused
@@ -386,7 +386,7 @@ def release(
             )
     except (Refused, InputError) as exc:
         refusal = exc if isinstance(exc, Refused) else Refused("input", str(exc), exit_code=EXIT_BAD_INPUT)
-        for name in {*CARD, *MODEL_FILES, MODEL_FILE}:  # an unpublished release's card or weights must not outlive it
+        for name in {*CARD, *MODEL_FILES}:  # an unpublished release's card or weights must not outlive it
             (out / name).unlink(missing_ok=True)
         try:
             write_json(
