@@ -55,8 +55,10 @@ FIGURE_TEXT = {
     "cos_heatmap": "heat maps of cos(λ, λ★) over ε and ρ",
     "alpha_vs_k": "recovery of λ★ against the number of sources k",
     "ablation": "WarmSyn ablation: accuracy of each warm-up against ε",
-    "canary_scores": "histograms of one training run's canary scores, members (in) against non-members (out)",
-    "card": "bar charts of the released model's pretraining mixture λ per source and of its metrics",
+    "canary_scores": "histograms of one training run's canary scores, members (in) against non-members (out), "
+    "one panel per setting (an audit's private runs beside their σ = 0 controls)",
+    "card": "bar charts of the released model's pretraining mixture λ per source and of its metrics beside "
+    "the pretrained model's before its finetune, with chance marked",
     "map": "the map: DP-MixMin minus uniform over bad sources, pretraining size and finetune rows",
 }
 

@@ -15,7 +15,7 @@ from dpaudit_mix import accounting
 from dpaudit_mix.cli import main
 from dpaudit_mix.models import cnn
 from dpaudit_mix.npz import load
-from dpaudit_mix.release import gate, ledger
+from dpaudit_mix.release import gate, ledger, model_check
 from dpaudit_mix.release.manifest import manifest_digest
 
 from .conftest import TINY_PIPELINE
@@ -89,9 +89,18 @@ def test_a_model_release_publishes_audited_weights_that_check_and_load(tmp_path:
     _, sensitive = registry.world_sources("mnist", 0)
     metrics = cnn.evaluate(model, sensitive.test_images, sensitive.test_labels)
     assert metrics["macro_auc"] == pytest.approx(manifest["metrics"]["macro_auc"], abs=1e-9)
+    # beside it on the card, what costs no further privacy: λ's pretraining before the finetune, and chance
+    baselines = manifest["baselines"]
+    assert set(baselines) == {"pretrained_only", "chance"}
+    assert all(set(b) == set(manifest["metrics"]) for b in baselines.values())
+    assert baselines["chance"]["macro_auc"] == 0.5
+    labels = sensitive.test_labels
+    assert baselines["chance"]["accuracy"] == pytest.approx(np.bincount(labels).max() / len(labels))
+    assert baselines["pretrained_only"]["macro_auc"] != manifest["metrics"]["macro_auc"]
     power = manifest["audit"]["power"]
     for name in ("release.md", "release.html"):
         card = (out / name).read_text()
+        assert "pretrained on λ, no finetune" in card and f"{baselines['chance']['accuracy']:.4f}" in card
         assert "One-run audit of this very finetune" in card and "f-DP bound" in card
         assert f"{power['tight_lower_bound']:.3f}" in card and "this audit catches" in card
         assert f"The audit took {audit['seconds']['audit']:.1f} s" in card
@@ -192,3 +201,21 @@ def test_the_shipped_model_release_spec_names_what_its_pipeline_runs() -> None:
     pipeline = load_pipeline_spec(pipeline_path(path, spec.pipeline))
     assert spec.method in pipeline.methods and spec.epsilon in pipeline.epsilons
     assert len(pipeline.finetune_grid) == 1 and spec.canaries is None and spec.detect == 2.0  # planned
+
+
+@pytest.mark.parametrize(
+    ("change", "found"),
+    [
+        ({}, []),
+        ({"metrics": {"auc": float("nan")}}, ["metrics: not an object of rates in [0, 1]"]),
+        ({"baselines": {"chance": {"auc": 1.5}}}, ["baselines.chance: not an object of rates in [0, 1]"]),
+        (
+            {"baselines": {"chance": {"acc": 0.5}}},
+            ["baselines.chance: its metrics are not the released model's ['auc']"],
+        ),
+        ({"baselines": [0.5]}, ["baselines: not an object"]),
+    ],
+)
+def test_check_release_reads_the_cards_metrics_as_rates(change: dict, found: list[str]) -> None:
+    manifest = {"metrics": {"auc": 0.7}, "baselines": {"chance": {"auc": 0.5}}, **change}
+    assert model_check._metrics_problems(manifest) == found

@@ -141,6 +141,9 @@ def test_a_blind_control_makes_the_one_run_audit_inconclusive_exit_4(tmp_path: P
     assert "INCONCLUSIVE" in capsys.readouterr().err
     report = json.loads((tmp_path / "out" / "audit.json").read_text())
     assert report["one_run"] and report["inconclusive"] and len(report["blind_controls"]) == 2
+    page = (tmp_path / "out" / "report.md").read_text()
+    assert "![" in page and "canary_scores.png" in page  # the members' and non-members' histograms, drawn
+    assert (tmp_path / "out" / "canary_scores.png").stat().st_size > 10_000
     saved = np.load(tmp_path / "out" / "scores" / "max_clip-white_box-private.npz")
     assert set(saved.files) == {"scores", "membership"} and len(saved["scores"]) == 100
 

@@ -27,21 +27,29 @@ def write_canary_report(
     """audit.json, report.md/html and canary_scores.png of one run's audit in ``out`` (an existing
     folder): what ``audit-scores --one-run --out`` writes, and ``Canaries.report``; ``phases`` the
     claimed σ, q and T (None: the claim is (ε, δ) alone)."""
-    s, b = checked_canaries(scores, membership)
-    fig, ax = subplots(figsize=(7, 3.2))
-    bins = np.histogram_bin_edges(s, bins=40)
-    ax.hist(s[b == 1], bins=bins, histtype="step", density=True, label=f"members (in), {int(b.sum())}")
-    ax.hist(s[b == 0], bins=bins, histtype="step", density=True, label=f"non-members (out), {int((b == 0).sum())}")
-    ax.set(xlabel="canary score (larger: more likely in)", ylabel="density", title="one run's canary scores")
-    ax.legend()
     blocks: list[Block] = [
         ("strong", one_run_line(result)),
         ("p", _claim_text(result, phases)),
         ("p", _one_run_text(result, source)),
-        ("figure", save_figure(fig, out / "canary_scores.png")),
+        ("figure", canary_figure({"one run's canary scores": scores}, membership, out)),
     ]
     write_pages(out, "dpaudit-mix one-run audit", blocks)
     write_json(out / "audit.json", {"scores": source, **result.to_dict()})
+
+
+def canary_figure(scores: dict[str, np.ndarray], membership: np.ndarray, out: Path) -> Path:
+    """canary_scores.png: each title's canary scores, members against non-members, one panel each
+    (an engine's audit draws its private runs beside their σ = 0 controls): the picture of what
+    the guesses separate."""
+    fig, axes = subplots(1, len(scores), figsize=(7 * len(scores) ** 0.5, 3.2), squeeze=False)
+    for ax, (title, values) in zip(axes[0], scores.items(), strict=True):
+        s, b = checked_canaries(values, membership)
+        bins = np.histogram_bin_edges(s, bins=40)
+        ax.hist(s[b == 1], bins=bins, histtype="step", density=True, label=f"members (in), {int(b.sum())}")
+        ax.hist(s[b == 0], bins=bins, histtype="step", density=True, label=f"non-members (out), {int((b == 0).sum())}")
+        ax.set(xlabel="canary score (larger: more likely in)", ylabel="density", title=title)
+        ax.legend(fontsize="small")
+    return save_figure(fig, out / "canary_scores.png")
 
 
 def _claim_text(result: OneRunResult, phases: Sequence[accounting.GaussianPhase] | None) -> str:

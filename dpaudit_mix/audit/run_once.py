@@ -29,7 +29,7 @@ from .engine import score_label, spec_hash
 from .mechanisms import mechanism
 from .mechanisms.base import CanaryCollector, Plan, Setting
 from .one_run import OneRunResult, audit_one_run
-from .one_run_report import one_run_line, one_run_power_line
+from .one_run_report import canary_figure, one_run_line, one_run_power_line
 from .result import summary_json
 from .sizing import sized
 from .spec import THREATS, AuditSpec, mixing_data, resolve_problem
@@ -183,7 +183,13 @@ def write_one_run_report(outcome: OneRunOutcome, out: Path) -> None:
         else "No violation found"
     )
     rows = [["setting", "result"]] + [[r.name, _line(r)] for r in summary.results]
-    blocks: list[Block] = [("p", head), ("strong", verdict), ("table", rows)]
+    drawn = {score_label("max_clip", t, noise): values for (t, noise), values in outcome.scores.items()}
+    blocks: list[Block] = [
+        ("p", head),
+        ("strong", verdict),
+        ("table", rows),
+        ("figure", canary_figure(drawn, outcome.membership, out)),
+    ]
     write_pages(out, "dpaudit-mix one-run audit", blocks)
     paths = []
     for (threat, noise), values in outcome.scores.items():

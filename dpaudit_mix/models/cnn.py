@@ -178,9 +178,7 @@ class Finetuned:
         """The finetuned model's test metrics with its accounting: what a finetune stage records.
         A ``digit-d`` task's model is binary: its metric is that digit's AUC."""
         return {
-            "metrics": evaluate(self.model, images, labels)
-            if task == "multiclass"
-            else task_auc(self.model, images, labels, task),
+            "metrics": held_out_metrics(self.model, images, labels, task),
             "finetune_phase": asdict(self.phase),
             "finetune_epsilon": self.opacus_epsilon,
         }
@@ -302,3 +300,17 @@ def task_labels(labels: np.ndarray, task: str) -> np.ndarray:
 def task_auc(model: nn.Module, images: np.ndarray, labels: np.ndarray, task: str) -> dict[str, float]:
     """A binary ``digit-d`` model's AUC (the positive class is its output 1)."""
     return {"auc": float(roc_auc_score(task_labels(labels, task), class_probabilities(model, images)[:, 1]))}
+
+
+def held_out_metrics(model: nn.Module, images: np.ndarray, labels: np.ndarray, task: str) -> dict[str, float]:
+    """The metrics of ``task`` (:func:`evaluate` for multiclass, :func:`task_auc` for a digit)."""
+    return evaluate(model, images, labels) if task == "multiclass" else task_auc(model, images, labels, task)
+
+
+def chance_metrics(labels: np.ndarray, task: str) -> dict[str, float]:
+    """What a model that ignores its input scores on ``task``: every AUC 0.5 (a constant score
+    ranks no example above another), accuracy the commonest label's share (always guessing it)."""
+    if task != "multiclass":
+        return {"auc": 0.5}
+    metrics = {f"digit-{d}": 0.5 for d in range(CLASSES)}
+    return {**metrics, "macro_auc": 0.5, "accuracy": float(np.bincount(labels, minlength=CLASSES).max() / len(labels))}

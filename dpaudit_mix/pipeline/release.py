@@ -306,6 +306,23 @@ def _written_model(weights: dict[str, np.ndarray], out: Path, network: str, task
     }
 
 
+def _baselines(track: ImageTrack, job: Job, start: dict[str, np.ndarray] | None) -> dict[str, dict[str, float]]:
+    """The released model's test metrics are read beside what costs no more privacy than the
+    release already spent: the λ-pretrained CNN before its DP finetune (public images drawn by the
+    released λ: post-processing) and chance. The pipeline's other methods are DP finetunes of the
+    same data that this ledger never charged: publishing their metrics here would release them
+    unaccounted, so the card leaves them to the pipeline's own (unpublished) report."""
+    world, task = track.world, job.task
+    found = {"chance": cnn.chance_metrics(world.test_labels, task)}
+    if start is not None:
+        pretrained = cnn.from_arrays(start, track.finetune_key(job), task, track.network)
+        found = {
+            "pretrained_only": cnn.held_out_metrics(pretrained, world.test_images, world.test_labels, task),
+            **found,
+        }
+    return found
+
+
 #: the model release's stages, in order (a progress bar names the one running).
 MODEL_STEPS = ("verify", "private mixture", "pretrain", "DP finetune with canaries", "one-run audit")
 
@@ -363,6 +380,7 @@ def _trained_and_audited(
     manifest = ModelManifest(
         model=_written_model(tuned.weights(), out, track.image_spec.network, job.task),
         metrics=tuned.scored(world.test_images, world.test_labels, job.task)["metrics"],
+        baselines=_baselines(track, job, start),
         claim=claim,
         mixture={
             "method": job.method,

@@ -44,7 +44,7 @@ def write_model_card(manifest: dict[str, Any], out: Path, fingerprint: str) -> N
     cap = "no cap" if budget["budget_epsilon"] is None else f"{budget['budget_epsilon']:g}"
     verdict = "VIOLATION" if audit["violation"] else "no violation"
     profile = audit["epsilon_lower_bound_profile"]
-    metrics = [["metric", "value"]] + [[k, f"{v:.4f}"] for k, v in manifest["metrics"].items()]
+    metrics = _metrics_table(manifest["metrics"], manifest.get("baselines", {}))
     weights = manifest["mixture"]["weights"]
     mixture = (
         "no pretraining mixture"
@@ -85,7 +85,7 @@ def write_model_card(manifest: dict[str, Any], out: Path, fingerprint: str) -> N
             + _cost(audit),
         ),
         ("table", metrics),
-        *_chance_warnings(manifest["metrics"]),
+        *_warnings(manifest["metrics"], manifest.get("baselines", {})),
         ("p", f"Weights: {model['file']}, sha256 {model['sha256'][:16]}…; released {manifest['timestamp']}."),
         ("p", provenance(manifest, fingerprint)),
         ("figure", _figure(manifest, out)),
@@ -93,21 +93,51 @@ def write_model_card(manifest: dict[str, Any], out: Path, fingerprint: str) -> N
     write_pages(out, "dpaudit-mix model release", blocks, name="release")
 
 
-def _chance_warnings(metrics: dict[str, float]) -> list[Block]:
-    """One warning line per AUC at or below chance: a model no better than a coin on that task."""
-    return [
+#: how the card names each baseline of :func:`..pipeline.release._baselines`.
+BASELINE_NAMES = {"pretrained_only": "pretrained on λ, no finetune", "chance": "chance"}
+
+
+def _metrics_table(metrics: dict[str, float], baselines: dict[str, dict[str, float]]) -> list[list[str]]:
+    """The released model's metrics, a column each for the baselines beside them (a release made
+    before the card had baselines has none)."""
+    head = ["metric", "released model", *(BASELINE_NAMES[name] for name in baselines)]
+    return [head] + [[k, f"{v:.4f}", *(f"{b[k]:.4f}" for b in baselines.values())] for k, v in metrics.items()]
+
+
+def _is_auc(metric: str) -> bool:
+    """An AUC of :func:`..models.cnn.evaluate` or :func:`..models.cnn.task_auc`: the headline's, or
+    one digit's one-vs-rest (named ``digit-d``)."""
+    return metric in ("auc", "macro_auc") or metric.startswith("digit-")
+
+
+def _warnings(metrics: dict[str, float], baselines: dict[str, dict[str, float]]) -> list[Block]:
+    """One warning line per AUC at or below chance (a model no better than a coin on that task),
+    and one where the DP finetune left the headline AUC below the pretrained model it started from."""
+    found: list[Block] = [
         (
             "strong",
             f"Warning: {name} = {value:.3f} is at or below chance ({CHANCE_AUC:g}): the model does not "
             "separate this task's classes; do not rely on it there.",
         )
         for name, value in metrics.items()
-        if "auc" in name and value <= CHANCE_AUC
+        if _is_auc(name) and value <= CHANCE_AUC
     ]
+    headline = "macro_auc" if "macro_auc" in metrics else "auc"
+    before = baselines.get("pretrained_only", {}).get(headline)
+    if before is not None and metrics[headline] < before:
+        found.append(
+            (
+                "strong",
+                f"Warning: the DP finetune lowered {headline} from the pretrained model's {before:.3f} to "
+                f"{metrics[headline]:.3f}: at this ε its noise cost more than the sensitive data taught.",
+            )
+        )
+    return found
 
 
 def _figure(manifest: dict[str, Any], out: Path) -> Path:
-    """card.png: the pretraining mixture λ as bars (where there is one) and the model's metrics."""
+    """card.png: the pretraining mixture λ as bars (where there is one) and the model's metrics,
+    each beside the λ-pretrained model's (where there is one) and chance's."""
     weights, sources = manifest["mixture"]["weights"], manifest["mixture"]["sources"]
     metrics = manifest["metrics"]
     fig, (left, right) = subplots(1, 2, figsize=(11, 0.32 * max(len(sources), len(metrics)) + 1.6))
@@ -117,7 +147,25 @@ def _figure(manifest: dict[str, Any], out: Path) -> Path:
     else:
         lambda_bars(left, np.array(weights), list(sources))
     y = np.arange(len(metrics))
-    right.barh(y, list(metrics.values()), color="tab:green")
-    right.set(yticks=y, yticklabels=list(metrics), xlabel="value", title="the released model's metrics")
+    baselines = manifest.get("baselines", {})
+    pretrained = baselines.get("pretrained_only")
+    height = 0.8 if pretrained is None else 0.4
+    middle = y if pretrained is None else y + height / 2
+    right.barh(y, list(metrics.values()), height=height, color="tab:green", label="released model")
+    if pretrained is not None:
+        values = [pretrained[k] for k in metrics]
+        right.barh(y + height, values, height=height, color="tab:gray", label=BASELINE_NAMES["pretrained_only"])
+    if "chance" in baselines:
+        chance = [baselines["chance"][k] for k in metrics]
+        right.scatter(chance, middle, marker="|", s=300, color="black", label=BASELINE_NAMES["chance"])
+    right.set(yticks=middle, yticklabels=list(metrics), xlabel="value")
+    right.legend(  # above the bars, where no bar is hidden by it
+        title="the released model's metrics beside its baselines",
+        fontsize="small",
+        loc="lower left",
+        bbox_to_anchor=(0.0, 1.0),
+        ncol=3,
+        frameon=False,
+    )
     right.invert_yaxis()
     return save_figure(fig, out / "card.png")

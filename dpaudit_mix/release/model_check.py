@@ -61,7 +61,26 @@ def check_model_release(manifest: dict[str, Any], folder: Path, where: str) -> l
     if manifest["verification"].get("passed") is not True:
         problems.append("verification: the manifest's own verification did not pass (verification.passed is not true)")
     problems += _audit_mismatch(manifest["audit"], claim)
+    return problems + _metrics_problems(manifest)
+
+
+def _metrics_problems(manifest: dict[str, Any]) -> list[str]:
+    """The card's figures are read from these: metrics and each baseline's (a release made
+    before baselines has none) are rates in [0, 1], the baselines over the model's own metrics."""
+    metrics, baselines = manifest.get("metrics"), manifest.get("baselines", {})
+    if not isinstance(baselines, dict):
+        return ["baselines: not an object"]
+    problems = []
+    for name, table in {"metrics": metrics, **{f"baselines.{k}": v for k, v in baselines.items()}}.items():
+        if not isinstance(table, dict) or not all(_rate(v) for v in table.values()):
+            problems.append(f"{name}: not an object of rates in [0, 1]")
+        elif isinstance(metrics, dict) and set(table) != set(metrics):
+            problems.append(f"{name}: its metrics are not the released model's {sorted(metrics)}")
     return problems
+
+
+def _rate(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
 
 
 def _weights(model: dict[str, Any], folder: Path, where: str) -> list[str]:

@@ -57,6 +57,9 @@ class ModelManifest(Digested):
 
     model: dict[str, Any]  # file, sha256, architecture, task, classes, parameters
     metrics: dict[str, float]  # on the world's test set
+    # the same metrics of what costs no further privacy: "pretrained_only" (λ's pretraining, where
+    # there is one) and "chance"
+    baselines: dict[str, dict[str, float]]
     claim: ModelClaim
     mixture: dict[str, Any]  # λ over the sources (None without pretraining)
     audit: dict[str, Any]  # the one-run audit of the finetune that made these weights
@@ -72,6 +75,7 @@ class ModelManifest(Digested):
             **self.publication.fields(),
             "model": dict(self.model),
             "metrics": dict(self.metrics),
+            "baselines": {name: dict(values) for name, values in self.baselines.items()},
             "claim": asdict(self.claim),
             "mixture": dict(self.mixture),
             "audit": dict(self.audit),
