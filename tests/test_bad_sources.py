@@ -46,14 +46,15 @@ def test_the_pipeline_spec_adds_them_and_cuts_the_finetune():
         image_track(too_many, build_world(too_many), StageCache(None), False, False)
 
 
-def test_a_map_spec_runs_its_cells_and_draws_the_heat_map(tmp_path, capsys):
+@pytest.mark.parametrize("seeds", [2, 1])  # one seed: no test, so every p is NaN, and the map is drawn still
+def test_a_map_spec_runs_its_cells_and_draws_the_heat_map(tmp_path, capsys, seeds):
     import json
 
     from dpaudit_mix.cli import main
 
     spec = tmp_path / "map.toml"
     spec.write_text(
-        'world = "mnist-shift"\nepsilons = [1.0]\nseeds = 2\nmethods = ["dpmixmin", "uniform", "nonprivate_mixmin"]\n'
+        f'world = "mnist-shift"\nepsilons = [1.0]\nseeds = {seeds}\nmethods = ["dpmixmin", "uniform", "nonprivate_mixmin"]\n'
         "sensitive_fraction = 0.25\npublic_fraction = 0.25\npretrain_epochs = 1\nfinetune_epochs = 1\n"
         "permuted_sources_grid = [0, 6]\npretrain_examples_grid = [200]\nfinetune_rows_grid = [60]\n"
     )

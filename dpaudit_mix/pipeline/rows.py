@@ -229,8 +229,11 @@ def _map_figure(results: Sequence[RowResult], tests: dict[str, dict[float, pd.Da
     panels = list(frame.groupby(["finetune_rows", "epsilon"], sort=True))
     fig, axes = subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
     for ax, ((rows, eps), panel) in zip(axes[0], panels, strict=True):
-        means = panel.pivot_table(index="pretrain_examples", columns="permuted_sources", values="mean")
-        holm = panel.pivot_table(index="pretrain_examples", columns="permuted_sources", values="p_holm")
+        # dropna=False: with one seed every p is NaN (no test), and its cells must still line up
+        means, holm = (
+            panel.pivot_table(index="pretrain_examples", columns="permuted_sources", values=v, dropna=False)
+            for v in ("mean", "p_holm")
+        )
         limit = float(np.nanmax(np.abs(frame["mean"]))) or 1.0
         image = ax.imshow(means.to_numpy(), cmap="RdBu", vmin=-limit, vmax=limit, aspect="auto")
         ax.grid(False)
