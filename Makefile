@@ -38,13 +38,13 @@ demo: $(STAMP)
 # are the statistical and end-to-end checks at their full sizes (`make full`), which `make test`
 # runs at smaller ones.
 test: $(STAMP)
-	$(PY) -m pytest -q -n auto --dist worksteal -m "not selftest and not full"
+	$(PY) -m pytest -q -n auto --dist worksteal -m "not selftest and not full and not guides"
 
 selftest: $(STAMP)
 	$(PY) -m pytest -q -m selftest
 
 full: $(STAMP)
-	$(PY) -m pytest -q -n auto --dist worksteal -m full
+	$(PY) -m pytest -q -n auto --dist worksteal -m "full or guides"
 
 # ruff (lint and format) on everything, mypy on the package (strict on the core; see pyproject.toml).
 lint: $(STAMP)

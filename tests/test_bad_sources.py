@@ -54,7 +54,8 @@ def test_a_map_spec_runs_its_cells_and_draws_the_heat_map(tmp_path, capsys, seed
 
     spec = tmp_path / "map.toml"
     spec.write_text(
-        f'world = "mnist-shift"\nepsilons = [1.0]\nseeds = {seeds}\nmethods = ["dpmixmin", "uniform", "nonprivate_mixmin"]\n'
+        f'world = "mnist-shift"\nepsilons = [1.0]\nseeds = {seeds}\n'
+        'methods = ["dpmixmin", "uniform", "nonprivate_mixmin"]\n'
         "sensitive_fraction = 0.25\npublic_fraction = 0.25\npretrain_epochs = 1\nfinetune_epochs = 1\n"
         "permuted_sources_grid = [0, 6]\npretrain_examples_grid = [200]\nfinetune_rows_grid = [60]\n"
     )
