@@ -283,10 +283,30 @@ def cross_entropy(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.
     return nn.functional.cross_entropy(module(x), y)
 
 
+def auc_digits(labels: np.ndarray) -> tuple[int, ...]:
+    """The digits whose one-vs-rest AUC ``labels`` define: an AUC ranks positives above negatives,
+    so a digit absent from the held-out set (a user's data of three classes) has none, and a digit
+    that is every label has no negatives. Their AUC is left out, not written as NaN."""
+    counts = np.bincount(labels, minlength=CLASSES)
+    return tuple(d for d in range(CLASSES) if 0 < counts[d] < len(labels))
+
+
+def require_scorable(labels: np.ndarray, task: str) -> None:
+    """Refuse, before anything trains, held-out labels on which ``task`` has no AUC."""
+    digits = auc_digits(labels)
+    if task == "multiclass":
+        require(bool(digits), "the held-out labels are all one class: no digit's AUC is defined on them")
+    else:
+        digit = int(task.split("-")[1])
+        require(digit in digits, f"the held-out labels need both {task} and the rest: its AUC is undefined on them")
+
+
 def evaluate(model: nn.Module, images: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    """Per-digit one-vs-rest AUC, their mean (macro AUC), and multi-class accuracy."""
+    """Per-digit one-vs-rest AUC (the digits :func:`auc_digits` defines), their mean (macro AUC),
+    and multi-class accuracy."""
+    require_scorable(labels, "multiclass")
     probs = class_probabilities(model, images)
-    metrics = {f"digit-{d}": float(roc_auc_score(labels == d, probs[:, d])) for d in range(CLASSES)}
+    metrics = {f"digit-{d}": float(roc_auc_score(labels == d, probs[:, d])) for d in auc_digits(labels)}
     metrics["macro_auc"] = float(np.mean(list(metrics.values())))
     metrics["accuracy"] = float(np.mean(probs.argmax(axis=1) == labels))
     return metrics
@@ -299,6 +319,7 @@ def task_labels(labels: np.ndarray, task: str) -> np.ndarray:
 
 def task_auc(model: nn.Module, images: np.ndarray, labels: np.ndarray, task: str) -> dict[str, float]:
     """A binary ``digit-d`` model's AUC (the positive class is its output 1)."""
+    require_scorable(labels, task)
     return {"auc": float(roc_auc_score(task_labels(labels, task), class_probabilities(model, images)[:, 1]))}
 
 
@@ -312,5 +333,5 @@ def chance_metrics(labels: np.ndarray, task: str) -> dict[str, float]:
     ranks no example above another), accuracy the commonest label's share (always guessing it)."""
     if task != "multiclass":
         return {"auc": 0.5}
-    metrics = {f"digit-{d}": 0.5 for d in range(CLASSES)}
+    metrics = {f"digit-{d}": 0.5 for d in auc_digits(labels)}
     return {**metrics, "macro_auc": 0.5, "accuracy": float(np.bincount(labels, minlength=CLASSES).max() / len(labels))}

@@ -140,6 +140,8 @@ class ImageTrack(MixingTrack):
         public: Callable[[str], Problem] | None = None,
     ) -> None:
         tasks = DIGIT_TASKS if spec.protocol == "per_task" else ("multiclass",)
+        for task in tasks:  # before anything trains: a task the held-out labels cannot score
+            cnn.require_scorable(world.test_labels, task)
         super().__init__(
             spec, tasks, problems, data_key=world_key(spec), split_key=split_key(spec), secure=secure, public=public
         )
