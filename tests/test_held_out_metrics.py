@@ -5,13 +5,16 @@ refuse), chance has the same names, and a task the labels cannot score is refuse
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from dpaudit_mix.cli import main
 from dpaudit_mix.errors import InputError
 from dpaudit_mix.models import cnn
 from dpaudit_mix.randomness import stream, torch_scope
+from tests.test_trust import _world
 
 #: a held-out set of three classes, as in a user's own data.
 LABELS = np.arange(30) % 3
@@ -46,3 +49,14 @@ def test_a_task_the_labels_cannot_score_is_refused(labels: np.ndarray, task: str
     with pytest.raises(InputError, match=message):
         cnn.require_scorable(labels, task)
     cnn.require_scorable(LABELS, "digit-2")
+
+
+def test_a_per_task_pipeline_on_three_classes_exits_2_before_it_trains(capsys, tmp_path: Path) -> None:
+    """digit-3 has no AUC on a user's three classes: one line and exit 2, no output folder."""
+    data = _world(tmp_path / "data")
+    spec = tmp_path / "spec.toml"
+    spec.write_text(f'data = "{data}"\nprotocol = "per_task"\n')
+    out = tmp_path / "out"
+    assert main(["pipeline", str(spec), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "need both digit-3 and the rest" in err and len(err.strip().splitlines()) == 1 and not out.exists()

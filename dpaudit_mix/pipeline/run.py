@@ -140,8 +140,6 @@ class ImageTrack(MixingTrack):
         public: Callable[[str], Problem] | None = None,
     ) -> None:
         tasks = DIGIT_TASKS if spec.protocol == "per_task" else ("multiclass",)
-        for task in tasks:  # before anything trains: a task the held-out labels cannot score
-            cnn.require_scorable(world.test_labels, task)
         super().__init__(
             spec, tasks, problems, data_key=world_key(spec), split_key=split_key(spec), secure=secure, public=public
         )
@@ -352,7 +350,10 @@ def image_track(spec: PipelineSpec, world: World, cache: StageCache, progress: b
         logp = task_log_likelihood(probs, world.validation.labels, task)
         return Problem(logp, names, task=f"{task} (public validation)")
 
-    return ImageTrack(spec, world, problems, secure, public)
+    track = ImageTrack(spec, world, problems, secure, public)
+    for task in track.tasks:  # before anything trains: a task the held-out labels cannot score
+        cnn.require_scorable(world.test_labels, task)
+    return track
 
 
 def run_pipeline(
