@@ -9,7 +9,10 @@ import shlex
 
 import pytest
 
+from dpaudit_mix import accounting
+from dpaudit_mix.audit import scores
 from dpaudit_mix.cli import build_parser, main
+from dpaudit_mix.cli.common import phases_of
 from dpaudit_mix.version import __version__
 
 
@@ -43,6 +46,28 @@ def test_every_command_has_a_description_and_examples_that_parse() -> None:
         assert examples and all(e.startswith(f"dpaudit-mix {name} ") for e in examples), name
         for example in examples:
             build_parser().parse_args(shlex.split(example)[1:])  # a usage error raises InputError
+
+
+def test_every_examples_claim_is_what_its_accountant_gives() -> None:
+    """An example that states ε beside its phases states the ε they spend: one a user copies
+    runs, not one the claim check refuses (σ = 1.1 at q = 0.01, T = 3000 spends 2.68, not 2)."""
+    checked = 0
+    for parser in _commands().values():
+        for line in parser.epilog.splitlines()[1:]:
+            args = build_parser().parse_args(shlex.split(line.split("  #")[0])[1:])
+            if getattr(args, "epsilon", None) is None or getattr(args, "noise_multiplier", None) is None:
+                continue
+            accountant = getattr(args, "accountant", accounting.DEFAULT_ACCOUNTANT)
+            scores.checked_claim(  # a claim its phases do not spend raises InputError
+                args.epsilon,
+                args.delta,
+                phases=phases_of(args),
+                confidence=0.95,
+                threshold="bonferroni",
+                accountant=accountant,
+            )
+            checked += 1
+    assert checked >= 2
 
 
 def test_version(capsys) -> None:

@@ -15,9 +15,11 @@ from dpaudit_mix.audit.power import (
     gaussian_counts,
     power_claim,
     power_of,
+    unsimulated,
 )
 from dpaudit_mix.audit.profile import GaussianTradeOff
 from dpaudit_mix.audit.scores import audit_scores
+from dpaudit_mix.audit.words import power_line
 from dpaudit_mix.randomness import stream
 
 EPSILON, DELTA, RUNS = 1.0, 1e-5, 1000
@@ -75,6 +77,23 @@ def test_no_power_where_the_claimed_law_is_not_simulated() -> None:
     huge = {"phases": None, "runs_in": MAX_SIMULATED_RUNS, "runs_out": MAX_SIMULATED_RUNS, **common, "stated": "none"}
     assert power_claim(EPSILON, DELTA, **{**huge, "threshold": "split"}) is None  # type: ignore[arg-type]
     assert power_claim(EPSILON, DELTA, **huge) is not None  # type: ignore[arg-type]
+    # and each case says why, in the words a report prints beside its silence
+    assert "several phases" in str(unsimulated(phases, 200, "bonferroni"))
+    assert "split threshold simulates score by score" in str(unsimulated((), 2 * MAX_SIMULATED_RUNS, "split"))
+    assert unsimulated((), 2 * MAX_SIMULATED_RUNS, "bonferroni") is None
+
+
+def test_an_audit_without_power_says_why() -> None:
+    """A subsampled claim whose runs × steps pass the simulation's cap: power None, its reason in
+    the result, its report's words and the command's line."""
+    phase = accounting.GaussianPhase(1.0, 0.1, 300)
+    epsilon = accounting.epsilon([phase], DELTA)
+    rng = stream(0, "simulated-scores", test="power", case="unsimulated").numpy()
+    result = audit_scores(rng.normal(0, 1, 100), rng.normal(0, 1, 100), epsilon=epsilon, delta=DELTA, phases=[phase])
+    assert result.power is None and result.to_dict()["power"] is None
+    why = "200 runs × 300 steps draw more than the 50,000 scores"
+    assert why in str(result.power_unsimulated) and why in result.to_dict()["power_unsimulated"]
+    assert f"No power was simulated: {result.power_unsimulated}." in power_line(result)
 
 
 def test_the_demo_says_what_a_private_row_could_have_shown() -> None:

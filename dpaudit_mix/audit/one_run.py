@@ -39,7 +39,7 @@ from .accounted import Accounted
 from .estimate import Estimate, gaussian_pair
 from .fdp import PROFILE_FLOOR, PROFILE_GRID, Curves, GaussianCurves, LineCurves, rejects
 from .guesses import EPSILON_MAX, MIN_CANARIES, GuessSets, largest_rejected, p_values
-from .one_run_power import OneRunPowerClaim, Power, one_run_power, one_run_power_claim
+from .one_run_power import OneRunPowerClaim, Power, one_run_power, one_run_power_claim, one_run_unsimulated
 from .profile import BISECTION_INTERVAL, BISECTION_MIN_SIGMA, BISECTION_RATIO, scale_threshold
 from .scores import check_claim
 
@@ -119,6 +119,8 @@ class OneRunResult:
     #: the accountant behind the claimed ε and its figure for the phases (Opacus' beside it where
     #: the engine is Opacus: :meth:`.gradient_canaries.Canaries.audit`)
     accounted: Accounted | None = field(default=None, compare=False)
+    #: why no power is reported (:func:`.one_run_power.one_run_unsimulated`; None where it is)
+    power_unsimulated: str | None = field(default=None, compare=False)
 
     @property
     def violation(self) -> bool:
@@ -153,6 +155,7 @@ class OneRunResult:
             "level_per_test": self.level_per_test,
             "epsilon_estimate": self.epsilon_estimate.to_dict(),
             "power": None if power is None else power.to_dict(),
+            "power_unsimulated": self.power_unsimulated,
             **({} if self.accounted is None else {"accounted": self.accounted.to_dict()}),
         }
 
@@ -231,6 +234,7 @@ def audit_one_run(
         epsilon_estimate=gaussian_pair(s[b == 1], s[b == 0], delta, confidence),
         power_claim=one_run_power_claim(epsilon, delta, phases=phases, canaries=len(s), confidence=confidence),
         accounted=Accounted.of(epsilon, delta, phases, accountant),
+        power_unsimulated=one_run_unsimulated(tuple(phases or ()), len(s)),
     )
 
 

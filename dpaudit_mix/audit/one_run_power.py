@@ -32,7 +32,7 @@ from ..randomness import stream
 from .dirac import dirac_scores, simulated_released
 from .fdp import PROFILE_FLOOR, PROFILE_GRID, Curves, GaussianCurves, LineCurves, rejects
 from .guesses import EPSILON_MAX, GuessSets, largest_rejected, p_value
-from .power import Power, simulated_power
+from .power import Power, simulated_power, subsampled_unsimulated
 
 #: simulated runs per answer (one-run audits cost more than many-run ones: fewer runs).
 SIMULATIONS = 20
@@ -62,12 +62,17 @@ def one_run_power_claim(
     confidence: float,
 ) -> OneRunPowerClaim | None:
     """The claim a one-run audit's power rests on; None where its score law is not simulated
-    (several subsampled phases, or more than MAX_DIRAC_DRAWS scores a run)."""
+    (:func:`one_run_unsimulated` says why)."""
     phases = tuple(phases or ())
-    sub = [p for p in phases if p.sample_rate < 1]
-    if sub and (len(phases) > 1 or canaries * phases[0].steps > MAX_DIRAC_DRAWS):
+    if one_run_unsimulated(phases, canaries) is not None:
         return None
     return OneRunPowerClaim(float(epsilon), float(delta), phases, int(canaries), float(confidence))
+
+
+def one_run_unsimulated(phases: Sequence[accounting.GaussianPhase], canaries: int) -> str | None:
+    """Why a one-run audit of ``phases`` with ``canaries`` reports no power (the words its report
+    prints); None where its power is simulated."""
+    return subsampled_unsimulated(phases, canaries, "canaries", MAX_DIRAC_DRAWS)
 
 
 def one_run_power(claim: OneRunPowerClaim | None) -> Power | None:

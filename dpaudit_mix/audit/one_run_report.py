@@ -95,7 +95,9 @@ def one_run_line(result: OneRunResult) -> str:
 def one_run_power_line(result: OneRunResult) -> str:
     """What the audit could have shown: the power line, and the estimate beside it."""
     power = result.power
-    caught = "no power simulated for this claim" if power is None else power.line(f"{result.canaries} canaries")
+    caught = (
+        f"not simulated: {result.power_unsimulated}" if power is None else power.line(f"{result.canaries} canaries")
+    )
     return f"Power: {caught}. {result.epsilon_estimate.line()}."
 
 

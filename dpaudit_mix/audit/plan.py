@@ -15,8 +15,8 @@ from typing import Any
 
 from .. import accounting
 from ..errors import is_real, require
-from .one_run_power import one_run_power, one_run_power_claim
-from .power import LEAKS, Power, power_claim, power_of
+from .one_run_power import one_run_power, one_run_power_claim, one_run_unsimulated
+from .power import LEAKS, Power, power_claim, power_of, unsimulated
 from .scores import checked_claim, claimed_curve
 
 #: the sizes tried, smallest first: runs a side (many-run), canaries (one-run).
@@ -35,6 +35,8 @@ class Plan:
     training_runs: int | None  # what the audit costs
     power: Power | None  # the power at the planned size (or at the ladder's last, when unmet)
     tried: tuple[tuple[int, float | None], ...]  # (size, detects) up the ladder
+    #: why the ladder stopped where no power is simulated (:func:`unsimulated_at`; None: it ran up)
+    unsimulated: str | None = None
 
     @property
     def met(self) -> bool:
@@ -50,13 +52,15 @@ class Plan:
             "training_runs": self.training_runs,
             "power": None if self.power is None else self.power.to_dict(),
             "tried": [list(t) for t in self.tried],
+            "unsimulated": self.unsimulated,
         }
 
     def line(self) -> str:
         unit = "canaries" if self.one_run else "runs a side"
         if not self.met:
-            last = self.tried[-1][0] if self.tried else 0
-            return f"no audit up to {last} {unit} catches σ/{self.detect:g} with 90%"
+            head = f"no audit up to {self.tried[-1][0]:,} {unit}" if self.tried else "no audit"
+            why = "" if self.unsimulated is None else f" ({'beyond: ' if self.tried else ''}{self.unsimulated})"
+            return f"{head} catches σ/{self.detect:g} with 90%{why}"
         size = self.canaries if self.one_run else self.runs
         assert self.power is not None
         return (
@@ -97,6 +101,14 @@ def power_at(
         threshold=threshold,
     )
     return power_of(claim)
+
+
+def unsimulated_at(
+    phases: Sequence[accounting.GaussianPhase] | None, size: int, *, one_run: bool, threshold: str = "bonferroni"
+) -> str | None:
+    """Why :func:`power_at` gives no power at ``size`` (runs a side, or canaries); None where it does."""
+    phases = tuple(phases or ())
+    return one_run_unsimulated(phases, size) if one_run else unsimulated(phases, 2 * size, threshold)
 
 
 def catches(power: Power | None, detect: float) -> bool:
@@ -142,8 +154,9 @@ def plan_audit(
             threshold=threshold,
             accountant=accountant,
         )
-        if power is None:
-            break  # this claim's score law is not simulated at this size (nor above it)
+        if power is None:  # this claim's score law is not simulated at this size (nor above it)
+            why = unsimulated_at(phases, size, one_run=one_run, threshold=threshold)
+            return Plan(one_run, detect, None, None, None, None, tuple(tried), why)
         tried.append((size, power.detects))
         if catches(power, detect):
             return Plan(

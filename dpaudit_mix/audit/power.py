@@ -103,16 +103,39 @@ def power_claim(
     threshold: str,
 ) -> PowerClaim | None:
     """What the power of an audit of the claim at this size rests on; None where the claimed
-    mechanism's score law is not simulated (several subsampled phases, too many draws, or more
-    than MAX_SIMULATED_RUNS runs to simulate score by score)."""
+    mechanism's score law is not simulated (:func:`unsimulated` says why)."""
     phases = tuple(phases or ())
-    subsampled = [p for p in phases if p.sample_rate < 1]
-    if subsampled and (len(phases) > 1 or (runs_in + runs_out) * phases[0].steps > MAX_DIRAC_DRAWS):
-        return None
-    by_counts = not subsampled and THRESHOLDS.get(threshold) is bonferroni
-    if not by_counts and runs_in + runs_out > MAX_SIMULATED_RUNS:
+    if unsimulated(phases, runs_in + runs_out, threshold) is not None:
         return None
     return PowerClaim(epsilon, delta, phases, claimed, stated, runs_in, runs_out, confidence, threshold)
+
+
+def unsimulated(phases: Sequence[accounting.GaussianPhase], runs: int, threshold: str) -> str | None:
+    """Why an audit of ``phases`` from ``runs`` runs (both sides) reports no power, in the words a
+    report prints beside its silence (a power it does not have is no evidence it could have
+    caught a leak); None where its power is simulated."""
+    found = subsampled_unsimulated(phases, runs, "runs", MAX_DIRAC_DRAWS)
+    # the Gaussian law's bonferroni draws its counts from their law, at any size
+    by_counts = not any(p.sample_rate < 1 for p in phases) and THRESHOLDS.get(threshold) is bonferroni
+    if found is None and not by_counts and runs > MAX_SIMULATED_RUNS:
+        return (
+            f"{runs:,} runs are more than the {MAX_SIMULATED_RUNS:,} the {threshold} threshold simulates score by score"
+        )
+    return found
+
+
+def subsampled_unsimulated(phases: Sequence[accounting.GaussianPhase], count: int, unit: str, limit: int) -> str | None:
+    """Why a subsampled claim's Dirac score law (:mod:`.dirac`) is not simulated for ``count``
+    ``unit`` (runs, or one run's canaries): several phases, or more than ``limit`` draws."""
+    subsampled = [p for p in phases if p.sample_rate < 1]
+    if subsampled and len(phases) > 1:
+        return "the claim has several phases, one of them subsampled, and their score law is not simulated"
+    if subsampled and count * phases[0].steps > limit:
+        return (
+            f"{count:,} {unit} × {phases[0].steps} steps draw more than the {limit:,} scores "
+            "a simulation of a subsampled claim may draw"
+        )
+    return None
 
 
 def power_of(claim: PowerClaim | None) -> Power | None:

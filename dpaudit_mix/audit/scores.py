@@ -28,7 +28,7 @@ from .accounted import Accounted
 from .attack import THRESHOLDS, AttackResult
 from .bounds import strict_epsilon
 from .diagnostics import diagnose
-from .power import Power, PowerClaim, power_claim, power_of
+from .power import Power, PowerClaim, power_claim, power_of, unsimulated
 from .profile import GaussianTradeOff, TradeOff, claimed_tradeoff, epsilon_lower_bound_profile
 from .ties import attacked
 
@@ -89,6 +89,8 @@ class AuditResult:
     no_information: bool
     #: the accountant behind the claimed ε and its figure for the phases (set by :class:`Audited`)
     accounted: Accounted | None = field(default=None, compare=False, kw_only=True)
+    #: why no power is reported (:func:`.power.unsimulated`; None where it is)
+    power_unsimulated: str | None = field(default=None, compare=False, kw_only=True)
 
     @property
     def verdict(self) -> str:
@@ -137,6 +139,7 @@ class AuditResult:
             "auroc_ci": list(self.auroc_ci),
             "tpr_at_fpr": dict(self.tpr_at_fpr),
             "power": None if self.power is None else self.power.to_dict(),
+            "power_unsimulated": self.power_unsimulated,
             **({} if self.accounted is None else {"accounted": self.accounted.to_dict()}),
         }
         if self.control is not None:
@@ -331,6 +334,7 @@ def analyse(
             confidence=confidence,
             threshold=threshold,
         ),
+        power_unsimulated=unsimulated(tuple(phases or ()), len(scores_in) + len(scores_out), threshold),
     )
     return result, found
 

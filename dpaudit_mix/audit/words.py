@@ -44,7 +44,11 @@ def power_line(result: AuditResult) -> str:
         f"Power: from {result.runs} runs an attack with no error at all certifies a strict ε_LB of at most "
         f"{result.epsilon_lower_bound_max:.3f}"
     )
-    simulated = "" if result.power is None else f" At this size, {result.power.line(str(result.runs) + ' runs')}."
+    simulated = (
+        f" No power was simulated: {result.power_unsimulated}."
+        if result.power is None
+        else f" At this size, {result.power.line(str(result.runs) + ' runs')}."
+    )
     if result.curve == "none":
         return bound + " (no curve was claimed)." + simulated
     curve = "could" if result.curve_detectable else "could NOT"

@@ -106,8 +106,9 @@ def cmd_audit_scores(args: argparse.Namespace) -> int:
     see = f"; see {out}/report.md" if out else ""
     if result.accounted is not None:
         print(f"dpaudit-mix: {result.accounted.line()}", file=sys.stderr)
-    if result.power is not None:
-        print(f"dpaudit-mix: power: {result.power.line(str(result.runs) + ' runs')}", file=sys.stderr)
+    power = result.power
+    said = f"not simulated: {result.power_unsimulated}" if power is None else power.line(f"{result.runs} runs")
+    print(f"dpaudit-mix: power: {said}", file=sys.stderr)
     for warning in result.warnings:
         print(f"dpaudit-mix: warning: {warning}", file=sys.stderr)
     if result.violation:
@@ -170,7 +171,7 @@ def commands(sub: argparse._SubParsersAction[Parser]) -> None:
         "audit-scores",
         "audit a claimed (epsilon, delta) from membership scores of any stack (exit 3 on a violation)",
         "dpaudit-mix audit-scores scores.npz --epsilon 1 --delta 1e-5 --out report",
-        "dpaudit-mix audit-scores canaries.csv --one-run --epsilon 2 --delta 1e-5 --noise-multiplier 1.1 "
+        "dpaudit-mix audit-scores canaries.csv --one-run --epsilon 2 --delta 1e-5 --noise-multiplier 1.31 "
         "--sample-rate 0.01 --steps 3000",
     )
     scores.add_argument(

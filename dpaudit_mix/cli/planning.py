@@ -37,7 +37,7 @@ def commands(sub: argparse._SubParsersAction[Parser]) -> None:
         "the runs (or, --one-run, canaries) an audit of a claim needs to catch sigma/DETECT with 90%% "
         "(exit 3 when no size up the ladder does)",
         "dpaudit-mix plan-audit --epsilon 1 --delta 1e-5 --detect 2",
-        "dpaudit-mix plan-audit --epsilon 2 --delta 1e-5 --noise-multiplier 1.1 --sample-rate 0.01 --steps 3000 "
+        "dpaudit-mix plan-audit --epsilon 2 --delta 1e-5 --noise-multiplier 1.37 --sample-rate 0.1 --steps 20 "
         "--one-run",
     )
     add_claim(plan, "with --sample-rate and --steps: the claimed phase")

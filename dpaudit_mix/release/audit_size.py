@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import accounting
-from ..audit.plan import catches, check_detect, plan_audit, power_at
+from ..audit.plan import catches, check_detect, plan_audit, power_at, unsimulated_at
 from ..audit.power import LEAKS, Power
 from ..errors import InputError
 from .refused import Refused
@@ -67,7 +67,9 @@ def audit_size(
             accountant=accountant,
         )
 
-    def planned() -> int | None:
+    def planned() -> tuple[int | None, str | None]:
+        """The planned size (None: no size on the ladder catches σ/detect) and why the ladder
+        stopped where it stopped short of a simulated power."""
         plan = plan_audit(
             epsilon,
             delta,
@@ -79,28 +81,30 @@ def audit_size(
             accountant=accountant,
         )
         found = plan.canaries if one_run else None if plan.runs is None else 2 * plan.runs
-        return None if found is None else max(minimum, found)
+        return (None if found is None else max(minimum, found)), plan.unsimulated
 
     if size is not None:
         found = power(size)
         if catches(found, detect):
             assert found is not None
             return AuditSize(size, found, detect, planned=False)
-        caught = "no power simulated" if found is None else f"catches σ/{found.detects:g}"
+        why = unsimulated_at(phases, _side(size, one_run), one_run=one_run, threshold=threshold)
+        caught = f"has no simulated power ({why})" if found is None else f"catches σ/{found.detects:g}"
         if found is not None and found.detects is None:
             caught = "catches no leak up to σ/10"
-        need = planned()
+        need, _ = planned()
         fix = f"{unit} = {need} would" if need is not None else f"no {unit} the planner tries would"
         raise Refused(
             "power",
             f"{unit} = {size} {caught}, short of the spec's detect = {detect:g} (σ/{detect:g} with 90%): "
             f"{fix} (`dpaudit-mix plan-audit`); nothing was run or charged",
         )
-    need = planned()
+    need, stopped = planned()
     if need is None:
+        why = "" if stopped is None else f" (the planner stopped: {stopped})"
         raise Refused(
             "power",
-            f"no audit the planner tries catches σ/{detect:g} with 90% for this claim: raise detect "
+            f"no audit the planner tries catches σ/{detect:g} with 90% for this claim{why}: raise detect "
             f"(`dpaudit-mix plan-audit`); nothing was run or charged",
         )
     found = power(need)
@@ -163,10 +167,21 @@ def _power_of_size(
 ) -> Power | None:
     """The power of a release's audit of ``size``: canaries for one run, else runs per canary over
     both halves (half without the canary, half with), so :func:`power_at` sees one side's runs."""
-    side = size if one_run else size // 2
     return power_at(
-        epsilon, delta, phases, side, one_run=one_run, confidence=confidence, threshold=threshold, accountant=accountant
+        epsilon,
+        delta,
+        phases,
+        _side(size, one_run),
+        one_run=one_run,
+        confidence=confidence,
+        threshold=threshold,
+        accountant=accountant,
     )
+
+
+def _side(size: int, one_run: bool) -> int:
+    """What :func:`power_at` reads of a release's audit size: the canaries, or one side's runs."""
+    return size if one_run else size // 2
 
 
 def power_sentence(audit: dict[str, Any], size: str, mechanism: str) -> str:
