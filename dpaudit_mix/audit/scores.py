@@ -276,9 +276,8 @@ def analyse(
     without phases, the caller states the mechanism is μ-GDP (else the claim is (ε, δ) alone).
 
     Runs are in-scores then out-scores (:func:`.ties.attacked`). ``phases`` are the claim's Gaussian
-    phases (None: a μ-GDP claim, whose Gaussian numbers are then not known to be bounds).
-    ``confidence`` holds for this one result: an audit of several shares its α over them.
-    """
+    phases (None: a μ-GDP claim, whose Gaussian numbers are then not known to be bounds); ``confidence``
+    holds for this one result: an audit of several shares its α over them."""
     tell, stated = step or (lambda name: None), claimed_curve(phases, curve)
     tell(STEPS[0])
     found, ordered = attacked(
