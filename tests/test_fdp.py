@@ -115,5 +115,5 @@ def test_one_run_power_is_reproducible_and_grows_with_the_canaries() -> None:
     module._power.cache_clear()  # computed afresh from its named stream: the same answer
     again = one_run_power(one_run_power_claim(1.0, DELTA, phases=None, canaries=5000, confidence=0.95))
     assert again == large
-    phases = [accounting.GaussianPhase(1.0, 0.5, 10_000)]
-    assert one_run_power_claim(1.0, DELTA, phases=phases, canaries=10_000, confidence=0.95) is None
+    several = [accounting.GaussianPhase(1.0, 0.5, 10_000), accounting.GaussianPhase(2.0, 1.0, 10)]
+    assert one_run_power_claim(1.0, DELTA, phases=several, canaries=10_000, confidence=0.95) is None

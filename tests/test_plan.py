@@ -8,7 +8,7 @@ import json
 import pytest
 
 from dpaudit_mix import accounting, plan_audit
-from dpaudit_mix.audit.one_run_power import one_run_power, one_run_power_claim
+from dpaudit_mix.audit.one_run_power import MAX_DIRAC_DRAWS, one_run_power, one_run_power_claim
 from dpaudit_mix.audit.plan import CANARY_LADDER
 from dpaudit_mix.cli import main
 from dpaudit_mix.release.audit_size import audit_size
@@ -53,24 +53,35 @@ def test_bad_plans_are_one_line_and_exit_2(argv: list[str], message: str, capsys
     assert message in err and len(err.strip().splitlines()) == 1
 
 
-def test_a_plan_beyond_the_simulated_law_says_why(capsys: pytest.CaptureFixture[str]) -> None:
-    """q = 0.01 for 3000 steps: 1000 canaries already draw 3 × 10⁶ scores, past the simulation's
-    cap, so no size on the ladder has a power: the plan says so and why, not "up to 0 canaries"."""
+def test_a_realistic_subsampled_plan_is_sized_from_the_score_law(capsys: pytest.CaptureFixture[str]) -> None:
+    """q = 0.01 for 3000 steps: 1000 canaries are 3 × 10⁶ Dirac scores, past the step-by-step
+    simulation, so their power is drawn from the score's law (:func:`.dirac.score_law`) and the
+    plan is met, not refused as unsimulated."""
     claim = ["--epsilon", "2", "--delta", str(DELTA), "--noise-multiplier", "1.31", "--sample-rate", "0.01"]
-    assert main(["plan-audit", *claim, "--steps", "3000", "--one-run"]) == 3
-    printed = capsys.readouterr()
-    plan = json.loads(printed.out)
-    why = "1,000 canaries × 3000 steps draw more than"
-    assert plan["tried"] == [] and why in plan["unsimulated"]
-    assert "up to 0" not in printed.err and why in printed.err
+    assert main(["plan-audit", *claim, "--steps", "3000", "--one-run"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["met"] is True and plan["unsimulated"] is None
+    assert plan["tried"][0][0] * 3000 > MAX_DIRAC_DRAWS and plan["power"]["detects"] <= 2.0
+
+
+SEVERAL = [accounting.GaussianPhase(1.31, 0.01, 300), accounting.GaussianPhase(2.0, 1.0, 10)]
+
+
+@pytest.mark.parametrize("one_run", [True, False])
+def test_a_plan_beyond_the_simulated_law_says_why(one_run: bool) -> None:
+    """Several phases, one subsampled: their score law is not simulated, so no size on the ladder
+    has a power; the plan says so and why, not "up to 0 canaries"."""
+    epsilon = accounting.epsilon(SEVERAL, DELTA)
+    plan = plan_audit(epsilon, DELTA, SEVERAL, one_run=one_run)
+    assert not plan.met and plan.tried == () and plan.unsimulated is not None
+    assert "several phases" in plan.unsimulated and "up to 0" not in plan.line()
 
 
 @pytest.mark.parametrize("size", [None, 2000])
 def test_a_gate_refusing_an_unsimulated_audit_says_why(size: int | None) -> None:
     """The release gate's refusal quotes the same reason as the planner, whether the spec gave a
-    size (its power is not simulated) or the planner found none (it stopped at the cap)."""
-    phase = accounting.GaussianPhase(1.31, 0.01, 3000)
-    epsilon = accounting.epsilon([phase], DELTA)
+    size (its power is not simulated) or the planner found none (it stopped at once)."""
+    epsilon = accounting.epsilon(SEVERAL, DELTA)
     with pytest.raises(Refused) as refused:
-        audit_size(epsilon, DELTA, [phase], detect=2.0, size=size, one_run=True, confidence=0.95, minimum=1000)
-    assert refused.value.stage == "power" and "× 3000 steps draw more than" in refused.value.reason
+        audit_size(epsilon, DELTA, SEVERAL, detect=2.0, size=size, one_run=True, confidence=0.95, minimum=1000)
+    assert refused.value.stage == "power" and "several phases" in refused.value.reason

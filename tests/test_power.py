@@ -10,6 +10,7 @@ from dpaudit_mix import accounting
 from dpaudit_mix.audit.power import (
     DETECTS_WITH,
     LEAKS,
+    MAX_DIRAC_DRAWS,
     MAX_SIMULATED_RUNS,
     Power,
     gaussian_counts,
@@ -84,16 +85,28 @@ def test_no_power_where_the_claimed_law_is_not_simulated() -> None:
 
 
 def test_an_audit_without_power_says_why() -> None:
-    """A subsampled claim whose runs × steps pass the simulation's cap: power None, its reason in
-    the result, its report's words and the command's line."""
-    phase = accounting.GaussianPhase(1.0, 0.1, 300)
-    epsilon = accounting.epsilon([phase], DELTA)
+    """A claim of several phases, one subsampled, whose score law is not simulated: power None,
+    its reason in the result, its report's words and the command's line."""
+    phases = [accounting.GaussianPhase(1.0, 0.1, 300), accounting.GaussianPhase(2.0, 1.0, 10)]
+    epsilon = accounting.epsilon(phases, DELTA)
     rng = stream(0, "simulated-scores", test="power", case="unsimulated").numpy()
-    result = audit_scores(rng.normal(0, 1, 100), rng.normal(0, 1, 100), epsilon=epsilon, delta=DELTA, phases=[phase])
+    result = audit_scores(rng.normal(0, 1, 100), rng.normal(0, 1, 100), epsilon=epsilon, delta=DELTA, phases=phases)
     assert result.power is None and result.to_dict()["power"] is None
-    why = "200 runs × 300 steps draw more than the 50,000 scores"
+    why = "several phases, one of them subsampled"
     assert why in str(result.power_unsimulated) and why in result.to_dict()["power_unsimulated"]
     assert f"No power was simulated: {result.power_unsimulated}." in power_line(result)
+
+
+def test_a_subsampled_audit_past_the_step_by_step_cap_has_power() -> None:
+    """200 runs × 300 steps pass MAX_DIRAC_DRAWS: the power is drawn from the score's law, and an
+    exactly-claimed mechanism's ε_LB lies between 0 and the claim."""
+    phase = accounting.GaussianPhase(1.0, 0.1, 300)
+    epsilon = accounting.epsilon([phase], DELTA)
+    assert 200 * phase.steps > MAX_DIRAC_DRAWS and unsimulated([phase], 200, "bonferroni") is None
+    rng = stream(0, "simulated-scores", test="power", case="law").numpy()
+    result = audit_scores(rng.normal(0, 1, 100), rng.normal(0, 1, 100), epsilon=epsilon, delta=DELTA, phases=[phase])
+    assert result.power is not None and result.power_unsimulated is None
+    assert 0 < result.power.tight_lower_bound < epsilon
 
 
 def test_the_demo_says_what_a_private_row_could_have_shown() -> None:

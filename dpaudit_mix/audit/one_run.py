@@ -234,7 +234,7 @@ def audit_one_run(
         epsilon_estimate=gaussian_pair(s[b == 1], s[b == 0], delta, confidence),
         power_claim=one_run_power_claim(epsilon, delta, phases=phases, canaries=len(s), confidence=confidence),
         accounted=Accounted.of(epsilon, delta, phases, accountant),
-        power_unsimulated=one_run_unsimulated(tuple(phases or ()), len(s)),
+        power_unsimulated=one_run_unsimulated(tuple(phases or ())),
     )
 
 

@@ -4,7 +4,8 @@ this many canaries, and the smallest leak the audit catches (the one-run twin of
 The claimed mechanism's white-box canary scores are simulated: without phases the μ-GDP
 mechanism of (ε, δ) (members ~ N(μ, 1), non-members ~ N(0, 1)); with full-batch phases the same
 with μ = √(ΣT/σ²); with one Poisson-subsampled phase the Dirac canary's log-likelihood ratio
-(:mod:`.dirac`). Each simulated run draws membership (½ each) and scores, and the audit's own
+(:mod:`.dirac`: step by step up to :data:`MAX_DIRAC_DRAWS` draws a run, from the score's
+law beyond, so any T is simulated). Each simulated run draws membership (½ each) and scores, and the audit's own
 guess sets and tests are run on it, all :data:`SIMULATIONS` runs at once:
 
 - ``tight_lower_bound``: the median ε_LB (both methods, as :func:`.one_run.audit_one_run` gives
@@ -29,14 +30,14 @@ import numpy as np
 
 from .. import accounting
 from ..randomness import stream
-from .dirac import dirac_scores, simulated_released
+from .dirac import simulated_scores
 from .fdp import PROFILE_FLOOR, PROFILE_GRID, Curves, GaussianCurves, LineCurves, rejects
 from .guesses import EPSILON_MAX, GuessSets, largest_rejected, p_value
 from .power import Power, simulated_power, subsampled_unsimulated
 
 #: simulated runs per answer (one-run audits cost more than many-run ones: fewer runs).
 SIMULATIONS = 20
-#: the most scores one simulated Dirac run may draw (canaries × steps): beyond it, no power.
+#: the most scores one simulated Dirac run draws step by step (canaries × steps): beyond, from their law.
 MAX_DIRAC_DRAWS = 2_000_000
 #: the ε_LB grid of the f-DP search in the simulations (geometric).
 GRID_POINTS, GRID_LOW = 64, 1e-3
@@ -64,15 +65,15 @@ def one_run_power_claim(
     """The claim a one-run audit's power rests on; None where its score law is not simulated
     (:func:`one_run_unsimulated` says why)."""
     phases = tuple(phases or ())
-    if one_run_unsimulated(phases, canaries) is not None:
+    if one_run_unsimulated(phases) is not None:
         return None
     return OneRunPowerClaim(float(epsilon), float(delta), phases, int(canaries), float(confidence))
 
 
-def one_run_unsimulated(phases: Sequence[accounting.GaussianPhase], canaries: int) -> str | None:
-    """Why a one-run audit of ``phases`` with ``canaries`` reports no power (the words its report
-    prints); None where its power is simulated."""
-    return subsampled_unsimulated(phases, canaries, "canaries", MAX_DIRAC_DRAWS)
+def one_run_unsimulated(phases: Sequence[accounting.GaussianPhase]) -> str | None:
+    """Why a one-run audit of ``phases`` reports no power (the words its report prints); None
+    where its power is simulated."""
+    return subsampled_unsimulated(phases)
 
 
 def one_run_power(claim: OneRunPowerClaim | None) -> Power | None:
@@ -165,5 +166,5 @@ class _Law:
             scores = self.mu * leak * member + source.standard_normal(m)
         else:
             sigma, q, steps = self.phase.noise_multiplier, self.phase.sample_rate, self.phase.steps
-            scores = dirac_scores(simulated_released(member, sigma / leak, q, steps, source), sigma, q)
+            scores = simulated_scores(member, sigma, q, steps, leak, source, max_draws=MAX_DIRAC_DRAWS)
         return GuessSets.of(scores, member.astype(np.int64), one_sided=self.phase is not None)

@@ -108,7 +108,7 @@ def unsimulated_at(
 ) -> str | None:
     """Why :func:`power_at` gives no power at ``size`` (runs a side, or canaries); None where it does."""
     phases = tuple(phases or ())
-    return one_run_unsimulated(phases, size) if one_run else unsimulated(phases, 2 * size, threshold)
+    return one_run_unsimulated(phases) if one_run else unsimulated(phases, 2 * size, threshold)
 
 
 def catches(power: Power | None, detect: float) -> bool:

@@ -11,7 +11,9 @@ the scores: :func:`gaussian_counts`, so a 2 × 10⁸-run audit's power costs wha
   claim's: :func:`..accounting.gdp_mu_of_epsilon`); with full-batch phases, the same with μ =
   √(Σ T/σ²) (Dong, Roth & Su 2019, Cor. 3.3, the composition of Gaussian mechanisms); with one
   Poisson-subsampled phase, the Dirac canary's log-likelihood-ratio score (:mod:`.dirac`), the
-  Neyman–Pearson test of the claimed (σ, q, T). Several subsampled phases: no power is given.
+  Neyman–Pearson test of the claimed (σ, q, T), drawn step by step for small audits and from its
+  law (:func:`.dirac.score_law`) past :data:`MAX_DIRAC_DRAWS`. Several subsampled phases: no
+  power is given.
 - the verdict: as :func:`.scores.analyse` gives it, the strict ε_LB above ε, or, where a curve
   is stated, a CP point below it.
 - ``tight_lower_bound``: the median strict ε_LB over :data:`SIMULATIONS` audits of the exact
@@ -47,7 +49,7 @@ from .attack import (
     bonferroni_tests,
     rank_grid,
 )
-from .dirac import dirac_scores, simulated_released
+from .dirac import simulated_scores
 from .profile import TradeOff
 
 #: simulated audits per answer: the median's band and the flag rates rest on this many.
@@ -55,7 +57,7 @@ SIMULATIONS = 50
 #: the noise factors c tried for ``detects`` (σ/c), and the flag rate that counts as caught.
 LEAKS = (1.1, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
 DETECTS_WITH = 0.9
-#: the most scores one simulated Dirac audit may draw (runs × steps): beyond it, no power is given.
+#: the most scores one simulated Dirac audit draws step by step (runs × steps): beyond, from their law.
 MAX_DIRAC_DRAWS = 50_000
 #: the most runs an audit's power simulates score by score (every rule but the Gaussian law's
 #: bonferroni, whose counts are drawn from their law at any size): 50 audits at ~6 leaks of
@@ -114,7 +116,7 @@ def unsimulated(phases: Sequence[accounting.GaussianPhase], runs: int, threshold
     """Why an audit of ``phases`` from ``runs`` runs (both sides) reports no power, in the words a
     report prints beside its silence (a power it does not have is no evidence it could have
     caught a leak); None where its power is simulated."""
-    found = subsampled_unsimulated(phases, runs, "runs", MAX_DIRAC_DRAWS)
+    found = subsampled_unsimulated(phases)
     # the Gaussian law's bonferroni draws its counts from their law, at any size
     by_counts = not any(p.sample_rate < 1 for p in phases) and THRESHOLDS.get(threshold) is bonferroni
     if found is None and not by_counts and runs > MAX_SIMULATED_RUNS:
@@ -124,17 +126,11 @@ def unsimulated(phases: Sequence[accounting.GaussianPhase], runs: int, threshold
     return found
 
 
-def subsampled_unsimulated(phases: Sequence[accounting.GaussianPhase], count: int, unit: str, limit: int) -> str | None:
-    """Why a subsampled claim's Dirac score law (:mod:`.dirac`) is not simulated for ``count``
-    ``unit`` (runs, or one run's canaries): several phases, or more than ``limit`` draws."""
-    subsampled = [p for p in phases if p.sample_rate < 1]
-    if subsampled and len(phases) > 1:
+def subsampled_unsimulated(phases: Sequence[accounting.GaussianPhase]) -> str | None:
+    """Why a subsampled claim's Dirac score law (:mod:`.dirac`) is not simulated: several phases
+    (one subsampled phase is simulated at any size: its law, not its steps, past a few draws)."""
+    if any(p.sample_rate < 1 for p in phases) and len(phases) > 1:
         return "the claim has several phases, one of them subsampled, and their score law is not simulated"
-    if subsampled and count * phases[0].steps > limit:
-        return (
-            f"{count:,} {unit} × {phases[0].steps} steps draw more than the {limit:,} scores "
-            "a simulation of a subsampled claim may draw"
-        )
     return None
 
 
@@ -247,8 +243,7 @@ class _Law:
             return self.mu * leak + source.standard_normal(self.runs_in), source.standard_normal(self.runs_out)
         sigma, q, steps = self.phase.noise_multiplier, self.phase.sample_rate, self.phase.steps
         member = np.arange(self.runs_in + self.runs_out) < self.runs_in
-        released = simulated_released(member, sigma / leak, q, steps, source)  # the leak runs σ/c …
-        scores = dirac_scores(released, sigma, q)  # … and the auditor scores by the claimed σ
+        scores = simulated_scores(member, sigma, q, steps, leak, source, max_draws=MAX_DIRAC_DRAWS)
         return scores[: self.runs_in], scores[self.runs_in :]
 
 
