@@ -71,7 +71,9 @@ def test_the_power_from_the_law_agrees_with_the_direct_one(monkeypatch: pytest.M
     """A small subsampled claim's one-run power, simulated step by step and from the law: each
     median ε_LB lies in the other's 10–90 % band."""
     phase = accounting.GaussianPhase(1.0, 0.1, 20)
-    claim = one_run_power_claim(accounting.epsilon([phase], DELTA), DELTA, phases=[phase], canaries=500, confidence=0.95)
+    claim = one_run_power_claim(
+        accounting.epsilon([phase], DELTA), DELTA, phases=[phase], canaries=500, confidence=0.95
+    )
     found = {}
     for how, cap in (("direct", 500 * 20), ("law", 0)):
         monkeypatch.setattr(one_run_power_module, "MAX_DIRAC_DRAWS", cap)
