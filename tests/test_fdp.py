@@ -12,7 +12,7 @@ from scipy.stats import binomtest
 from dpaudit_mix import accounting
 from dpaudit_mix.audit.estimate import gaussian_pair, pair_delta
 from dpaudit_mix.audit.fdp import GaussianCurves, LineCurves, rejects
-from dpaudit_mix.audit.guesses import GuessSets
+from dpaudit_mix.audit.guesses import GuessSets, tie_break
 from dpaudit_mix.audit.one_run import audit_one_run
 from dpaudit_mix.audit.one_run_power import one_run_power, one_run_power_claim
 from dpaudit_mix.randomness import stream
@@ -42,7 +42,7 @@ def _curve(law: str) -> GaussianCurves | LineCurves:
 def test_each_guess_set_rejects_a_true_curve_at_most_at_its_level(law: str) -> None:
     """Every set on its own, at level 0.05 (no Bonferroni): the rejection rate of the curve the
     mechanism meets exactly is not above the level (binomial test over TRIALS runs)."""
-    runs = [GuessSets.of(*_canaries(law, t), one_sided=True) for t in range(TRIALS)]
+    runs = [GuessSets.of(*_canaries(law, t), tie_break(CANARIES, t, law), one_sided=True) for t in range(TRIALS)]
     found = rejects(
         _curve(law),
         CANARIES,
@@ -58,7 +58,7 @@ def test_each_guess_set_rejects_a_true_curve_at_most_at_its_level(law: str) -> N
 def test_the_recursion_matches_a_single_set_and_rejects_a_leak() -> None:
     """Stacked sets give each set's own answer; 3× the claimed μ is rejected, the claim is not."""
     scores, member = _canaries("gaussian", 0, leak=3.0)
-    sets = GuessSets.of(scores, member, one_sided=False)
+    sets = GuessSets.of(scores, member, tie_break(CANARIES, 0, "leak"), one_sided=False)
     curves = GaussianCurves(np.array([MU, 3 * MU, 0.5 * MU]))
     together = rejects(curves, CANARIES, sets.guesses, sets.correct, LEVEL)
     alone = np.vstack(

@@ -5,8 +5,19 @@ m alone (:func:`guess_sizes`), guesses "in" for the k highest and "out" for the 
 (symmetric: r = 2k guesses), abstaining on the rest; where the claimed mechanism is subsampled
 it also guesses "in" for the k highest alone (one-sided: r = k). Under Poisson sampling a
 member canary that was never sampled looks like a non-member, which dilutes the "out" guesses
-and not the "in" ones. The guesses depend on the scores alone (never on membership), so every
-test below is valid for each set; Bonferroni across the sets keeps the level whatever set wins.
+and not the "in" ones. Bonferroni across the sets keeps the level whatever set wins.
+
+**Ties.** The canaries are ranked by (score, u), u uniform from the stream ``audit-tie-break``
+named by the audit's seed and label (:func:`tie_break`), never by their row: with discrete scores
+(randomized response's bits, a rounded Laplace count) a whole block ties, and a stable sort broke
+it by row index, which reads the membership wherever the rows are grouped by it (a CSV sorted by
+label). The theorem below holds for any guesser whose guesses are a function of the mechanism's
+output and of coins drawn independently of the membership (Steinke, Nasr & Jagielski 2023, §3:
+the auditor sees the output alone; its randomness is free). u is such coins: iid, drawn from a
+stream that no row's membership names, and permuted with the rows it is laid beside it stays iid,
+so the law of every guess set, and of the verdict, is the same for every order of the rows
+(``tests/test_one_run_ties.py``). A seed chosen after seeing a verdict is not independent coins:
+the seed is fixed before the audit.
 
 **The (ε, δ) p-value** (Steinke, Nasr & Jagielski 2023, "Privacy Auditing with One (1) Training
 Run", their main theorem with its δ term). If the mechanism is (ε, δ)-DP, then for r guesses, v
@@ -24,6 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import expit
 from scipy.stats import binom
+
+from ..randomness import stream
 
 #: the fewest canaries a one-run audit takes (its smallest guess set has MIN_GUESSES per side).
 MIN_CANARIES = 20
@@ -61,6 +74,18 @@ def p_value(canaries: int, guesses: int, correct: int, epsilon: float, delta: fl
     return float(p_values(canaries, guesses, correct, np.array([epsilon]), np.array([delta]))[0])
 
 
+def tie_break(canaries: int, seed: int, label: str) -> np.ndarray:
+    """The u that ranks tied scores: one uniform per canary from the stream ``audit-tie-break``
+    named by ``seed``, ``label`` and the count of canaries (same seed ⇒ same result)."""
+    return stream(seed, "audit-tie-break", scores=label, canaries=canaries).numpy().random(canaries)
+
+
+def tied(scores: np.ndarray) -> int:
+    """How many canaries share their score with another (those whose rank :func:`tie_break` decides)."""
+    _, inverse, counts = np.unique(scores, return_inverse=True, return_counts=True)
+    return int(np.sum(counts[inverse] > 1))
+
+
 def guess_sizes(canaries: int) -> np.ndarray:
     """k of each guess set: geometric, fixed by the number of canaries alone."""
     low = max(MIN_GUESSES, canaries // 500)
@@ -77,8 +102,10 @@ class GuessSets:
     one_sided: np.ndarray  # True: "in" guesses only
 
     @classmethod
-    def of(cls, scores: np.ndarray, membership: np.ndarray, *, one_sided: bool) -> GuessSets:
-        order = np.argsort(scores, kind="stable")
+    def of(cls, scores: np.ndarray, membership: np.ndarray, u: np.ndarray, *, one_sided: bool) -> GuessSets:
+        """The sets of canaries ranked by (``scores``, ``u``): ``u`` iid uniform, independent of
+        ``membership`` (:func:`tie_break`), so tied scores are split at random, never by row."""
+        order = np.lexsort((u, scores))
         inside = membership[order].astype(np.int64)
         top = np.cumsum(inside[::-1])  # members among the j highest, j = 1..m
         bottom = np.cumsum(1 - inside)  # non-members among the j lowest

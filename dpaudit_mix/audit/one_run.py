@@ -38,7 +38,7 @@ from ..errors import is_real, require
 from .accounted import Accounted
 from .estimate import Estimate, gaussian_pair
 from .fdp import PROFILE_FLOOR, PROFILE_GRID, Curves, GaussianCurves, LineCurves, rejects
-from .guesses import EPSILON_MAX, MIN_CANARIES, GuessSets, largest_rejected, p_values
+from .guesses import EPSILON_MAX, MIN_CANARIES, GuessSets, largest_rejected, p_values, tie_break, tied
 from .one_run_power import OneRunPowerClaim, Power, one_run_power, one_run_power_claim, one_run_unsimulated
 from .profile import BISECTION_INTERVAL, BISECTION_MIN_SIGMA, BISECTION_RATIO, scale_threshold
 from .scores import check_claim
@@ -115,6 +115,9 @@ class OneRunResult:
     one_sided_sets: bool  # the grid has one-sided sets too (the claim is subsampled)
     level_per_test: float
     epsilon_estimate: Estimate  # an estimate, never a verdict: see :mod:`.estimate`
+    #: the u that ranked tied scores (:func:`.guesses.tie_break`): its stream, seed and label, and
+    #: how many canaries tied (0: the order of the scores alone decided every guess)
+    tie_break: dict[str, Any]
     power_claim: OneRunPowerClaim | None = field(default=None, repr=False, compare=False)
     #: the accountant behind the claimed ε and its figure for the phases (Opacus' beside it where
     #: the engine is Opacus: :meth:`.gradient_canaries.Canaries.audit`)
@@ -154,6 +157,7 @@ class OneRunResult:
             "one_sided_sets": self.one_sided_sets,
             "level_per_test": self.level_per_test,
             "epsilon_estimate": self.epsilon_estimate.to_dict(),
+            "tie_break": dict(self.tie_break),
             "power": None if power is None else power.to_dict(),
             "power_unsimulated": self.power_unsimulated,
             **({} if self.accounted is None else {"accounted": self.accounted.to_dict()}),
@@ -189,18 +193,27 @@ def audit_one_run(
     accountant: str = accounting.DEFAULT_ACCOUNTANT,
     profile_bound: bool = True,
     step: Callable[[str], None] | None = None,
+    seed: int = 0,
+    label: str = "canaries",
 ) -> OneRunResult:
     """Test the claim (ε, δ) (and, with ``phases``, its whole trade-off curve) against one run's
     canary ``scores`` and their ``membership`` (1 = in the training set, drawn with probability
     ½ each, independently of everything else). ``profile_bound`` False skips the search for
     ``epsilon_lower_bound_profile`` (seconds where the phases are subsampled; the verdict does
     not rest on it): Monte Carlo studies of the verdict run thousands of audits. ``step`` hears
-    of each of :data:`STEPS` as it starts (a progress bar)."""
+    of each of :data:`STEPS` as it starts (a progress bar). ``seed`` and ``label`` name the
+    stream whose u ranks tied scores (:func:`.guesses.tie_break`): fix them before the audit; the
+    result records them."""
     tell = step or (lambda name: None)
     s, b = checked_canaries(scores, membership)
     require(is_real(confidence) and 0 < confidence < 1, f"confidence must be in (0, 1), got {confidence!r}")
+    require(
+        isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed >= 0,
+        f"seed must be an integer >= 0, got {seed!r}",
+    )
+    require(isinstance(label, str) and label != "", f"label must be a non-empty string, got {label!r}")
     check_claim(epsilon, delta, phases, accountant)
-    sets = GuessSets.of(s, b, one_sided=subsampled(phases))
+    sets = GuessSets.of(s, b, tie_break(len(s), int(seed), label), one_sided=subsampled(phases))
     level = 1 - confidence
     per_set = level / len(sets)
     tell(STEPS[0])
@@ -232,6 +245,7 @@ def audit_one_run(
         one_sided_sets=bool(sets.one_sided.any()),
         level_per_test=per_set,
         epsilon_estimate=gaussian_pair(s[b == 1], s[b == 0], delta, confidence),
+        tie_break={"stream": "audit-tie-break", "seed": int(seed), "label": label, "tied": tied(s)},
         power_claim=one_run_power_claim(epsilon, delta, phases=phases, canaries=len(s), confidence=confidence),
         accounted=Accounted.of(epsilon, delta, phases, accountant),
         power_unsimulated=one_run_unsimulated(tuple(phases or ())),

@@ -167,4 +167,5 @@ class _Law:
         else:
             sigma, q, steps = self.phase.noise_multiplier, self.phase.sample_rate, self.phase.steps
             scores = simulated_scores(member, sigma, q, steps, leak, source, max_draws=MAX_DIRAC_DRAWS)
-        return GuessSets.of(scores, member.astype(np.int64), one_sided=self.phase is not None)
+        u = source.random(m)  # the audit's tie-break (scores of these laws tie with probability 0)
+        return GuessSets.of(scores, member.astype(np.int64), u, one_sided=self.phase is not None)

@@ -144,6 +144,8 @@ def _analyse(
                 confidence=per_result,
                 accountant=plan.accountant,
                 profile_bound=noise,  # a control's profile bound says nothing the verdict does not
+                seed=spec.seed,
+                label=score_label("max_clip", threat, noise),
             ),
         )
         for (threat, noise), values in scores.items()

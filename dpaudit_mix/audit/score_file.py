@@ -267,14 +267,24 @@ def audit_canary_file(
     confidence: float = 0.95,
     out: Path | None = None,
     accountant: str = accounting.DEFAULT_ACCOUNTANT,
+    seed: int = 0,
+    label: str = "scores",
 ) -> OneRunResult:
-    """:func:`.one_run.audit_one_run` on one run's canaries as :func:`read_canaries` read them;
-    with ``out``, audit.json and report.md/html there (made only after every check)."""
+    """:func:`.one_run.audit_one_run` on one run's canaries as :func:`read_canaries` read them
+    (``seed`` and ``label`` name the stream that ranks tied scores); with ``out``, audit.json and
+    report.md/html there (made only after every check)."""
     checked_claim(epsilon, delta, phases=phases, confidence=confidence, threshold="bonferroni", accountant=accountant)
     if out is not None:  # every input checked first: a refused audit makes no folder
         out = check_output(out, folder=True, inputs=[path])
     result = audit_one_run(
-        *canaries, epsilon=epsilon, delta=delta, phases=phases, confidence=confidence, accountant=accountant
+        *canaries,
+        epsilon=epsilon,
+        delta=delta,
+        phases=phases,
+        confidence=confidence,
+        accountant=accountant,
+        seed=seed,
+        label=label,
     )
     if out is not None:
         write_canary_report(out, result, *canaries, source=path.name, phases=phases)

@@ -131,7 +131,7 @@ def _one_run_scores(args: argparse.Namespace, path: Path, claim: dict[str, Any])
     from ..audit.score_file import audit_canary_file, read_canaries
 
     require(args.threshold == "bonferroni", "--one-run chooses its guesses by its own fixed grid: drop --threshold")
-    result = audit_canary_file(path, read_canaries(path), **claim)
+    result = audit_canary_file(path, read_canaries(path), **claim, seed=args.seed, label=args.label)
     print(json.dumps(result.to_dict(), indent=2))
     if result.accounted is not None:
         print(f"dpaudit-mix: {result.accounted.line()}", file=sys.stderr)

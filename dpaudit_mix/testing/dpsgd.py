@@ -288,7 +288,14 @@ def _audit_case(runs: list[Run], canaries: int, delta: float, confidence: float)
     phases = [claim.phase]
     epsilon = accounting.epsilon(phases, delta, "pld")
     result = audit_one_run(
-        scores, membership, epsilon=epsilon, delta=delta, phases=phases, confidence=confidence, profile_bound=False
+        scores,
+        membership,
+        epsilon=epsilon,
+        delta=delta,
+        phases=phases,
+        confidence=confidence,
+        profile_bound=False,
+        label="check_dpsgd",
     )
     why = (
         f"ε_LB {result.epsilon_lower_bound:.3f} against the claim's ε {epsilon:.3g} "

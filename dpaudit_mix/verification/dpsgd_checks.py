@@ -136,6 +136,8 @@ def one_run_dpsgd(variant: Variant, level: Level, kind: str, seed: int = 0) -> C
             phases=[phase],
             accountant=accountant,
             profile_bound=False,
+            seed=seed,
+            label=f"verify-{kind}",
         )
         cases.append(
             {
