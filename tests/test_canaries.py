@@ -56,14 +56,31 @@ def _train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: Dat
             optimizer.step()
 
 
+def _noise_scaled(optimizer: torch.optim.Optimizer, factor: float) -> None:
+    """A bug inside the optimizer: it reports its σ (to its accountant and to the canaries) but
+    adds ``factor`` times the noise."""
+    add_noise = optimizer.add_noise
+
+    def scaled() -> None:
+        reported = optimizer.noise_multiplier
+        optimizer.noise_multiplier = reported * factor
+        try:
+            add_noise()
+        finally:
+            optimizer.noise_multiplier = reported
+
+    optimizer.add_noise = scaled
+
+
 @pytest.mark.parametrize(("test", "noise_factor", "violation"), [("honest", 1.0, False), ("quarter-noise", 0.25, True)])
 def test_one_opacus_run_with_canaries_is_audited(test: str, noise_factor: float, violation: bool) -> None:
     model, optimizer, loader, sigma = _training(test)
     canaries = attach(optimizer, 4000, sample_rate=Q, source=stream(0, "canary-membership", test=test).numpy())
-    optimizer.noise_multiplier = sigma * noise_factor  # a bug after the claim was made, or none
+    _noise_scaled(optimizer, noise_factor)  # a bug that reports the claimed σ, or none
     _train(model, optimizer, loader)
     phases = [accounting.GaussianPhase(sigma, Q, len(canaries.released))]
-    result = canaries.audit(epsilon=accounting.epsilon(phases, DELTA), delta=DELTA, phases=phases)
+    assert canaries.phases() == phases  # what ran, as the optimizer reported it
+    result = canaries.audit(epsilon=accounting.epsilon(phases, DELTA), delta=DELTA)
     assert result.violation is violation and result.canaries == 4000
     assert all(p.shape[0] != 4000 for p in model.parameters())  # the model holds no canary coordinate
     canaries.detach()
@@ -137,5 +154,39 @@ def test_the_audit_names_its_accountant_and_the_users_engine_beside_it(monkeypat
     assert "accounted by pld (dp_accounting's PLD)" in line and "engine's rdp accountant" in line
     assert "RDP converts Rényi DP to (ε, δ) by an upper bound" in line
     assert "one-run audit" in capsys.readouterr().err
-    stated = canaries.audit(epsilon=2.0, delta=DELTA)  # no phases: the ε is the user's word
-    assert stated.accounted is not None and "as stated (no phases" in stated.accounted.line()
+    ran = canaries.audit(epsilon=accounting.epsilon(phases, DELTA), delta=DELTA)  # no phases: what ran
+    assert ran.accounted == said and ran.epsilon_lower_bound == result.epsilon_lower_bound
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ("a quarter of the steps", "T 6"),
+        ("sigma x 1.3", "sigma 2.1"),
+        ("another q", "q 0.0625"),
+        ("a second phase", "; sigma"),
+    ],
+)
+def test_a_claim_that_is_not_what_ran_is_refused(change: str, named: str) -> None:
+    """A real Opacus training of T = 24 steps at σ for ε = 2: phases for T/4, σ × 1.3, another q
+    or an extra phase would claim less than the training spent, and an audit of them passes. Each
+    is refused, naming what was given and what ran; so is ``phases=[]``."""
+    model, optimizer, loader, sigma = _training("claims")
+    canaries = attach(optimizer, 100, source=stream(0, "canary-membership", test="claims").numpy())
+    _train(model, optimizer, loader)
+    ran = canaries.phases()
+    assert ran == [accounting.GaussianPhase(sigma, Q, STEPS)]
+    given = {
+        "a quarter of the steps": [accounting.GaussianPhase(sigma, Q, STEPS // 4)],
+        "sigma x 1.3": [accounting.GaussianPhase(sigma * 1.3, Q, STEPS)],
+        "another q": [accounting.GaussianPhase(sigma, Q / 2, STEPS)],
+        "a second phase": [*ran, accounting.GaussianPhase(sigma, 1.0, 1)],
+    }[change]
+    with pytest.raises(InputError, match="are not what the canaries saw") as refused:
+        canaries.audit(epsilon=accounting.epsilon(given, DELTA), delta=DELTA, phases=given)
+    said = str(refused.value)
+    assert named in said and f"sigma {sigma:.6g}, q {Q:.6g}, T {STEPS})" in said
+    with pytest.raises(InputError, match=r"phases=\[\] states no mechanism"):
+        canaries.audit(epsilon=2.0, delta=DELTA, phases=[])
+    cut = [accounting.GaussianPhase(sigma, Q, 10), accounting.GaussianPhase(sigma, Q, STEPS - 10)]
+    assert canaries.ran(cut) == ran  # the same schedule, cut in two

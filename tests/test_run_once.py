@@ -175,3 +175,12 @@ def test_the_shipped_one_run_specs_read(name: str) -> None:
 
     spec = load_spec(Path(__file__).parent.parent / "audits" / f"{name}.toml")
     assert spec.one_run and spec.one_run_canaries == 10_000
+
+
+@pytest.mark.parametrize("overrides", [dict(steps=11), dict(sample_rate=0.3)], ids=["steps", "q"])
+def test_an_opacus_schedule_that_is_not_the_claim_is_refused(overrides: dict) -> None:
+    """Opacus samples at 1/batches for whole epochs: T = 11 at q = 1/5 would train 10 steps, and q
+    = 0.3 would train q = 1/3; either audit would test phases that did not run (the claimed phases
+    are the trained ones). Refused when the spec is read, before any training."""
+    with pytest.raises(InputError, match="samples at q = 1/batches and runs whole epochs"):
+        AuditSpec(**{**OPACUS, **overrides})  # type: ignore[arg-type]

@@ -27,6 +27,7 @@ whole pipeline, at far less power.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -49,6 +50,8 @@ from .one_run_report import write_canary_report
 PROGRESS_AFTER = 2.0
 #: bytes each canary keeps per step (its released value, float64).
 BYTES_PER_CANARY_STEP = 8
+#: how far a given phase's σ or q may sit from what ran (relative): float round-off, not a claim.
+SAME_PHASE = 1e-9
 
 
 @dataclass
@@ -83,17 +86,40 @@ class Canaries:
         """The phases the optimizer ran, as its Opacus accountant counted them: one per run of
         steps at one σ (a σ schedule gives several), each at the accounted q. Auditing against them
         asks whether what was released matches what was counted (a noise that is not the σ the
-        optimizer reports shows); a claim fixed before training (a σ changed after it) is tested
-        by passing its own phases instead."""
+        optimizer reports shows)."""
         require(len(self.noise_multipliers) >= 1, "the canaries saw no step: train before auditing")
-        runs: list[accounting.GaussianPhase] = []
-        for sigma in self.noise_multipliers:
-            if runs and runs[-1].noise_multiplier == sigma:
-                last = runs.pop()
-                runs.append(accounting.GaussianPhase(sigma, self.sample_rate, last.steps + 1))
-            else:
-                runs.append(accounting.GaussianPhase(sigma, self.sample_rate, 1))
-        return runs
+        return _merged([accounting.GaussianPhase(sigma, self.sample_rate, 1) for sigma in self.noise_multipliers])
+
+    def ran(self, phases: Sequence[accounting.GaussianPhase] | None) -> list[accounting.GaussianPhase]:
+        """The phases an audit tests: what the canaries saw (:meth:`phases`) when None; given
+        ones only where they are that (σ and q to 1e-9 relative, every step counted), else one
+        InputError naming both. A claim for fewer steps, or a larger σ, than the training ran would
+        pass an audit of a mechanism that spent more than it claims."""
+        seen = self.phases()
+        if phases is None:
+            return seen
+        given = list(phases)
+        require(
+            len(given) > 0,
+            f"phases=[] states no mechanism: leave phases out to audit what the canaries saw, {_said(seen)}",
+        )
+        require(
+            all(isinstance(p, accounting.GaussianPhase) for p in given),
+            "phases must be GaussianPhase(noise_multiplier, sample_rate, steps) values",
+        )
+        merged = _merged(given)
+        same = len(merged) == len(seen) and all(
+            a.steps == b.steps
+            and math.isclose(a.noise_multiplier, b.noise_multiplier, rel_tol=SAME_PHASE)
+            and math.isclose(a.sample_rate, b.sample_rate, rel_tol=SAME_PHASE)
+            for a, b in zip(merged, seen, strict=False)
+        )
+        require(
+            same,
+            f"the phases given ({_said(merged)}) are not what the canaries saw ({_said(seen)}): an audit "
+            "tests the mechanism that ran; leave phases out to audit it",
+        )
+        return seen
 
     def final_scores(self) -> np.ndarray:
         """Each canary's black-box score: its coordinate after plain SGD on everything released,
@@ -109,26 +135,31 @@ class Canaries:
         phases: Sequence[accounting.GaussianPhase] | None = None,
         confidence: float = 0.95,
         accountant: str = accounting.DEFAULT_ACCOUNTANT,
+        seed: int = 0,
     ) -> OneRunResult:
-        """The one-run audit of the claim: with ``phases`` (σ, q, T of the training), the canaries
-        are scored under the claimed σ and q (a σ the optimizer did not really use shows), and the
-        claim's whole privacy profile is tested. The result's ``accounted`` names the accountant
-        behind ε and, beside it, what the user's Opacus engine (its accountant's ``get_epsilon``)
-        says of the training as it ran."""
-        sigma, q = (phases[-1].noise_multiplier, phases[-1].sample_rate) if phases else (None, None)
+        """The one-run audit of the claim (ε, δ) for the phases the training ran (:meth:`phases`;
+        ``phases`` given must be those, :meth:`ran`): the canaries are scored under the claimed σ
+        and q (a σ the optimizer did not really use shows), and the claim's whole privacy profile
+        is tested; ε must be what ``accountant`` gives for them. ``seed`` names the stream that
+        ranks tied scores. The result's ``accounted`` names the accountant behind ε and, beside
+        it, what the user's Opacus engine (its accountant's ``get_epsilon``) says of the training
+        as it ran."""
+        claimed = self.ran(phases)
+        sigma, q = claimed[-1].noise_multiplier, claimed[-1].sample_rate
         with progress_steps(len(STEPS), "one-run audit", delay=PROGRESS_AFTER) as step:
-            self.audited = (self.scores(sigma, q), phases)
+            self.audited = (self.scores(sigma, q), claimed)
             result = audit_one_run(
                 self.audited[0],
                 self.membership,
                 epsilon=epsilon,
                 delta=delta,
-                phases=phases,
+                phases=claimed,
                 confidence=confidence,
                 accountant=accountant,
                 step=step,
+                seed=seed,
             )
-        accounted = Accounted.of(epsilon, delta, phases, accountant)  # the ε the audit already asked: cached
+        accounted = Accounted.of(epsilon, delta, claimed, accountant)  # the ε the audit already asked: cached
         if self.engine is not None:  # what the user's own engine says of the training it ran
             accounted = replace(
                 accounted, engine=str(self.engine.mechanism()), engine_epsilon=float(self.engine.get_epsilon(delta))
@@ -148,6 +179,20 @@ class Canaries:
         """Take the canary coordinates out of the optimizer (and its hooks), released values kept."""
         while self._restore:
             self._restore.pop()()
+
+
+def _merged(phases: Sequence[accounting.GaussianPhase]) -> list[accounting.GaussianPhase]:
+    """Consecutive phases of one σ and q as one (T added): one schedule, however it is cut."""
+    runs: list[accounting.GaussianPhase] = []
+    for p in phases:
+        if runs and (runs[-1].noise_multiplier, runs[-1].sample_rate) == (p.noise_multiplier, p.sample_rate):
+            p = replace(p, steps=runs.pop().steps + p.steps)
+        runs.append(p)
+    return runs
+
+
+def _said(phases: Sequence[accounting.GaussianPhase]) -> str:
+    return "; ".join(f"sigma {p.noise_multiplier:.6g}, q {p.sample_rate:.6g}, T {p.steps}" for p in phases)
 
 
 def attach(
