@@ -18,6 +18,14 @@ the corners where the field's accountants broke (tiny q, large T, small δ, larg
   it explains the grid's failures;
 - with a calibrator σ(ε, q, T, δ): its σ spends at most ε, by the user's accountant and by PLD.
 
+**In bounded time, on any accountant.** Every call of the user's functions runs in a forked
+child with a deadline (:data:`POINT_SECONDS`; :func:`..resources.bounded`): a call past it is
+stopped and fails its case in one line naming the point. The sweeps run first, each from its
+cheapest point (small q, few steps, large σ: small ε), and stop at the first step that does not
+move; a sweep that shows an unused input, or a call that failed, ends the check there (the grid's
+points would fail for the same reason, and an accountant that ignores q spends minutes on each:
+ε ≈ 600 at q read as 1). No point is asked past :data:`CHECK_SECONDS`.
+
 Under replace-one neighbouring (``neighbouring="replace_one"``) one example's change moves the
 clipped sum by 2C, not C; PLD is then asked under that relation (google/differential-privacy
 #378: an accountant given σ for a replace-one claim under-reports RDP fourfold).
@@ -26,12 +34,14 @@ clipped sum by 2C, not C; PLD is then asked under that relation (google/differen
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .. import accounting
-from ..errors import is_real, require
+from ..errors import InputError, is_real, require
+from ..resources import bounded
 from .failure import Case, Report
 
 #: the user's accountant: ε at δ of T steps of the Poisson-subsampled Gaussian (σ, q).
@@ -89,14 +99,17 @@ DEFAULT_GRID: tuple[Point, ...] = (
 #: the quick grid: a typical point, full batch, the tiny-q corner and a large ε (what the release
 #: gate puts a registered accountant through before it calibrates a release with it).
 QUICK_GRID: tuple[Point, ...] = (DEFAULT_GRID[0], DEFAULT_GRID[2], DEFAULT_GRID[3], DEFAULT_GRID[9])
-#: monotonicity sweeps: (axis, values) around SWEEP_BASE; ε must fall along σ and rise along q, T.
+#: monotonicity sweeps: (axis, values) around SWEEP_BASE, each from its cheapest point (smallest ε)
+#: on: ε must rise along every one (q and T up, σ down).
 SWEEP_BASE = Point(1.0, 0.01, 1000, 1e-5)
 SWEEPS: tuple[tuple[str, tuple[float, ...]], ...] = (
-    ("noise_multiplier", (0.6, 0.8, 1.0, 1.5, 2.5, 5.0)),
     ("sample_rate", (1e-4, 1e-3, 0.01, 0.05, 0.2, 1.0)),
     ("steps", (1, 10, 100, 1000, 10_000)),
+    ("noise_multiplier", (5.0, 2.5, 1.5, 1.0, 0.8, 0.6)),
 )
-_DIRECTION = {"noise_multiplier": -1, "sample_rate": +1, "steps": +1}
+#: the seconds one call of the user's function may take, and the whole check's (no point is asked
+#: after it). An honest PLD accountant answers the slowest default point in about 3 s.
+POINT_SECONDS, CHECK_SECONDS = 30.0, 300.0
 #: what a sweep that does not move suggests.
 _UNUSED = {
     "noise_multiplier": "is the noise multiplier used?",
@@ -112,20 +125,45 @@ def _describe(value: Any) -> str:
     return f"{value!r} ({type(value).__name__})"
 
 
-def _answer(fn: Callable[..., Any], name: str, args: tuple[Any, ...]) -> tuple[float | None, str]:
+def _checked(fn: Callable[..., Any], name: str, args: tuple[Any, ...]) -> tuple[float, str]:
     """The user's function on ``args``: (its value, "") when it is a finite real ≥ 0, else
-    (None, what went wrong)."""
+    (NaN, what went wrong). Runs in the forked child of :func:`_answer`."""
     try:
         value = fn(*args)
     except Exception as exc:  # the user's code: any failure is the finding, never our traceback
-        return None, f"{name} raised {type(exc).__name__}: {exc}"
+        return math.nan, f"{name} raised {type(exc).__name__}: {exc}"
     if not is_real(value):
-        return None, f"{name} returned {_describe(value)}, not a float"
+        return math.nan, f"{name} returned {_describe(value)}, not a float"
     if not math.isfinite(value):
-        return None, f"{name} returned {value!r}, not a finite number"
+        return math.nan, f"{name} returned {value!r}, not a finite number"
     if value < 0:
-        return None, f"{name} returned a negative value {float(value):.4g} (Opacus #585/#844: negative ε in corners)"
+        return (
+            math.nan,
+            f"{name} returned a negative value {float(value):.4g} (Opacus #585/#844: negative ε in corners)",
+        )
     return float(value), ""
+
+
+@dataclass
+class _Clock:
+    """The check's deadline: each call gets :data:`POINT_SECONDS`, or what is left of :data:`CHECK_SECONDS`."""
+
+    ends: float
+
+    @classmethod
+    def start(cls) -> _Clock:
+        return cls(time.monotonic() + CHECK_SECONDS)
+
+    def answer(self, fn: Callable[..., Any], name: str, args: tuple[Any, ...]) -> tuple[float | None, str]:
+        """:func:`_checked` in a forked child under the deadline: (its value, "") or (None, why not)."""
+        seconds = min(POINT_SECONDS, self.ends - time.monotonic())
+        if seconds <= 0:
+            return None, f"not asked: the check's {CHECK_SECONDS:g} s ran out"
+        try:
+            value, fault = bounded(_checked, fn, name, args, what=f"{name}{args}", seconds=seconds)
+        except InputError as exc:  # past its deadline, or out of memory: the child is stopped
+            return None, str(exc)
+        return (None, str(fault)) if fault else (float(value), "")
 
 
 def _reference(point: Point, replace_one: bool) -> float:
@@ -133,11 +171,16 @@ def _reference(point: Point, replace_one: bool) -> float:
 
 
 def _grid_cases(
-    epsilon_fn: EpsilonFn, grid: Sequence[Point], tolerance: tuple[float, float], replace_one: bool, strict: bool
+    epsilon_fn: EpsilonFn,
+    grid: Sequence[Point],
+    tolerance: tuple[float, float],
+    replace_one: bool,
+    strict: bool,
+    clock: _Clock,
 ) -> tuple[list[Case], float, list[str]]:
     cases, worst, over = [], 0.0, []
     for point in grid:
-        mine, fault = _answer(
+        mine, fault = clock.answer(
             epsilon_fn, "epsilon_fn", (point.noise_multiplier, point.sample_rate, point.steps, point.delta)
         )
         if mine is None:
@@ -163,54 +206,51 @@ def _grid_cases(
     return cases, worst, over
 
 
-def _sweep_case(axis: str, values: tuple[float, ...], answers: list[float], where: str) -> Case:
-    """ε along one sweep must move strictly, beyond :data:`RESOLUTION`, the way PLD moves."""
-    direction = _DIRECTION[axis]
-    for a, b, ea, eb in zip(values, values[1:], answers, answers[1:], strict=False):
-        change = direction * (eb - ea)
-        if change < -RESOLUTION * max(ea, eb):
-            moves = "falls" if direction > 0 else "rises"
-            return Case(where, False, f"ε {moves} from {ea:.4g} to {eb:.4g} as {axis} goes from {a:g} to {b:g}")
-        if change <= RESOLUTION * max(ea, eb):
-            return Case(
-                where,
-                False,
-                f"ε does not change with {axis}: {ea:.4g} at {a:g} and {eb:.4g} at {b:g} "
-                f"({[round(e, 4) for e in answers]}): {_UNUSED[axis]}",
-            )
-    return Case(where, True, "ε " + ("rises" if direction > 0 else "falls") + f": {[round(e, 4) for e in answers]}")
+def _sweep_step(axis: str, a: float, b: float, ea: float, eb: float, answers: list[float]) -> str:
+    """Why ε fails to rise, beyond :data:`RESOLUTION`, from ``a`` to ``b`` along a sweep ("" when it rises)."""
+    change = eb - ea
+    if change < -RESOLUTION * max(ea, eb):
+        return f"ε falls from {ea:.4g} to {eb:.4g} as {axis} goes from {a:g} to {b:g}"
+    if change <= RESOLUTION * max(ea, eb):
+        return (
+            f"ε does not change with {axis}: {ea:.4g} at {a:g} and {eb:.4g} at {b:g} "
+            f"({[round(e, 4) for e in answers]}): {_UNUSED[axis]}"
+        )
+    return ""
 
 
-def _sweep_cases(epsilon_fn: EpsilonFn) -> list[Case]:
-    cases = []
+def _sweep_cases(epsilon_fn: EpsilonFn, clock: _Clock) -> list[Case]:
+    """Each sweep of :data:`SWEEPS`, from its cheapest point, up to the first step where ε does not
+    rise (the way PLD moves, by 40–92 % a step): that case fails, and no sweep after it is asked."""
+    cases: list[Case] = []
     for axis, values in SWEEPS:
         where = f"sweep over {axis} {list(values)} at {SWEEP_BASE}"
-        answers = []
-        for value in values:
+        answers: list[float] = []
+        for at, value in enumerate(values):
             point = {**vars(SWEEP_BASE), axis: value}
             args = (point["noise_multiplier"], point["sample_rate"], int(point["steps"]), point["delta"])
-            mine, fault = _answer(epsilon_fn, "epsilon_fn", args)
+            mine, fault = clock.answer(epsilon_fn, "epsilon_fn", args)
             if mine is None:
-                cases.append(Case(f"{where}, {axis}={value:g}", False, fault))
-                break
+                return [*cases, Case(f"{where}, {axis}={value:g}", False, fault)]
             answers.append(mine)
-        else:
-            cases.append(_sweep_case(axis, values, answers, where))
+            if at >= 1 and (why := _sweep_step(axis, values[at - 1], value, answers[-2], mine, answers)):
+                return [*cases, Case(where, False, why)]
+        cases.append(Case(where, True, f"ε rises along it: {[round(e, 4) for e in answers]}"))
     return cases
 
 
 def _calibration_cases(
-    epsilon_fn: EpsilonFn, calibrate_fn: CalibrateFn, tolerance: tuple[float, float], replace_one: bool
+    epsilon_fn: EpsilonFn, calibrate_fn: CalibrateFn, tolerance: tuple[float, float], replace_one: bool, clock: _Clock
 ) -> list[Case]:
     cases = []
     for target, q, steps in CALIBRATIONS:
         where = f"calibration for ε={target:g} q={q:g} T={steps} δ={CALIBRATION_DELTA:g}"
-        sigma, fault = _answer(calibrate_fn, "calibrate_fn", (target, q, steps, CALIBRATION_DELTA))
+        sigma, fault = clock.answer(calibrate_fn, "calibrate_fn", (target, q, steps, CALIBRATION_DELTA))
         if sigma is None or sigma == 0:
             cases.append(Case(where, False, fault or "calibrate_fn returned σ = 0"))
             continue
         point = Point(sigma, q, steps, CALIBRATION_DELTA)
-        mine, fault = _answer(epsilon_fn, "epsilon_fn", (sigma, q, steps, CALIBRATION_DELTA))
+        mine, fault = clock.answer(epsilon_fn, "epsilon_fn", (sigma, q, steps, CALIBRATION_DELTA))
         if mine is None:
             cases.append(Case(where, False, fault))
             continue
@@ -259,16 +299,24 @@ def check_accountant(
         accounting.GaussianPhase(p.noise_multiplier, p.sample_rate, p.steps)  # validates σ, q, T
         accounting.check_delta(p.delta)
     require(isinstance(strict, bool), f"strict must be True or False, got {_describe(strict)}")
-    replace_one = neighbouring == "replace_one"
-    grid_cases, worst, over = _grid_cases(epsilon_fn, points, tolerance, replace_one, strict)
-    cases = (_sweep_cases(epsilon_fn) if sweeps else []) + grid_cases
-    if calibrate_fn is not None:
-        cases += _calibration_cases(epsilon_fn, calibrate_fn, tolerance, replace_one)
+    replace_one, clock = neighbouring == "replace_one", _Clock.start()
+    cases = _sweep_cases(epsilon_fn, clock) if sweeps else []
+    worst: float = 0.0
+    over: list[str] = []
+    stopped = next((c.where for c in cases if not c.passed), None)
+    if stopped is None:
+        grid_cases, worst, over = _grid_cases(epsilon_fn, points, tolerance, replace_one, strict, clock)
+        cases += grid_cases
+        if calibrate_fn is not None:
+            cases += _calibration_cases(epsilon_fn, calibrate_fn, tolerance, replace_one, clock)
     details = {
         "neighbouring": neighbouring,
         "tolerance": list(tolerance),
         "largest_shortfall_below_pld": -worst,
         "over_reports": over,
         "strict": strict,
+        # the failed sweep that ended the check before the grid (whose points it explains)
+        "stopped_at": stopped,
+        "seconds": round(CHECK_SECONDS - (clock.ends - time.monotonic()), 3),
     }
     return Report("check_accountant", tuple(cases), details).raise_on_failure()

@@ -47,7 +47,8 @@ from ..audit.one_run import audit_one_run
 from ..audit.power import DETECTS_WITH, LEAKS
 from ..errors import InputError, is_real, require
 from ..randomness import RandomSource, SecureSource
-from .accountant import TOLERANCE
+from ..resources import bounded
+from .accountant import POINT_SECONDS, TOLERANCE
 from .failure import Case, Report
 
 #: a canary's per-example gradient norm, in units of the optimizer's clipping norm C.
@@ -120,10 +121,12 @@ def _claim(engine: Any, delta: float) -> Claim:
     settings = {(float(s), float(q)) for s, q, _ in history}
     require(len(settings) == 1, f"check_dpsgd audits one (σ, q) per run; the accountant recorded {sorted(settings)}")
     (sigma, q), steps = settings.pop(), int(sum(int(t) for _, _, t in history))
-    try:
-        epsilon = float(engine.get_epsilon(delta))
+    try:  # in a forked child under check_accountant's per-call deadline: any accountant answers or fails
+        epsilon = float(
+            bounded(engine.get_epsilon, delta, what=f"engine.get_epsilon({delta:g})", seconds=POINT_SECONDS)
+        )
     except Exception as exc:  # the user's accountant
-        raise ValueError(f"engine.get_epsilon({delta:g}) raised {type(exc).__name__}: {exc}") from None
+        raise ValueError(f"engine.get_epsilon({delta:g}) gave no ε: {type(exc).__name__}: {exc}") from None
     return Claim(sigma, q, steps, epsilon)
 
 
