@@ -94,7 +94,11 @@ def test_the_command_passes_an_honest_claim_and_flags_a_leak(capsys, tmp_path: P
     # without phases or --curve the claim is (ε, δ) alone: the GDP curve is a comparison, the verdict the strict bound's
     code = main(["audit-scores", str(leak), "--epsilon", "1", "--delta", str(DELTA)])
     alone = json.loads(capsys.readouterr().out)
-    assert alone["curve"] == "none" and alone["gdp_comparison"] and not alone["profile_violation"]
+    assert alone["curve"] == "none" and not alone["profile_violation"]
+    # the Gaussian reading of an unstated mechanism is no bound: under diagnostics, labelled, not at the top
+    reading = alone["diagnostics"]["gdp_reading"]
+    assert reading["gdp_comparison"] and "not_a_bound" in alone["diagnostics"]["gdp_reading"]
+    assert "epsilon_lower_bound_gdp" not in alone and "mu_lower_bound" not in alone
     assert code == (3 if alone["epsilon_violation"] else 0) and alone["exceeds_claim"] == alone["epsilon_violation"]
 
 

@@ -67,7 +67,16 @@ def test_optimal_gaussian_attack_is_sound(eps: float, strategy: str) -> None:
     assert bounds.mean() > 0  # the test has power: a real separation is seen
 
 
-@pytest.mark.parametrize("args", [(5, 0, 4, 4, 1e-5), (0, -1, 4, 4, 1e-5), (0, 0, 0, 4, 1e-5), (0, 0, 4, 4, 0.0)])
+def test_a_pure_claim_has_a_strict_bound_and_no_gaussian_epsilon() -> None:
+    """δ = 0: the strict bound is log((1 − FNR_ub)/FPR_ub) (Kairouz et al., Thm 2.1 at δ = 0), and
+    μ_LB > 0 has no ε at δ = 0 (no μ-GDP mechanism is pure ε-DP): +inf, never a number."""
+    pure = epsilon_lower_bound(5, 30, 1000, 1000, 0.0)
+    assert pure.epsilon_lower_bound == pytest.approx(np.log((1 - pure.fnr_upper) / pure.fpr_upper))
+    assert pure.mu_lower_bound > 0 and pure.epsilon_lower_bound_gdp == np.inf
+    assert pure.epsilon_lower_bound > epsilon_lower_bound(5, 30, 1000, 1000, 1e-5).epsilon_lower_bound - 1e-3
+
+
+@pytest.mark.parametrize("args", [(5, 0, 4, 4, 1e-5), (0, -1, 4, 4, 1e-5), (0, 0, 0, 4, 1e-5), (0, 0, 4, 4, 1.0)])
 def test_bad_counts(args: tuple) -> None:
     with pytest.raises(InputError):
         epsilon_lower_bound(*args)

@@ -10,7 +10,7 @@ import shlex
 import pytest
 
 from dpaudit_mix import accounting
-from dpaudit_mix.audit import scores
+from dpaudit_mix.audit import claim
 from dpaudit_mix.cli import build_parser, main
 from dpaudit_mix.cli.common import phases_of
 from dpaudit_mix.version import __version__
@@ -58,7 +58,7 @@ def test_every_examples_claim_is_what_its_accountant_gives() -> None:
             if getattr(args, "epsilon", None) is None or getattr(args, "noise_multiplier", None) is None:
                 continue
             accountant = getattr(args, "accountant", accounting.DEFAULT_ACCOUNTANT)
-            scores.checked_claim(  # a claim its phases do not spend raises InputError
+            claim.checked_claim(  # a claim its phases do not spend raises InputError
                 args.epsilon,
                 args.delta,
                 phases=phases_of(args),

@@ -55,6 +55,7 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "audit.bounds",
             "audit.canaries",
             "audit.chunks",
+            "audit.claim",
             "audit.diagnostics",
             "audit.dirac",
             "audit.estimate",

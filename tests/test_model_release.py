@@ -160,11 +160,12 @@ def test_a_model_release_with_too_few_canaries_for_its_detect_is_refused_before_
     tmp_path: Path, capsys
 ) -> None:
     """1000 canaries catch σ/3 at this claim: ``detect = 2`` is refused at stage power naming the
-    canaries that would, before the verification, the ledger or the finetune."""
+    canaries that would (with 95 % confidence that σ/2 is caught in 90 % of audits: 20,000),
+    before the verification, the ledger or the finetune."""
     out = tmp_path / "r"
     assert main(["release", str(_specs(tmp_path, detect=2.0)), "--out", str(out)]) == 3
     err = capsys.readouterr().err
-    assert "REFUSED (power)" in err and "canaries = 1000 catches σ/3" in err and "canaries = 10000 would" in err
+    assert "REFUSED (power)" in err and "canaries = 1000 catches σ/3" in err and "canaries = 20000 would" in err
     assert sorted(p.name for p in out.iterdir()) == ["refused.json"]
     assert ledger.read(tmp_path / "ledger.json") == []
 

@@ -59,7 +59,7 @@ def _flag_limit(audits: int) -> int:
 @pytest.mark.parametrize("audits", [12, pytest.param(200, marks=pytest.mark.full)])
 @pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("mechanism", ["randomized-response", "rounded-laplace"])
-@pytest.mark.parametrize("delta", [DELTA])
+@pytest.mark.parametrize("delta", [DELTA, 0.0])
 def test_honest_tied_scores_keep_the_level_in_any_row_order(
     mechanism: str, order: str, audits: int, delta: float
 ) -> None:

@@ -264,8 +264,9 @@ def test_half_the_steps_and_a_wrong_direction_fail():
             grid=CORNER[:0] + [Point(1.0, 0.01, 1000, 1e-5)],
             sweeps=False,
         )
-    with pytest.raises(CheckFailed, match=r"ε rises from .* as noise_multiplier goes from"):
-        check_accountant(lambda s, q, t, d: 1.0 + s, grid=[Point(1.0, 1.0, 1, 0.5)])
+    # ε that grows with σ (and uses q and T): the σ sweep, from σ = 5 down, sees ε fall
+    with pytest.raises(CheckFailed, match=r"ε falls from .* as noise_multiplier goes from 5 to 2.5"):
+        check_accountant(lambda s, q, t, d: (1.0 + s) * q * t, grid=[Point(1.0, 1.0, 1, 0.5)])
 
 
 def test_a_calibrator_that_overshoots_fails():
@@ -332,6 +333,32 @@ def test_check_mechanism_passes_the_gaussian_and_fails_a_quarter_of_its_noise():
         check_mechanism(lambda d: np.ones(2), (D, D2), epsilon=1.0, delta=1e-5)
 
 
+def test_check_mechanism_states_what_it_can_catch_and_sizes_itself_by_detect():
+    """A Gaussian at σ/2 of its claim (true ε 2.15 for a claim of 1): at the default 2,000 runs a
+    side it passes, and its report says it catches σ/4 only, so the pass is not read as evidence
+    against σ/2; with ``detect=2`` the check sizes itself to a run count whose power catches σ/2,
+    and fails it. An honest mechanism at that size passes. A detect no size reaches: ValueError."""
+    sigma = accounting.calibrate(1.0, 1e-5, 1.0, 1)
+    D, D2 = np.zeros(10), np.append(np.zeros(10), 1.0)
+    half = stream(0, "simulated-scores", test="check-mechanism-power").numpy()
+    passed = check_mechanism(lambda d: d.sum() + sigma / 2 * half.standard_normal(), (D, D2), epsilon=1.0, delta=1e-5)
+    assert passed.details["runs"] == 2000 and passed.details["detects"] == 4.0
+    assert all("at 2000 runs a side it catches σ/4 with 90% (95% confidence)" in c.why for c in passed.cases)
+    with pytest.raises(CheckFailed, match="ε_LB") as failed:
+        check_mechanism(
+            lambda d: d.sum() + sigma / 2 * half.standard_normal(), (D, D2), epsilon=1.0, delta=1e-5, detect=2.0
+        )
+    sized = failed.value.report.details
+    assert sized["runs"] > 2000 and sized["detects"] is not None and sized["detects"] <= 2.0
+    honest = stream(1, "simulated-scores", test="check-mechanism-power").numpy()
+    report = check_mechanism(
+        lambda d: d.sum() + sigma * honest.standard_normal(), (D, D2), epsilon=1.0, delta=1e-5, detect=2.0
+    )
+    assert report.details["runs"] == sized["runs"]
+    with pytest.raises(ValueError, match=r"catches σ/1\.1 for this claim"):
+        check_mechanism(lambda d: d.sum(), (D, D2), epsilon=1.0, delta=1e-5, detect=1.1)
+
+
 def test_opacus_rdp_is_the_reference_users_compare_with():
     """The reference in the failure messages is dp_accounting's PLD (what the package accounts with)."""
     accountant = RDPAccountant()
@@ -352,14 +379,65 @@ def test_an_accountant_that_ignores_q_fails_on_its_flat_sweep_first():
     message = str(failed.value)
     assert re.search(r"^check_accountant: \d+ of \d+ cases fail: sweep over sample_rate", message)
     assert "ε does not change with sample_rate" in message and "is the sampling rate used?" in message
-    # its grid point is flagged as over-reporting, not passed
-    grid = next(c for c in failed.value.report.cases if c.where == str(DEFAULT_GRID[0]))
-    assert not grid.passed and "over-reports" in grid.why
+    # the flat sweep ends the check: the grid (minutes for such an accountant) is not asked
+    report = failed.value.report
+    assert report.details["stopped_at"].startswith("sweep over sample_rate")
+    assert all(c.where.startswith("sweep") for c in report.cases) and len(report.cases) == 1
+
+
+def test_a_call_past_its_deadline_fails_in_one_line_naming_its_point(monkeypatch):
+    """An accountant that never answers at large ε (q ≥ 0.5 here): the call is stopped at the
+    per-point limit (1 s here) and its case fails in one line naming the point; the check returns."""
+    import time
+
+    from dpaudit_mix.testing import accountant as module
+
+    monkeypatch.setattr(module, "POINT_SECONDS", 1.0)
+
+    def hangs(s, q, t, d):
+        if q >= 0.5:
+            time.sleep(3600)
+        return USER.my_epsilon(s, q, t, d)
+
+    started = time.monotonic()
+    with pytest.raises(CheckFailed) as failed:
+        check_accountant(hangs, grid=[DEFAULT_GRID[0], DEFAULT_GRID[2]], sweeps=False)
+    assert time.monotonic() - started < 30
+    late = failed.value.report.failures
+    assert [c.where for c in late] == [str(DEFAULT_GRID[2])]
+    assert "epsilon_fn(1.0, 1.0, 10, 1e-05) did not finish in 1 s" in late[0].why and "\n" not in late[0].why
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("base", ["pld", "prv"])
+def test_accountants_that_ignore_q_fail_within_a_minute(base):
+    """dp_accounting's PLD and Opacus' PRV, each asked with q read as 1: at q = 1 and T = 1000 each
+    call takes 5-20 s (ε ≈ 634), and a grid of such points took minutes. The q sweep, first and
+    from its cheapest point, fails them in two calls."""
+    import time
+
+    import dp_accounting
+    from opacus.accountants import PRVAccountant
+
+    def pld(s, q, t, d):
+        accountant = dp_accounting.pld.PLDAccountant()
+        accountant.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(s), t))
+        return accountant.get_epsilon(d)
+
+    def prv(s, q, t, d):
+        accountant = PRVAccountant()
+        accountant.history = [(s, 1.0, t)]
+        return accountant.get_epsilon(d)
+
+    started = time.monotonic()
+    with pytest.raises(CheckFailed, match="sweep over sample_rate"):
+        check_accountant({"pld": pld, "prv": prv}[base])
+    assert time.monotonic() - started < 60
 
 
 def test_an_accountant_that_counts_a_step_per_epoch_fails_on_the_steps_sweep():
     def per_epoch(s, q, t, d):
-        return USER.my_epsilon(s, 1.0, max(1, math.ceil(t * q)), d)
+        return USER.my_epsilon(s, q, max(1, math.ceil(t * q)), d)
 
     with pytest.raises(CheckFailed, match=r"ε does not change with steps: .* are the steps counted"):
         check_accountant(per_epoch, grid=DEFAULT_GRID[:1])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import require
+from ..errors import is_real, require
 from .phases import check_delta, check_epsilon
 
 
@@ -25,11 +25,14 @@ def gdp_delta(mu: float, epsilon: float | np.ndarray) -> float | np.ndarray:
 
 
 def gdp_epsilon_of_mu(mu: float, delta: float) -> float:
-    """The ε at which a μ-GDP mechanism is (ε, δ)-DP (0 when μ ≤ 0 or δ(0) ≤ δ)."""
-    check_delta(delta)
+    """The ε at which a μ-GDP mechanism is (ε, δ)-DP (0 when μ ≤ 0 or δ(0) ≤ δ; +inf at δ = 0
+    for μ > 0: δ(ε) > 0 at every finite ε, so no μ-GDP mechanism is pure ε-DP)."""
+    require(is_real(delta) and 0 <= delta < 1, f"delta must be in [0, 1), got {delta!r}")
     require(not np.isnan(mu) and mu != np.inf, f"mu must be a number below +inf, got {mu}")
     if mu <= 0 or gdp_delta(mu, 0.0) <= delta:
         return 0.0
+    if delta == 0:
+        return float("inf")
     high = 1.0
     while gdp_delta(mu, high) > delta:
         high *= 2

@@ -83,7 +83,7 @@ def epsilon_lower_bound(
     require(negatives >= 1 and positives >= 1, "need at least one negative and one positive trial")
     require(0 <= fp <= negatives, f"false positives ({fp}) must lie in [0, negatives = {negatives}]")
     require(0 <= fn <= positives, f"false negatives ({fn}) must lie in [0, positives = {positives}]")
-    require(0 < delta < 1, f"delta must be in (0, 1), got {delta}")
+    require(0 <= delta < 1, f"delta must be in [0, 1), got {delta}")
     require(0 < confidence < 1, f"confidence must be in (0, 1), got {confidence}")
     fpr_ub, fnr_ub = cp_upper(np.array(fp), np.array(fn), negatives, positives, confidence)
     mu = float(gdp_mu(fpr_ub, fnr_ub))

@@ -30,11 +30,12 @@ from ..resources import require_memory
 from .accounted import Accounted
 from .attack import AttackResult
 from .chunks import ChunkStore
+from .claim import check_claim
 from .mechanisms import mechanism
 from .mechanisms.base import Collector, Plan, Setting
 from .profile import TradeOff, claimed_tradeoff
 from .result import AuditSummary, SettingResult
-from .scores import analyse, check_claim
+from .scores import analyse
 from .sizing import sized
 from .spec import THREATS, AuditSpec, assignments, mixing_data, resolve_problem
 from .verdict import result_confidence, summary_fields

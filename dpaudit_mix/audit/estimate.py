@@ -66,7 +66,7 @@ class Estimate:
 
     def line(self) -> str:
         if self.value is None or self.interval is None:
-            return "no ε estimate (too few scores a side, or a constant side)"
+            return "no ε estimate (too few scores a side, a constant side, or δ = 0: no Gaussian pair is pure ε-DP)"
         low, high = self.interval
         fit = "Gaussian fit ok" if self.fit_ok else "scores NOT Gaussian: the estimate's premise fails"
         return f"estimate ε̂ {self.value:.3f} ({low:.3f}–{high:.3f}, {self.method}; {fit}; not a verdict)"
@@ -117,7 +117,7 @@ def _epsilon(delta: float, m1: np.ndarray, s1: np.ndarray, m0: np.ndarray, s0: n
 def gaussian_pair(members: np.ndarray, others: np.ndarray, delta: float, confidence: float) -> Estimate:
     """The Gaussian-pair estimate of the ε at ``delta`` behind these member and non-member scores."""
     n1, n0 = len(members), len(others)
-    if min(n1, n0) < MIN_SIDE:
+    if min(n1, n0) < MIN_SIDE or delta == 0:  # two Gaussians apart are (ε, 0)-DP at no finite ε
         return Estimate(None, None, confidence, False, None)
     m1, m0 = float(np.mean(members)), float(np.mean(others))
     if min(np.ptp(members), np.ptp(others)) == 0:

@@ -36,12 +36,12 @@ import numpy as np
 from .. import accounting
 from ..errors import is_real, require
 from .accounted import Accounted
+from .claim import check_claim
 from .estimate import Estimate, gaussian_pair
 from .fdp import PROFILE_FLOOR, PROFILE_GRID, Curves, GaussianCurves, LineCurves, rejects
 from .guesses import EPSILON_MAX, MIN_CANARIES, GuessSets, largest_rejected, p_values, tie_break, tied
 from .one_run_power import OneRunPowerClaim, Power, one_run_power, one_run_power_claim, one_run_unsimulated
 from .profile import BISECTION_INTERVAL, BISECTION_MIN_SIGMA, BISECTION_RATIO, scale_threshold
-from .scores import check_claim
 
 __all__ = ["MIN_CANARIES", "OneRunResult", "audit_one_run", "checked_canaries", "subsampled"]
 

@@ -2,7 +2,9 @@
 this many canaries, and the smallest leak the audit catches (the one-run twin of :mod:`.power`).
 
 The claimed mechanism's white-box canary scores are simulated: without phases the μ-GDP
-mechanism of (ε, δ) (members ~ N(μ, 1), non-members ~ N(0, 1)); with full-batch phases the same
+mechanism of (ε, δ) (members ~ N(μ, 1), non-members ~ N(0, 1)), or at δ = 0 the Laplace
+mechanism of ε (members ~ 1 + Lap(1/ε), non-members ~ Lap(1/ε): a pure claim's own law); with
+full-batch phases the same
 with μ = √(ΣT/σ²); with one Poisson-subsampled phase the Dirac canary's log-likelihood ratio
 (:mod:`.dirac`: step by step up to :data:`MAX_DIRAC_DRAWS` draws a run, from the score's
 law beyond, so any T is simulated). Each simulated run draws membership (½ each) and scores, and the audit's own
@@ -11,7 +13,8 @@ guess sets and tests are run on it, all :data:`SIMULATIONS` runs at once:
 - ``tight_lower_bound``: the median ε_LB (both methods, as :func:`.one_run.audit_one_run` gives
   it) of the exact mechanism, with its 10–90 % band;
 - ``detects``: the smallest c on :data:`.power.LEAKS` such that the mechanism run with σ/c (a
-  μ-GDP claim: μ·c) is flagged in at least :data:`.power.DETECTS_WITH` of the runs, by the tests
+  μ-GDP claim: μ·c) is flagged in at least :data:`.power.DETECTS_WITH` of the runs with 95 %
+  confidence (:func:`.power.simulated_power`: Clopper–Pearson over 64 simulated runs), by the tests
   at the claim: the (ε, δ) curve by either method, or the claimed curve by f-DP (Steinke's test
   at each point of a subsampled profile is left out: the rate found is a lower bound on the
   audit's). None beyond c = 10.
@@ -85,12 +88,12 @@ def _power(claim: OneRunPowerClaim) -> Power:
     law = _Law.of(claim)
     alpha = 1 - claim.confidence
 
-    exact = law.sets(1.0)
+    exact = law.sets(1.0, range(SIMULATIONS))
     per_set = alpha / len(exact[0])
     return simulated_power(
         _epsilon_lower_bounds(exact, claim.delta, per_set),
-        lambda leak: _flag_rate(law, leak, per_set),
-        f"{SIMULATIONS} simulated one-run audits of {law.name} with {claim.canaries} canaries, the same tests",
+        lambda leak, audits: _flags(law, leak, audits, per_set),
+        f"one-run audits of {law.name} with {claim.canaries} canaries, the same tests",
     )
 
 
@@ -116,20 +119,24 @@ def _epsilon_lower_bounds(runs: list[GuessSets], delta: float, alpha: float) -> 
     return np.array(bounds)
 
 
-def _flag_rate(law: _Law, leak: float, alpha: float) -> float:
-    runs = law.sets(leak)
+def _flags(law: _Law, leak: float, audits: range, alpha: float) -> np.ndarray:
+    """Whether each simulated audit of σ/``leak`` flags the claim."""
+    runs = law.sets(leak, audits)
     claim = law.claim
     flags = np.zeros(len(runs), dtype=bool)
     for curve in (LineCurves.approximate(np.array([claim.epsilon]), claim.delta), law.curve):
         if curve is not None:
             flags |= rejects(curve, *_stacked(runs), alpha).reshape(len(runs), -1).any(axis=1)
-    steinke = [any(p_value(s.canaries, r, v, claim.epsilon, claim.delta) <= alpha for r, v in s.pairs()) for s in runs]
-    return float(np.mean(flags | np.array(steinke)))
+    steinke = [  # only where f-DP has not flagged already: the verdict is either's
+        not flagged and any(p_value(s.canaries, r, v, claim.epsilon, claim.delta) <= alpha for r, v in s.pairs())
+        for s, flagged in zip(runs, flags, strict=True)
+    ]
+    return flags | np.array(steinke, dtype=bool)
 
 
 @dataclass(frozen=True)
 class _Law:
-    """The claimed mechanism's one-run scores (Gaussian or Dirac), and its claimed curve."""
+    """The claimed mechanism's one-run scores (Gaussian, Laplace or Dirac), and its claimed curve."""
 
     claim: OneRunPowerClaim
     name: str
@@ -137,6 +144,7 @@ class _Law:
     phase: accounting.GaussianPhase | None
     curve: Curves | None  # the claimed curve f-DP tests (None without phases)
     key: str
+    scale: float | None = None  # the Laplace law's scale 1/ε (a pure claim: δ = 0)
 
     @classmethod
     def of(cls, claim: OneRunPowerClaim) -> _Law:
@@ -151,18 +159,23 @@ class _Law:
         if phases:
             mu = float(np.sqrt(sum(p.steps / p.noise_multiplier**2 for p in phases)))
             return cls(claim, f"the full-batch Gaussian (μ = {mu:.4g})", mu, None, GaussianCurves(np.array([mu])), key)
+        if claim.delta == 0:
+            name = f"the Laplace mechanism of ε (scale 1/ε = {1 / claim.epsilon:.4g})"
+            return cls(claim, name, 0.0, None, None, key, 1 / claim.epsilon)
         mu = accounting.gdp_mu_of_epsilon(claim.epsilon, claim.delta)
         return cls(claim, f"the μ-GDP mechanism of ε (μ = {mu:.4g})", mu, None, None, key)
 
-    def sets(self, leak: float) -> list[GuessSets]:
-        """Every simulated run's guess sets with σ/``leak``, each run from a stream of its own."""
-        return [self._run(k, leak) for k in range(SIMULATIONS)]
+    def sets(self, leak: float, audits: range) -> list[GuessSets]:
+        """The simulated runs' guess sets with σ/``leak``, each run from a stream of its own."""
+        return [self._run(k, leak) for k in audits]
 
     def _run(self, k: int, leak: float) -> GuessSets:
         m = self.claim.canaries
         source = stream(0, "audit-power", claim=self.key, one_run=k, leak=leak).numpy()
         member = source.random(m) < 0.5
-        if self.phase is None:
+        if self.scale is not None:
+            scores = member + source.laplace(0.0, self.scale / leak, m)
+        elif self.phase is None:
             scores = self.mu * leak * member + source.standard_normal(m)
         else:
             sigma, q, steps = self.phase.noise_multiplier, self.phase.sample_rate, self.phase.steps

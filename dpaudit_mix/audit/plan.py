@@ -15,9 +15,9 @@ from typing import Any
 
 from .. import accounting
 from ..errors import is_real, require
+from .claim import checked_claim, claimed_curve
 from .one_run_power import one_run_power, one_run_power_claim, one_run_unsimulated
 from .power import LEAKS, Power, power_claim, power_of, unsimulated
-from .scores import checked_claim, claimed_curve
 
 #: the sizes tried, smallest first: runs a side (many-run), canaries (one-run).
 RUN_LADDER = (50, 100, 200, 500, 1000, 2000, 5000)
@@ -94,7 +94,7 @@ def power_at(
         delta,
         phases=phases,
         claimed=claimed,
-        stated=claimed_curve(phases, None),
+        stated=claimed_curve(phases, None, delta),
         runs_in=size,
         runs_out=size,
         confidence=confidence,

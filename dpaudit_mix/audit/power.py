@@ -8,7 +8,9 @@ law and the package's bonferroni, drawing the attack's counts from their exact l
 the scores: :func:`gaussian_counts`, so a 2 × 10⁸-run audit's power costs what a small one's does):
 
 - the law: without phases, the μ-GDP mechanism of (ε, δ) (in ~ N(μ, 1), out ~ N(0, 1), μ the
-  claim's: :func:`..accounting.gdp_mu_of_epsilon`); with full-batch phases, the same with μ =
+  claim's: :func:`..accounting.gdp_mu_of_epsilon`), or at δ = 0 the Laplace mechanism of ε (in ~
+  1 + Lap(1/ε), out ~ Lap(1/ε): exactly ε-DP, a pure claim's own law, where a Gaussian one would
+  put its ε_LB far below what a correct pure mechanism shows); with full-batch phases, the same with μ =
   √(Σ T/σ²) (Dong, Roth & Su 2019, Cor. 3.3, the composition of Gaussian mechanisms); with one
   Poisson-subsampled phase, the Dirac canary's log-likelihood-ratio score (:mod:`.dirac`), the
   Neyman–Pearson test of the claimed (σ, q, T), drawn step by step for small audits and from its
@@ -19,9 +21,11 @@ the scores: :func:`gaussian_counts`, so a 2 × 10⁸-run audit's power costs wha
 - ``tight_lower_bound``: the median strict ε_LB over :data:`SIMULATIONS` audits of the exact
   mechanism, with its 10–90 % band: what a correct mechanism shows at this size.
 - ``detects``: the smallest noise factor c on :data:`LEAKS` such that the mechanism run with σ/c
-  (a μ-GDP claim: μ·c) is flagged in at least :data:`DETECTS_WITH` of the simulated audits
-  (None beyond the grid's last, 10): the leak this audit catches, found by a binary search over
-  the grid (the flag rate rises with c).
+  (a μ-GDP claim: μ·c; a pure one: the Laplace scale over c) is flagged in at least
+  :data:`DETECTS_WITH` of audits with 95 % confidence (the one-sided Clopper–Pearson lower bound
+  of its flag rate over :data:`DETECT_SIMULATIONS` simulated audits: a promise the planner and
+  the gate size audits by holds as stated, not on the luck of one batch of simulations); None
+  beyond the grid's last, 10. Found by a binary search over the grid (the flag rate rises with c).
 
 Each answer is cached by the claim and the sizes; the draws come from the stream
 ``audit-power``, named by the claim, so the same claim at the same size has the same power.
@@ -57,6 +61,8 @@ SIMULATIONS = 50
 #: the noise factors c tried for ``detects`` (σ/c), and the flag rate that counts as caught.
 LEAKS = (1.1, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
 DETECTS_WITH = 0.9
+#: the audits behind each leak's flag rate, the confidence of its lower bound, and the audits a batch.
+DETECT_SIMULATIONS, DETECT_CONFIDENCE, DETECT_BATCH = 64, 0.95, 16
 #: the most scores one simulated Dirac audit draws step by step (runs × steps): beyond, from their law.
 MAX_DIRAC_DRAWS = 50_000
 #: the most runs an audit's power simulates score by score (every rule but the Gaussian law's
@@ -71,14 +77,17 @@ class Power:
 
     tight_lower_bound: float  # the median strict ε_LB of an exactly-claimed mechanism
     band: tuple[float, float]  # its 10 % and 90 % quantiles
-    detects: float | None  # the smallest c with σ/c flagged in ≥ DETECTS_WITH of audits; None: beyond 10
+    detects: float | None  # the smallest c with σ/c flagged in ≥ DETECTS_WITH of audits (95 %); None: beyond 10
     method: str  # how it was computed
+    #: at ``detects``: the simulated audits flagged, of how many (None where nothing is caught)
+    flagged: tuple[int, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "tight_lower_bound": self.tight_lower_bound,
             "tight_lower_bound_band": list(self.band),
             "detects": self.detects,
+            "detects_flagged": None if self.flagged is None else list(self.flagged),
             "method": self.method,
         }
 
@@ -88,7 +97,7 @@ class Power:
         low, high = self.band
         return (
             f"an exactly-claimed mechanism gives ε_LB {self.tight_lower_bound:.3f} ({low:.3f}–{high:.3f}) at "
-            f"{size}; this audit catches {caught} with {DETECTS_WITH:.0%}"
+            f"{size}; this audit catches {caught} with {DETECTS_WITH:.0%} ({DETECT_CONFIDENCE:.0%} confidence)"
         )
 
 
@@ -117,7 +126,7 @@ def unsimulated(phases: Sequence[accounting.GaussianPhase], runs: int, threshold
     report prints beside its silence (a power it does not have is no evidence it could have
     caught a leak); None where its power is simulated."""
     found = subsampled_unsimulated(phases)
-    # the Gaussian law's bonferroni draws its counts from their law, at any size
+    # the Gaussian and Laplace laws' bonferroni draws its counts from their law, at any size
     by_counts = not any(p.sample_rate < 1 for p in phases) and THRESHOLDS.get(threshold) is bonferroni
     if found is None and not by_counts and runs > MAX_SIMULATED_RUNS:
         return (
@@ -160,46 +169,79 @@ def _power(audit: PowerClaim) -> Power:
     epsilon, runs_in = audit.epsilon, audit.runs_in
     law = _Law.of(audit)
 
-    def flagged(leak: float) -> np.ndarray:
-        bounds = np.empty(SIMULATIONS)
-        flags = np.empty(SIMULATIONS, dtype=bool)
-        for k in range(SIMULATIONS):
-            found = law.attacked(k, leak, audit)
-            bounds[k] = found.epsilon_lower_bound
-            flags[k] = found.epsilon_lower_bound > epsilon or (
-                audit.stated != "none" and found.profile_violation(audit.claimed)
-            )
-        return np.stack([bounds, flags])
+    def flags(leak: float, audits: range) -> np.ndarray:
+        found = [law.attacked(k, leak, audit) for k in audits]
+        return np.array(
+            [
+                f.epsilon_lower_bound > epsilon or (audit.stated != "none" and f.profile_violation(audit.claimed))
+                for f in found
+            ]
+        )
 
-    return simulated_power(
-        flagged(1.0)[0],
-        lambda leak: float(flagged(leak)[1].mean()),
-        f"{SIMULATIONS} simulated audits of {law.name} at {runs_in} + {audit.runs_out} runs, the same attack",
-    )
+    exact = np.array([law.attacked(k, 1.0, audit).epsilon_lower_bound for k in range(SIMULATIONS)])
+    return simulated_power(exact, flags, f"{law.name} at {runs_in} + {audit.runs_out} runs, the same attack")
 
 
-def simulated_power(exact: np.ndarray, flag_rate: Callable[[float], float], method: str) -> Power:
-    """The power of simulated audits: ``exact`` the exactly-claimed mechanism's ε_LB over them, and
-    ``detects`` the smallest c on LEAKS whose ``flag_rate`` reaches DETECTS_WITH, by a binary search
-    (the rate rises with c); None beyond the grid."""
+def _misses_allowed() -> int:
+    """The most unflagged audits of :data:`DETECT_SIMULATIONS` whose flag rate still has a one-sided
+    :data:`DETECT_CONFIDENCE` Clopper–Pearson lower bound ≥ :data:`DETECTS_WITH`."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    def lower(flagged: int) -> float:
+        return float(proportion_confint(flagged, DETECT_SIMULATIONS, 2 * (1 - DETECT_CONFIDENCE), method="beta")[0])
+
+    flagged = DETECT_SIMULATIONS
+    while flagged > 0 and lower(flagged - 1) >= DETECTS_WITH:
+        flagged -= 1
+    return DETECT_SIMULATIONS - flagged
+
+
+def simulated_power(exact: np.ndarray, flags: Callable[[float, range], np.ndarray], law: str) -> Power:
+    """The power of simulated audits of ``law``: ``exact`` the exactly-claimed mechanism's ε_LB over
+    :data:`SIMULATIONS` of them; ``detects`` the smallest c on LEAKS caught, by a binary search (the
+    flag rate rises with c). A leak is caught where its flag rate is ≥ :data:`DETECTS_WITH` with
+    :data:`DETECT_CONFIDENCE` (Clopper–Pearson over :data:`DETECT_SIMULATIONS` audits, from
+    streams of their own: at most :func:`_misses_allowed` unflagged); its audits run in batches of
+    :data:`DETECT_BATCH`, and one batch past that many misses ends the leak: the verdict the whole
+    count would reach, at a fraction of the cost. None beyond the grid."""
+    allowed = _misses_allowed()
+    counted: dict[float, tuple[int, int]] = {}
+
+    def caught(leak: float) -> bool:
+        flagged = done = 0
+        for start in range(0, DETECT_SIMULATIONS, DETECT_BATCH):
+            found = flags(leak, range(start, min(start + DETECT_BATCH, DETECT_SIMULATIONS)))
+            flagged, done = flagged + int(found.sum()), done + len(found)
+            if done - flagged > allowed:
+                break
+        counted[leak] = (flagged, done)
+        return done - flagged <= allowed
+
     low, high = 0, len(LEAKS)
     while low < high:
         middle = (low + high) // 2
-        if flag_rate(LEAKS[middle]) >= DETECTS_WITH:
+        if caught(LEAKS[middle]):
             high = middle
         else:
             low = middle + 1
+    detects = LEAKS[low] if low < len(LEAKS) else None
+    rule = (
+        f"detects: the smallest σ/c flagged in ≥ {DETECTS_WITH:.0%} of audits with {DETECT_CONFIDENCE:.0%} confidence "
+        f"(one-sided Clopper–Pearson over {DETECT_SIMULATIONS} simulated audits: at most {allowed} unflagged)"
+    )
     return Power(
         tight_lower_bound=float(np.median(exact)),
         band=(float(np.quantile(exact, 0.1)), float(np.quantile(exact, 0.9))),
-        detects=LEAKS[low] if low < len(LEAKS) else None,
-        method=method,
+        detects=detects,
+        method=f"{SIMULATIONS} simulated audits of {law} (ε_LB); {rule}",
+        flagged=None if detects is None else counted[detects],
     )
 
 
 @dataclass(frozen=True)
 class _Law:
-    """The claimed mechanism's white-box scores: Gaussian (μ-GDP) or the Dirac canary's."""
+    """The claimed mechanism's white-box scores: Gaussian (μ-GDP), Laplace (pure ε: ``scale``
+    1/ε) or the Dirac canary's."""
 
     name: str
     mu: float  # the Gaussian law's shift (0 for the Dirac law)
@@ -207,6 +249,7 @@ class _Law:
     runs_in: int
     runs_out: int
     key: str
+    scale: float | None = None  # the Laplace law's scale b = 1/ε (in ~ 1 + Lap(b), out ~ Lap(b))
 
     @classmethod
     def of(cls, audit: PowerClaim) -> _Law:
@@ -219,16 +262,30 @@ class _Law:
         if phases:
             mu = float(np.sqrt(sum(p.steps / p.noise_multiplier**2 for p in phases)))
             return cls(f"the full-batch Gaussian (μ = {mu:.4g})", mu, None, runs_in, runs_out, key)
+        if audit.delta == 0:
+            return cls(
+                f"the Laplace mechanism of ε (scale 1/ε = {1 / audit.epsilon:.4g})",
+                0.0,
+                None,
+                runs_in,
+                runs_out,
+                key,
+                1 / audit.epsilon,
+            )
         mu = accounting.gdp_mu_of_epsilon(audit.epsilon, audit.delta)
         return cls(f"the μ-GDP mechanism of ε (μ = {mu:.4g})", mu, None, runs_in, runs_out, key)
 
     def attacked(self, k: int, leak: float, audit: PowerClaim) -> AttackResult:
         """Audit ``k`` of the mechanism run with σ/``leak``, attacked as the audit would be, from a
-        stream of its own: the package's bonferroni on the Gaussian law from its counts' exact
-        law (:func:`gaussian_counts`, a few dozen draws at any size), else on simulated scores."""
+        stream of its own: the package's bonferroni on the Gaussian or Laplace law from its
+        counts' exact law (:func:`threshold_counts`, a few dozen draws at any size), else on
+        simulated scores."""
         source = stream(0, "audit-power", claim=self.key, audit=k, leak=leak).numpy()
         if self.phase is None and THRESHOLDS.get(audit.threshold) is bonferroni:
-            values, ranks, misses = gaussian_counts(self.mu * leak, self.runs_in, self.runs_out, source)
+            if self.scale is None:
+                values, ranks, misses = gaussian_counts(self.mu * leak, self.runs_in, self.runs_out, source)
+            else:
+                values, ranks, misses = laplace_counts(self.scale / leak, self.runs_in, self.runs_out, source)
             counts = (np.nextafter(values, np.inf), ranks - 1, misses, self.runs_out, self.runs_in)
             chosen = bonferroni_tests(*counts, delta=audit.delta, confidence=audit.confidence)
             return attack_result("bonferroni", chosen, audit.delta)
@@ -239,6 +296,9 @@ class _Law:
         return attack(scores, include, select, delta=audit.delta, confidence=audit.confidence, strategy=audit.threshold)
 
     def _scores(self, leak: float, source: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        if self.scale is not None:
+            b = self.scale / leak
+            return 1 + source.laplace(0.0, b, self.runs_in), source.laplace(0.0, b, self.runs_out)
         if self.phase is None:
             return self.mu * leak + source.standard_normal(self.runs_in), source.standard_normal(self.runs_out)
         sigma, q, steps = self.phase.noise_multiplier, self.phase.sample_rate, self.phase.steps
@@ -250,22 +310,45 @@ class _Law:
 def gaussian_counts(
     mu: float, runs_in: int, runs_out: int, source: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The bonferroni candidates' counts for in ~ N(μ, 1), out ~ N(0, 1), drawn from their exact
-    law instead of from 10⁸ scores: the out-scores at the rank grid (j = 1 the largest) as
-    uniform order statistics, the j-th smallest upper-tail probability s_j = s_i + (1 − s_i)·
-    Beta(j − i, n − j + 1) given the i-th (kept as tails, so the extreme ranks keep their
-    precision), then the in-runs above each as sequential binomials of the normal's tail mass
-    between consecutive candidates. Returns the out-scores, their ranks j and the in-runs below each."""
+    """:func:`threshold_counts` for in ~ N(μ, 1), out ~ N(0, 1)."""
     from scipy.special import ndtr, ndtri
 
+    return threshold_counts(lambda tail: -ndtri(tail), lambda v: ndtr(mu - v), runs_in, runs_out, source)
+
+
+def laplace_counts(
+    scale: float, runs_in: int, runs_out: int, source: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`threshold_counts` for in ~ 1 + Lap(scale), out ~ Lap(scale)."""
+    from scipy.stats import laplace
+
+    return threshold_counts(
+        lambda tail: laplace.isf(tail, scale=scale), lambda v: laplace.sf(v - 1, scale=scale), runs_in, runs_out, source
+    )
+
+
+def threshold_counts(
+    out_isf: Callable[[np.ndarray], np.ndarray],
+    in_sf: Callable[[np.ndarray], np.ndarray],
+    runs_in: int,
+    runs_out: int,
+    source: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The bonferroni candidates' counts for continuous in- and out-laws (``in_sf`` the in-law's
+    survival function, ``out_isf`` the out-law's inverse survival function), drawn from their
+    exact law instead of from 10⁸ scores: the out-scores at the rank grid (j = 1 the largest) as
+    uniform order statistics, the j-th smallest upper-tail probability s_j = s_i + (1 − s_i)·
+    Beta(j − i, n − j + 1) given the i-th (kept as tails, so the extreme ranks keep their
+    precision), then the in-runs above each as sequential binomials of the in-law's tail mass
+    between consecutive candidates. Returns the out-scores, their ranks j and the in-runs below each."""
     ranks = rank_grid(runs_out, RANKS_PER_SIDE)
     tails = np.empty(len(ranks))
     tail, done = 0.0, 0
     for at, j in enumerate(ranks):
         tail += (1 - tail) * source.beta(j - done, runs_out - j + 1)
         tails[at], done = tail, int(j)
-    values = -ndtri(tails)  # P(out > v_j) = s_j
-    above_mass = ndtr(mu - values)  # P(in > v_j), rising with j
+    values = np.asarray(out_isf(tails))  # P(out > v_j) = s_j
+    above_mass = np.asarray(in_sf(values))  # P(in > v_j), rising with j
     above = np.empty(len(ranks), dtype=np.int64)
     counted, left, mass = 0, runs_in, 0.0
     for at, m in enumerate(above_mass):

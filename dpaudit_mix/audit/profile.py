@@ -77,12 +77,33 @@ class ProfileTradeOff:
         return {"kind": "pld_profile", "epsilon_max": self.epsilons[-1], "grid_points": len(self.epsilons)}
 
 
+@dataclass(frozen=True)
+class PureTradeOff:
+    """(ε, 0)-DP: f(α) = max(0, 1 − e^ε α, e^−ε (1 − α)) (Kairouz, Oh & Viswanath 2015, Thm 2.1;
+    Dong, Roth & Su 2019, eq. (5) at δ = 0): the curve of a pure-ε claim, which the Laplace
+    mechanism and randomized response meet."""
+
+    epsilon: float
+
+    def fnr_floor(self, fpr: npt.ArrayLike) -> np.ndarray:
+        return ProfileTradeOff((self.epsilon,), (0.0,)).fnr_floor(fpr)
+
+    def violated(self, fpr_ub: npt.ArrayLike, fnr_ub: npt.ArrayLike) -> np.ndarray:
+        return np.asarray(fnr_ub) < self.fnr_floor(fpr_ub)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "pure_epsilon", "epsilon": self.epsilon}
+
+
 def claimed_tradeoff(
     epsilon: float, delta: float, phases: Sequence[accounting.GaussianPhase] | None = None
-) -> GaussianTradeOff | ProfileTradeOff:
+) -> GaussianTradeOff | ProfileTradeOff | PureTradeOff:
     """The trade-off curve a release calibrated to (ε, δ) claims: μ-GDP from ε when every phase is
     full batch (or none is given: the Gaussian curve is then exact), else the PLD privacy profile
-    of ``phases`` (subsampled Gaussian; no Gaussian curve bounds it)."""
+    of ``phases`` (subsampled Gaussian; no Gaussian curve bounds it); at δ = 0 without phases the
+    pure-ε curve (no Gaussian curve is pure ε-DP)."""
+    if not phases and delta == 0:
+        return PureTradeOff(epsilon)
     if not phases or all(p.sample_rate == 1.0 for p in phases):
         return GaussianTradeOff(accounting.gdp_mu_of_epsilon(epsilon, delta))
     return profile_tradeoff(phases)

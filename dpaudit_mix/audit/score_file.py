@@ -22,18 +22,12 @@ from ..atomic import check_output, write_json
 from ..errors import InputError, require
 from ..reporting import Block, progress_steps, save_figure, write_pages
 from .attack import AttackResult
+from .claim import checked_claim, claimed_curve
 from .one_run import OneRunResult, audit_one_run, checked_canaries
 from .one_run_report import write_canary_report
 from .profile import TradeOff
 from .report import tradeoff_figure
-from .scores import (
-    STEPS,
-    Audited,
-    AuditResult,
-    checked_claim,
-    checked_scores,
-    claimed_curve,
-)
+from .scores import STEPS, Audited, AuditResult, checked_scores
 from .words import power_line, verdict_line
 
 #: the arrays an ``.npz`` score file may hold: the audited canary's scores, and optionally the
@@ -155,7 +149,7 @@ def audit_score_file(
     claimed = checked_claim(
         epsilon, delta, phases=phases, confidence=confidence, threshold=threshold, accountant=accountant
     )
-    claimed_curve(phases, curve)
+    claimed_curve(phases, curve, delta)
     if out is not None:  # every input checked first: a refused audit makes no folder
         out = check_output(out, folder=True, inputs=[path])
     audited = Audited(epsilon, delta, claimed, phases, confidence, threshold, seed, accountant)

@@ -25,13 +25,20 @@ import numpy.typing as npt
 from .. import accounting, npz
 from ..errors import InputError, require
 from .accounted import Accounted
-from .attack import THRESHOLDS, AttackResult
+from .attack import AttackResult
 from .bounds import strict_epsilon
+from .claim import checked_claim, claimed_curve
 from .diagnostics import diagnose
 from .power import Power, PowerClaim, power_claim, power_of, unsimulated
-from .profile import GaussianTradeOff, TradeOff, claimed_tradeoff, epsilon_lower_bound_profile
+from .profile import GaussianTradeOff, TradeOff, epsilon_lower_bound_profile
 from .ties import attacked
 
+#: why the Gaussian reading of a result is a diagnostic: its curve is assumed, not claimed.
+GDP_NOT_A_BOUND = (
+    "the mu-GDP curve is the mechanism's own only where every phase is stated full batch (q = 1); here it is "
+    "assumed, so mu_LB and its epsilon bound nothing (a correct Laplace mechanism or randomized response reads "
+    "above its own epsilon); at delta = 0 no mu-GDP epsilon exists (None)"
+)
 #: what a result's verdict says, in the order they outrank each other.
 VERDICTS = ("epsilon_violated", "curve_violated", "none")
 #: what the claim's curve is: the phases' PLD profile, a μ-GDP curve the caller stated, or none
@@ -109,15 +116,32 @@ class AuditResult:
         the claim: the attack is blind."""
         return self.no_information or (self.control is not None and not self.control.violation)
 
+    def gdp_reading(self) -> dict[str, Any]:
+        """The Gaussian (μ-GDP) numbers: μ_LB, its ε at δ (None where unbounded: at δ = 0), their
+        CP point and threshold, and, without a claimed curve, the comparison with the μ-GDP curve
+        of ε. Bounds only where :attr:`gdp_is_bound`."""
+        return {
+            "mu_lower_bound": self.mu_lower_bound,
+            "epsilon_lower_bound_gdp": self.epsilon_lower_bound_gdp
+            if np.isfinite(self.epsilon_lower_bound_gdp)
+            else None,
+            "gdp_fpr_upper": self.gdp_fpr_upper,
+            "gdp_fnr_upper": self.gdp_fnr_upper,
+            "gdp_threshold": self.gdp_threshold,
+            **({} if self.gdp_comparison is None else {"gdp_comparison": self.gdp_comparison}),
+        }
+
     def to_dict(self) -> dict[str, Any]:
-        """audit.json's fields for one result (``exceeds_claim`` is ``violation``)."""
+        """audit.json's fields for one result (``exceeds_claim`` is ``violation``). Every figure at
+        the top level is a bound for the claim; the Gaussian reading of a claim the package cannot
+        know is Gaussian lives under ``diagnostics``, labelled with why it is not one."""
+        reading = self.gdp_reading()
         data: dict[str, Any] = {
             "runs": self.runs,
             "epsilon_lower_bound": self.epsilon_lower_bound,
             "fpr_upper": self.fpr_upper,
             "fnr_upper": self.fnr_upper,
-            "mu_lower_bound": self.mu_lower_bound,
-            "epsilon_lower_bound_gdp": self.epsilon_lower_bound_gdp,
+            **(reading if self.gdp_is_bound else {}),
             "gdp_is_bound": self.gdp_is_bound,
             "epsilon_lower_bound_profile": self.epsilon_lower_bound_profile,
             **({} if self.claimed_mu is None else {"claimed_mu": self.claimed_mu}),
@@ -125,14 +149,10 @@ class AuditResult:
             "epsilon_violation": self.epsilon_violation,
             "verdict": self.verdict,
             "curve": self.curve,
-            **({} if self.gdp_comparison is None else {"gdp_comparison": self.gdp_comparison}),
             "epsilon_lower_bound_max": self.epsilon_lower_bound_max,
             "curve_detectable": self.curve_detectable,
             "warnings": list(self.warnings),
-            "gdp_fpr_upper": self.gdp_fpr_upper,
-            "gdp_fnr_upper": self.gdp_fnr_upper,
             "threshold": self.threshold,
-            "gdp_threshold": self.gdp_threshold,
             "candidate_thresholds": self.candidate_thresholds,
             "counts": dict(self.counts),
             "auroc": self.auroc,
@@ -142,6 +162,8 @@ class AuditResult:
             "power_unsimulated": self.power_unsimulated,
             **({} if self.accounted is None else {"accounted": self.accounted.to_dict()}),
         }
+        if not self.gdp_is_bound:
+            data["diagnostics"] = {"gdp_reading": {**reading, "not_a_bound": GDP_NOT_A_BOUND}}
         if self.control is not None:
             data["control"] = self.control.to_dict()
         if self.control is not None or self.no_information:
@@ -161,63 +183,6 @@ def checked_scores(scores: npt.ArrayLike, name: str) -> np.ndarray:
     bad = int(np.sum(~np.isfinite(values)))
     require(bad == 0, f"{name}: {bad} of {len(values)} scores are NaN or infinite")
     return values
-
-
-#: how far the stated ε may sit from the calibrating accountant's ε of the stated phases: our
-#: calibration lands in [0.99 ε, ε] (verify-accountant's round trip), Opacus' within 0.01 of ε.
-CLAIM_ABS_TOLERANCE, CLAIM_REL_TOLERANCE = 0.01, 0.01
-
-
-def check_claim(
-    epsilon: float,
-    delta: float,
-    phases: Sequence[accounting.GaussianPhase] | None,
-    accountant: str = accounting.DEFAULT_ACCOUNTANT,
-) -> None:
-    """The claim is one thing: with phases, the stated ε must be ``accountant``'s ε for them (the
-    accountant that calibrated σ; accountants disagree most at large ε: Opacus' PRV puts ε = 16
-    where PLD puts 10.8).
-
-    Otherwise a call labelled ε = 1 would test the curve of phases worth ε = 97 (or flag a
-    "violation" of ε = 50 by phases worth 2)."""
-    accounting.check_epsilon(epsilon)
-    accounting.check_delta(delta)
-    accounting.check_accountant(accountant)
-    if not phases:
-        return
-    spent = accounting.epsilon(phases, delta, accountant)
-    require(
-        abs(spent - epsilon) <= CLAIM_ABS_TOLERANCE + CLAIM_REL_TOLERANCE * epsilon,
-        f"the claimed epsilon {epsilon:g} is not what the phases spend: the {accountant} "
-        f"accountant gives epsilon {spent:.4g} at delta {delta:g} for "
-        + "; ".join(f"sigma {p.noise_multiplier:.4g}, q {p.sample_rate:g}, T {p.steps}" for p in phases)
-        + " (state the epsilon the mechanism was calibrated to, and its phases)",
-    )
-
-
-def claimed_curve(phases: Sequence[accounting.GaussianPhase] | None, curve: str | None) -> str:
-    """Which curve the claim states (:data:`CURVES`): the phases', a stated μ-GDP one, or none."""
-    require(curve in (None, "gdp"), f"curve must be 'gdp' or left out, got {curve!r}")
-    require(not (phases and curve), "give phases (their PLD profile is the curve) or curve='gdp', not both")
-    return "phases" if phases else ("gdp" if curve == "gdp" else "none")
-
-
-def checked_claim(
-    epsilon: float,
-    delta: float,
-    *,
-    phases: Sequence[accounting.GaussianPhase] | None,
-    confidence: float,
-    threshold: str,
-    accountant: str = accounting.DEFAULT_ACCOUNTANT,
-) -> TradeOff:
-    """The claimed trade-off curve (the μ-GDP curve of ε without phases: the claim's, with
-    ``curve="gdp"``, else only a comparison), after checking every setting of the audit (one
-    InputError for the first bad one)."""
-    require(0 < confidence < 1, f"confidence must be in (0, 1), got {confidence}")
-    THRESHOLDS.get(threshold)
-    check_claim(epsilon, delta, phases, accountant)
-    return claimed_tradeoff(epsilon, delta, phases)
 
 
 def full_batch(phases: Sequence[accounting.GaussianPhase] | None) -> bool:
@@ -278,7 +243,7 @@ def analyse(
     Runs are in-scores then out-scores (:func:`.ties.attacked`). ``phases`` are the claim's Gaussian
     phases (None: a μ-GDP claim, whose Gaussian numbers are then not known to be bounds); ``confidence``
     holds for this one result: an audit of several shares its α over them."""
-    tell, stated = step or (lambda name: None), claimed_curve(phases, curve)
+    tell, stated = step or (lambda name: None), claimed_curve(phases, curve, delta)
     tell(STEPS[0])
     found, ordered = attacked(
         scores_in, scores_out, seed=seed, label=label, delta=delta, confidence=confidence, threshold=threshold
@@ -321,7 +286,7 @@ def analyse(
         control=None,
         violation=epsilon_violation or profile_violation,
         curve=stated,
-        gdp_comparison=below_curve if stated == "none" else None,
+        gdp_comparison=below_curve if stated == "none" and delta > 0 else None,  # the μ-GDP curve of ε
         power_claim=power_claim(
             epsilon,
             delta,
@@ -433,7 +398,7 @@ def audit_scores(
     claimed = checked_claim(
         epsilon, delta, phases=phases, confidence=confidence, threshold=threshold, accountant=accountant
     )
-    claimed_curve(phases, curve)
+    claimed_curve(phases, curve, delta)
     pairs = {"in_scores": scores_in, "out_scores": scores_out}
     if controls is not None:
         pairs.update(control_in=controls[0], control_out=controls[1])

@@ -38,6 +38,27 @@ def audit_spec(spec: ReleaseSpec, prob: Problem, inputs: dict[str, str], runs: i
     )
 
 
+#: what the manifest keeps of each audit result: its bounds (the Gaussian reading beside them only
+#: where it is one; else under ``diagnostics``, as audit.json has it).
+RESULT_KEYS = (
+    "canary",
+    "threat",
+    "runs",
+    "epsilon_lower_bound",
+    "mu_lower_bound",
+    "epsilon_lower_bound_gdp",
+    "profile_violation",
+    "epsilon_violation",
+    "verdict",
+    "epsilon_lower_bound_max",
+    "diagnostics",
+)
+
+
+def _result_record(result: dict[str, Any]) -> dict[str, Any]:
+    return {k: result[k] for k in RESULT_KEYS if k in result}
+
+
 def audit_record(audit: AuditSummary, spec: ReleaseSpec, prob: Problem, sized: AuditSize) -> dict[str, Any]:
     """The manifest's audit section: the verdicts, its size and power, and every setting
     check-release ties to the claim."""
@@ -45,24 +66,7 @@ def audit_record(audit: AuditSummary, spec: ReleaseSpec, prob: Problem, sized: A
         "runs": sized.size,
         **sized.record(),
         "violation": audit.violation,
-        "results": [
-            {
-                k: r.to_dict()[k]
-                for k in (
-                    "canary",
-                    "threat",
-                    "runs",
-                    "epsilon_lower_bound",
-                    "mu_lower_bound",
-                    "epsilon_lower_bound_gdp",
-                    "profile_violation",
-                    "epsilon_violation",
-                    "verdict",
-                    "epsilon_lower_bound_max",
-                )
-            }
-            for r in audit.results
-        ],
+        "results": [_result_record(r.to_dict()) for r in audit.results],
         "confidence": audit.confidence,
         "confidence_per_result": audit.confidence_per_result,
         "threshold_strategy": audit.threshold_strategy,
