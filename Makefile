@@ -55,6 +55,7 @@ lint: $(STAMP)
 # The documentation site (docs/, mkdocs.yml): a warning fails the build.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	@echo "docs: open site/index.html in a browser (it browses from disk)"
 
 # Debian's Chromium for the `browser` tests, where apt-get is there to use as root; elsewhere one
 # line says so and those tests skip.

@@ -299,3 +299,16 @@ def test_the_command_names_the_accountant_behind_the_claimed_epsilon(capsys, tmp
         assert f"accounted by {accountant} ({library}): ε = {spent:.4g} for the phases" in captured.err
     assert main(["audit-scores", str(path), "--epsilon", "1", "--delta", str(DELTA)]) == 0
     assert "claimed ε = 1 at δ = 1e-05 as stated (no phases" in capsys.readouterr().err
+
+
+def test_a_result_prints_as_one_line() -> None:
+    """``print(result)`` is :meth:`AuditResult.summary`: verdict, ε_LB against the claim, power."""
+    rng = stream(0, "simulated-scores", test="summary").numpy()
+    mu = accounting.gdp_mu_of_epsilon(1.0, DELTA)
+    honest = dpaudit_mix.audit_scores(rng.normal(mu, 1, 2000), rng.normal(0, 1, 2000), epsilon=1.0, delta=DELTA)
+    line = str(honest)
+    assert line == honest.summary() and "\n" not in line
+    assert line.startswith("no violation: ε_LB ") and "against the claimed ε 1 at δ 1e-05, from 4000 runs" in line
+    assert honest.power is not None and f"catches σ/{honest.power.detects:g}" in line
+    leak = dpaudit_mix.audit_scores(rng.normal(4 * mu, 1, 2000), rng.normal(0, 1, 2000), epsilon=1.0, delta=DELTA)
+    assert str(leak).startswith("VIOLATION (ε violated): ε_LB ")

@@ -8,8 +8,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import os
 import re
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -94,3 +96,22 @@ def test_the_readme_is_short_and_maps_the_site() -> None:
     assert len(readme.splitlines()) <= 200
     for target in re.findall(r"\]\((docs/[^)#]+)", readme):
         assert (ROOT / target).exists(), target
+
+
+def test_the_site_browses_from_disk(tmp_path: Path) -> None:
+    """Built as `make docs` builds it, every page is a file: each relative link of the start page
+    (and of a guide one folder down) resolves to a file on disk, never to a bare folder listing."""
+
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(site)],
+        cwd=ROOT,
+        check=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    for page in (site / "index.html", site / "guides" / "one-run.html"):
+        links = set(re.findall(r'href="([^"#?]+)', page.read_text(encoding="utf-8")))
+        relative = sorted(link for link in links if "://" not in link and not link.startswith("mailto:"))
+        assert relative, page
+        missing = [link for link in relative if not (page.parent / link).resolve().is_file()]
+        assert missing == [], f"{page.name}: {missing}"

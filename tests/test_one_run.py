@@ -131,3 +131,14 @@ def test_the_command_audits_one_runs_canaries_from_npz_and_csv(tmp_path, capsys)
     np.savez(tmp_path / "bad.npz", scores=honest, membership=np.full(2000, 3))
     assert main(["audit-scores", str(tmp_path / "bad.npz"), *claim, "--out", str(tmp_path / "none")]) == 2
     assert "0 or 1" in capsys.readouterr().err and not (tmp_path / "none").exists()
+
+
+def test_a_result_prints_as_one_line_with_its_verdict_bound_and_power() -> None:
+    """``print(result)`` is :meth:`OneRunResult.summary`: the verdict, ε_LB by each method against
+    the claim, and the leak the audit catches, on one line (not a 1,000-character repr)."""
+    result = _audit(1.0, 1, 1.0, 0)
+    line = str(result)
+    assert line == result.summary() and "\n" not in line and len(line) < 400
+    assert line.startswith("no violation: ε_LB = ") and "steinke" in line and "fdp" in line
+    assert result.power is not None and f"catches σ/{result.power.detects:g} in 90% of audits" in line
+    assert "VIOLATION (ε violated)" in str(_audit(1.0, 1, 5.0, 0))

@@ -129,6 +129,49 @@ class OneRunResult:
     def violation(self) -> bool:
         return self.epsilon_violation or bool(self.profile_violation)
 
+    def verdict_line(self) -> str:
+        """The verdict in one line: the test that fired, ε_LB by each method against the claim,
+        the guesses behind it, and the claimed profile's test."""
+        verdict = (
+            "VIOLATION (ε violated)"
+            if self.epsilon_violation
+            else "VIOLATION (curve violated: the mechanism is not the claimed one; the (ε, δ) claim itself is not "
+            "shown violated)"
+            if self.violation
+            else "no violation"
+        )
+        profile = (
+            ""
+            if self.profile_violation is None
+            else f"; the claimed profile {'REJECTED' if self.profile_violation else 'not rejected'}"
+            + (
+                ""
+                if self.epsilon_lower_bound_profile is None
+                else f" (ε_LB profile {self.epsilon_lower_bound_profile:.3f})"
+            )
+        )
+        methods = ", ".join(f"{name} {value:.3f}" for name, value in self.bounds.items())
+        return (
+            f"{verdict}: ε_LB = {self.epsilon_lower_bound:.3f} ({methods}) against the claimed ε = {self.epsilon:g} "
+            f"(δ = {self.delta:g}; {self.correct} of {self.guesses} guesses right){profile}"
+        )
+
+    def summary(self) -> str:
+        """:meth:`verdict_line` and what the audit could have caught, in one line (what
+        ``print(result)`` shows)."""
+        power = self.power
+        caught = (
+            f"no power simulated ({self.power_unsimulated})"
+            if power is None
+            else "catches no leak up to σ/10"
+            if power.detects is None
+            else f"catches σ/{power.detects:g} in 90% of audits (95% confidence)"
+        )
+        return f"{self.verdict_line()}; {self.canaries} canaries {caught}"
+
+    def __str__(self) -> str:
+        return self.summary()
+
     @property
     def power(self) -> Power | None:
         """What an exactly-claimed mechanism shows at this many canaries, and the leak the audit

@@ -28,7 +28,7 @@ def write_canary_report(
     folder): what ``audit-scores --one-run --out`` writes, and ``Canaries.report``; ``phases`` the
     claimed σ, q and T (None: the claim is (ε, δ) alone)."""
     blocks: list[Block] = [
-        ("strong", one_run_line(result)),
+        ("strong", result.verdict_line()),
         ("p", _claim_text(result, phases)),
         ("p", _one_run_text(result, source)),
         ("figure", canary_figure({"one run's canary scores": scores}, membership, out)),
@@ -63,33 +63,6 @@ def _claim_text(result: OneRunResult, phases: Sequence[accounting.GaussianPhase]
         "" if result.accounted is None else f" {result.accounted.line()[0].upper()}{result.accounted.line()[1:]}."
     )
     return f"Claimed mechanism: {run}; m = {result.canaries} canaries, {result.members} of them in.{accounted}"
-
-
-def one_run_line(result: OneRunResult) -> str:
-    """The verdict of a one-run audit in one line."""
-    verdict = (
-        "VIOLATION (ε violated)"
-        if result.epsilon_violation
-        else "VIOLATION (curve violated: the mechanism is not the claimed one; the (ε, δ) claim itself is not "
-        "shown violated)"
-        if result.violation
-        else "no violation"
-    )
-    profile = (
-        ""
-        if result.profile_violation is None
-        else f"; the claimed profile {'REJECTED' if result.profile_violation else 'not rejected'}"
-        + (
-            ""
-            if result.epsilon_lower_bound_profile is None
-            else f" (ε_LB profile {result.epsilon_lower_bound_profile:.3f})"
-        )
-    )
-    methods = ", ".join(f"{name} {value:.3f}" for name, value in result.bounds.items())
-    return (
-        f"{verdict}: ε_LB = {result.epsilon_lower_bound:.3f} ({methods}) against the claimed ε = {result.epsilon:g} "
-        f"(δ = {result.delta:g}; {result.correct} of {result.guesses} guesses right){profile}"
-    )
 
 
 def one_run_power_line(result: OneRunResult) -> str:

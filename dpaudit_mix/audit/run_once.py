@@ -29,7 +29,7 @@ from .engine import score_label, spec_hash
 from .mechanisms import mechanism
 from .mechanisms.base import CanaryCollector, Plan, Setting
 from .one_run import OneRunResult, audit_one_run
-from .one_run_report import canary_figure, one_run_line, one_run_power_line
+from .one_run_report import canary_figure, one_run_power_line
 from .result import summary_json
 from .sizing import sized
 from .spec import THREATS, AuditSpec, mixing_data, resolve_problem
@@ -157,7 +157,7 @@ def _analyse(
 def _line(found: OneRunSetting) -> str:
     """A result's line in the report; a control's says whether it sees its canaries (as it must)."""
     if found.noise:
-        return f"{one_run_line(found.result)}. {one_run_power_line(found.result)}"
+        return f"{found.result.verdict_line()}. {one_run_power_line(found.result)}"
     seen = "sees its canaries" if found.result.violation else "BLIND: its canaries do not reject the claim"
     r = found.result
     return f"{seen} (ε_LB = {r.epsilon_lower_bound:.3f}; {r.correct} of {r.guesses} right)"

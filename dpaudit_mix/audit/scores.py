@@ -98,6 +98,32 @@ class AuditResult:
     accounted: Accounted | None = field(default=None, compare=False, kw_only=True)
     #: why no power is reported (:func:`.power.unsimulated`; None where it is)
     power_unsimulated: str | None = field(default=None, compare=False, kw_only=True)
+    #: the claim tested: its ε and δ
+    epsilon: float = field(kw_only=True)
+    delta: float = field(kw_only=True)
+
+    def summary(self) -> str:
+        """The result in one line: the verdict and the test that fired, ε_LB against the claim,
+        and what the audit could have caught (what ``print(result)`` shows)."""
+        verdict = {"epsilon_violated": "VIOLATION (ε violated)", "curve_violated": "VIOLATION (curve violated)"}.get(
+            self.verdict, "INCONCLUSIVE (the attack is blind)" if self.inconclusive else "no violation"
+        )
+        profile = "" if self.curve == "none" else f", profile ε_LB {self.epsilon_lower_bound_profile:.3f}"
+        power = self.power
+        caught = (
+            f"no power simulated ({self.power_unsimulated})"
+            if power is None
+            else "catches no leak up to σ/10"
+            if power.detects is None
+            else f"catches σ/{power.detects:g} in 90% of audits (95% confidence)"
+        )
+        return (
+            f"{verdict}: ε_LB {self.epsilon_lower_bound:.3f} (strict{profile}) against the claimed ε {self.epsilon:g} "
+            f"at δ {self.delta:g}, from {self.runs} runs; this size {caught}"
+        )
+
+    def __str__(self) -> str:
+        return self.summary()
 
     @property
     def verdict(self) -> str:
@@ -299,6 +325,8 @@ def analyse(
             threshold=threshold,
         ),
         power_unsimulated=unsimulated(tuple(phases or ()), len(scores_in) + len(scores_out), threshold),
+        epsilon=float(epsilon),
+        delta=float(delta),
     )
     return result, found
 

@@ -63,7 +63,7 @@ def _many_run_audit(args: argparse.Namespace, spec: Any, out: Path) -> int:
 
 def _one_run_audit(args: argparse.Namespace, spec: Any, out: Path) -> int:
     """``audit`` of a spec with ``one_run = true``: one training run, many canaries."""
-    from ..audit.one_run_report import one_run_line, one_run_power_line
+    from ..audit.one_run_report import one_run_power_line
     from ..audit.run_once import run_one_run_audit, write_one_run_report
 
     outcome = run_one_run_audit(spec, out, noise_multiplier=args.noise_multiplier, report=write_one_run_report)
@@ -73,7 +73,7 @@ def _one_run_audit(args: argparse.Namespace, spec: Any, out: Path) -> int:
             print(f"dpaudit-mix: {found.name}: {one_run_power_line(found.result)}", file=sys.stderr)
     if outcome.summary.violation:
         found = next(r for r in outcome.summary.results if r.noise and r.result.violation)
-        print(f"dpaudit-mix: {found.name}: {one_run_line(found.result)}; see {out}/report.md", file=sys.stderr)
+        print(f"dpaudit-mix: {found.name}: {found.result.verdict_line()}; see {out}/report.md", file=sys.stderr)
         return EXIT_VIOLATION
     return _inconclusive(outcome.summary, spec.epsilon, out)
 
@@ -127,7 +127,7 @@ def cmd_audit_scores(args: argparse.Namespace) -> int:
 
 def _one_run_scores(args: argparse.Namespace, path: Path, claim: dict[str, Any]) -> int:
     """``audit-scores --one-run``: one training run's canaries (scores, membership), exit 3 on a violation."""
-    from ..audit.one_run_report import one_run_line, one_run_power_line
+    from ..audit.one_run_report import one_run_power_line
     from ..audit.score_file import audit_canary_file, read_canaries
 
     require(args.threshold == "bonferroni", "--one-run chooses its guesses by its own fixed grid: drop --threshold")
@@ -138,7 +138,7 @@ def _one_run_scores(args: argparse.Namespace, path: Path, claim: dict[str, Any])
     print(f"dpaudit-mix: {one_run_power_line(result)}", file=sys.stderr)
     if result.violation:
         see = f"; see {claim['out']}/report.md" if claim["out"] else ""
-        print(f"dpaudit-mix: {one_run_line(result)}{see}", file=sys.stderr)
+        print(f"dpaudit-mix: {result.verdict_line()}{see}", file=sys.stderr)
         return EXIT_VIOLATION
     return 0
 

@@ -27,7 +27,6 @@ from .. import accounting
 from ..atomic import write_json, write_npz
 from ..audit.gradient_canaries import BYTES_PER_CANARY_STEP, Canaries, attach
 from ..audit.one_run import MIN_CANARIES
-from ..audit.one_run_report import one_run_line
 from ..audit.plan import check_detect
 from ..cache import sha256_bytes, user_cache_dir
 from ..data import registry
@@ -375,7 +374,7 @@ def _trained_and_audited(
         result.to_dict()  # its power, computed now: the audit's cost counts it
         audited = time.perf_counter()
         if result.violation:
-            raise Refused("audit", f"the one-run audit of this very finetune found: {one_run_line(result)}")
+            raise Refused("audit", f"the one-run audit of this very finetune found: {result.verdict_line()}")
     world = track.world
     manifest = ModelManifest(
         model=_written_model(tuned.weights(), out, track.image_spec.network, job.task),
