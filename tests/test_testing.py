@@ -264,9 +264,9 @@ def test_half_the_steps_and_a_wrong_direction_fail():
             grid=CORNER[:0] + [Point(1.0, 0.01, 1000, 1e-5)],
             sweeps=False,
         )
-    # ε that grows with σ (and uses q and T): the σ sweep, from σ = 5 down, sees ε fall
+    # ε that grows with σ (and uses q, T and δ): the σ sweep, from σ = 5 down, sees ε fall
     with pytest.raises(CheckFailed, match=r"ε falls from .* as noise_multiplier goes from 5 to 2.5"):
-        check_accountant(lambda s, q, t, d: (1.0 + s) * q * t, grid=[Point(1.0, 1.0, 1, 0.5)])
+        check_accountant(lambda s, q, t, d: (1.0 + s) * q * t * -math.log(d), grid=[Point(1.0, 1.0, 1, 0.5)])
 
 
 def test_a_calibrator_that_overshoots_fails():
@@ -377,7 +377,7 @@ def test_an_accountant_that_ignores_q_fails_on_its_flat_sweep_first():
     with pytest.raises(CheckFailed) as failed:
         check_accountant(lambda s, q, t, d: USER.my_epsilon(s, 1.0, t, d), grid=DEFAULT_GRID[:1])
     message = str(failed.value)
-    assert re.search(r"^check_accountant: \d+ of \d+ cases fail: sweep over sample_rate", message)
+    assert re.search(r"^check_accountant: \d+ of \d+ cases fail:\n- sweep over sample_rate", message)
     assert "ε does not change with sample_rate" in message and "is the sampling rate used?" in message
     # the flat sweep ends the check: the grid (minutes for such an accountant) is not asked
     report = failed.value.report
@@ -435,12 +435,41 @@ def test_accountants_that_ignore_q_fail_within_a_minute(base):
     assert time.monotonic() - started < 60
 
 
-def test_an_accountant_that_counts_a_step_per_epoch_fails_on_the_steps_sweep():
+def test_an_accountant_that_counts_a_step_per_epoch_fails_naming_its_steps():
+    """ε of T·q steps still rises with q and T, but falls short of PLD's along the q sweep's cheap
+    end: the hint names the sampling rate and the step count."""
+
     def per_epoch(s, q, t, d):
         return USER.my_epsilon(s, q, max(1, math.ceil(t * q)), d)
 
-    with pytest.raises(CheckFailed, match=r"ε does not change with steps: .* are the steps counted"):
+    with pytest.raises(CheckFailed, match=r"sweep over sample_rate .* below PLD's .* every step counted"):
         check_accountant(per_epoch, grid=DEFAULT_GRID[:1])
+
+
+def test_an_accountant_that_squares_q_fails_leading_with_the_sampling_rate():
+    """Opacus' RDP given q²: ε still rises along every sweep, and a flat stretch of its steps sweep
+    (RDP's conversion floor at q = 10⁻⁴) would have blamed the step count. The q sweep's cheap end
+    holds ε to PLD, so the message leads with the sampling rate; one failing case a line, and
+    ``CheckFailed.cases`` holds them."""
+
+    def squares_q(s, q, t, d):
+        accountant = RDPAccountant()
+        accountant.history = [(s, q * q, t)]
+        return accountant.get_epsilon(d)
+
+    with pytest.raises(CheckFailed) as failed:
+        check_accountant(squares_q)
+    first, listed = str(failed.value).split("\n")[:2]
+    assert first.startswith("check_accountant: ") and first.endswith("cases fail:")
+    assert (
+        listed.startswith("- sweep over sample_rate") and "is the sampling rate used as given (not squared)" in listed
+    )
+    assert [c.line() for c in failed.value.cases] == [listed[2:]]
+
+
+def test_an_accountant_that_ignores_delta_fails_on_the_delta_sweep():
+    with pytest.raises(CheckFailed, match=r"ε does not change with delta: .* is δ used\?"):
+        check_accountant(lambda s, q, t, d: USER.my_epsilon(s, q, t, 1e-5), grid=DEFAULT_GRID[:1])
 
 
 def test_a_conservative_accountant_is_accepted_only_when_asked():

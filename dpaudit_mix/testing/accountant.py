@@ -12,10 +12,12 @@ the corners where the field's accountants broke (tiny q, large T, small δ, larg
 - not over-report beyond :data:`OVER_REPORT` × PLD (an accountant that ignores q or counts a
   step per epoch over-reports 10–360×: its users add that much more noise than they need); with
   ``strict=False`` such a case is reported, not failed (a deliberately conservative accountant);
-- fall strictly as σ grows and rise strictly with q and with T (sweeps around a base point): a
-  sweep whose ε does not move by :data:`RESOLUTION` between points where PLD moves by 40–92 % is
-  an input the accountant does not use, and is named so; the failure message leads with it, as
-  it explains the grid's failures;
+- fall strictly as σ grows and rise strictly with q, with T and as δ falls (sweeps around a base
+  point): a sweep whose ε does not move by :data:`RESOLUTION` between points where PLD moves by
+  40–92 % is an input the accountant does not use, and is named so; the failure message leads
+  with it, as it explains the grid's failures. Where the grid's under-reports follow one input
+  (every subsampled point short while the full-batch ones are right: q squared, or per epoch),
+  a case naming that input leads instead;
 - with a calibrator σ(ε, q, T, δ): its σ spends at most ε, by the user's accountant and by PLD.
 
 **In bounded time, on any accountant.** Every call of the user's functions runs in a forked
@@ -105,8 +107,11 @@ SWEEP_BASE = Point(1.0, 0.01, 1000, 1e-5)
 SWEEPS: tuple[tuple[str, tuple[float, ...]], ...] = (
     ("sample_rate", (1e-4, 1e-3, 0.01, 0.05, 0.2, 1.0)),
     ("steps", (1, 10, 100, 1000, 10_000)),
+    ("delta", (1e-3, 1e-5, 1e-8, 1e-12)),
     ("noise_multiplier", (5.0, 2.5, 1.5, 1.0, 0.8, 0.6)),
 )
+#: the q sweep's points held to PLD as well as to rising (its cheap end: PLD answers them in a second)
+SWEEP_REFERENCE_Q = 0.01
 #: the seconds one call of the user's function may take, and the whole check's (no point is asked
 #: after it). An honest PLD accountant answers the slowest default point in about 3 s.
 POINT_SECONDS, CHECK_SECONDS = 30.0, 300.0
@@ -115,6 +120,7 @@ _UNUSED = {
     "noise_multiplier": "is the noise multiplier used?",
     "sample_rate": "is the sampling rate used?",
     "steps": "are the steps counted (one per batch, not one per epoch)?",
+    "delta": "is δ used?",
 }
 #: calibration round trips: (target ε, q, T) at δ = 1e-5.
 CALIBRATIONS: tuple[tuple[float, float, int], ...] = ((1.0, 1.0, 10), (4.0, 0.01, 1000), (8.0, 0.1, 100))
@@ -178,7 +184,9 @@ def _grid_cases(
     strict: bool,
     clock: _Clock,
 ) -> tuple[list[Case], float, list[str]]:
-    cases, worst, over = [], 0.0, []
+    """Each grid point's case, the largest shortfall below PLD, and the points that over-report;
+    where the under-reports lie along one input, a case naming it leads (:func:`_diagnosis`)."""
+    cases, worst, over, under = [], 0.0, [], []
     for point in grid:
         mine, fault = clock.answer(
             epsilon_fn, "epsilon_fn", (point.noise_multiplier, point.sample_rate, point.steps, point.delta)
@@ -191,6 +199,7 @@ def _grid_cases(
         worst = min(worst, mine - pld)
         passed = mine >= floor
         if not passed:
+            under.append((point, mine, pld))
             why = f"ε {mine:.4g} is below PLD's {pld:.4g} by more than the tolerance: it under-reports"
         elif mine > OVER_REPORT * max(pld, OVER_REPORT_FLOOR):
             over.append(str(point))
@@ -203,7 +212,36 @@ def _grid_cases(
         else:
             why = f"ε {mine:.4g} (PLD {pld:.4g})"
         cases.append(Case(str(point), passed, why))
-    return cases, worst, over
+    return _diagnosis(grid, under, cases) + cases, worst, over
+
+
+def _diagnosis(grid: Sequence[Point], under: list[tuple[Point, float, float]], cases: list[Case]) -> list[Case]:
+    """A case that names the input the grid's under-reports follow, to lead the message: every
+    point that under-reports is subsampled (q < 1) while the full-batch points pass (ε right at q =
+    1, too small below it: q squared, q per batch of a batch count, q from the wrong loader), or
+    every one is at a small δ while δ = 10⁻⁵ passes. None where no one input explains them."""
+    if not under:
+        return []
+    passed = {c.where for c in cases if c.passed}
+    full_batch_passes = any(p.sample_rate == 1 and str(p) in passed for p in grid)
+    shown = "; ".join(f"{p.sample_rate:g}: ε {mine:.4g} against {pld:.4g}" for p, mine, pld in under[:3])
+    if full_batch_passes and all(p.sample_rate < 1 for p, _, _ in under):
+        return [
+            Case(
+                "sample_rate",
+                False,
+                f"ε is PLD's at q = 1 but below it at q < 1 (at q {shown}): is the sampling rate used as given "
+                "(not squared, not per epoch, the loader's 1/len(loader))?",
+            )
+        ]
+    small = min(p.delta for p in grid)
+    if (
+        small < 1e-8
+        and all(p.delta == small for p, _, _ in under)
+        and any(p.delta > small and str(p) in passed for p in grid)
+    ):
+        return [Case("delta", False, f"ε is below PLD's only at δ = {small:g}: is δ used as given?")]
+    return []
 
 
 def _sweep_step(axis: str, a: float, b: float, ea: float, eb: float, answers: list[float]) -> str:
@@ -219,22 +257,32 @@ def _sweep_step(axis: str, a: float, b: float, ea: float, eb: float, answers: li
     return ""
 
 
-def _sweep_cases(epsilon_fn: EpsilonFn, clock: _Clock) -> list[Case]:
+def _sweep_cases(epsilon_fn: EpsilonFn, tolerance: tuple[float, float], replace_one: bool, clock: _Clock) -> list[Case]:
     """Each sweep of :data:`SWEEPS`, from its cheapest point, up to the first step where ε does not
-    rise (the way PLD moves, by 40–92 % a step): that case fails, and no sweep after it is asked."""
+    rise (the way PLD moves, by 40–92 % a step): that case fails, and no sweep after it is asked.
+    Along q, the points up to :data:`SWEEP_REFERENCE_Q` are held to PLD too (cheap there): an ε
+    short of it at small q names the sampling rate (q squared, or steps per epoch: ε still rises
+    with q and T, but a later sweep would go flat where the real cause is q)."""
     cases: list[Case] = []
     for axis, values in SWEEPS:
         where = f"sweep over {axis} {list(values)} at {SWEEP_BASE}"
         answers: list[float] = []
         for at, value in enumerate(values):
-            point = {**vars(SWEEP_BASE), axis: value}
-            args = (point["noise_multiplier"], point["sample_rate"], int(point["steps"]), point["delta"])
-            mine, fault = clock.answer(epsilon_fn, "epsilon_fn", args)
+            point = Point(**{**vars(SWEEP_BASE), axis: type(getattr(SWEEP_BASE, axis))(value)})
+            mine, fault = clock.answer(epsilon_fn, "epsilon_fn", (*vars(point).values(),))
             if mine is None:
                 return [*cases, Case(f"{where}, {axis}={value:g}", False, fault)]
             answers.append(mine)
             if at >= 1 and (why := _sweep_step(axis, values[at - 1], value, answers[-2], mine, answers)):
                 return [*cases, Case(where, False, why)]
+            if axis == "sample_rate" and value <= SWEEP_REFERENCE_Q:
+                pld = _reference(point, replace_one)
+                if mine < pld - tolerance[0] - tolerance[1] * pld:
+                    why = (
+                        f"ε {mine:.4g} at q = {value:g} is below PLD's {pld:.4g}: is the sampling rate used as given "
+                        "(not squared), and every step counted (not one per epoch)?"
+                    )
+                    return [*cases, Case(where, False, why)]
         cases.append(Case(where, True, f"ε rises along it: {[round(e, 4) for e in answers]}"))
     return cases
 
@@ -300,7 +348,7 @@ def check_accountant(
         accounting.check_delta(p.delta)
     require(isinstance(strict, bool), f"strict must be True or False, got {_describe(strict)}")
     replace_one, clock = neighbouring == "replace_one", _Clock.start()
-    cases = _sweep_cases(epsilon_fn, clock) if sweeps else []
+    cases = _sweep_cases(epsilon_fn, tolerance, replace_one, clock) if sweeps else []
     worst: float = 0.0
     over: list[str] = []
     stopped = next((c.where for c in cases if not c.passed), None)

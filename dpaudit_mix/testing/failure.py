@@ -29,14 +29,23 @@ class Case:
 
 
 class CheckFailed(AssertionError):
-    """A user's accountant, DP-SGD setup or mechanism failed a check; ``report`` holds every case."""
+    """A user's accountant, DP-SGD setup or mechanism failed a check.
+
+    Attributes:
+        report: the :class:`Report` of every case, passed and failed, and what the check measured.
+        cases: the failing cases alone, in the order the message lists them (the one that
+            explains the others first).
+
+    The message is a first line ("check_accountant: 2 of 14 cases fail:") and then one failing
+    case a line, up to :data:`LISTED` of them.
+    """
 
     def __init__(self, report: Report) -> None:
         self.report = report
-        failed = report.failures
-        listed = "; ".join(case.line() for case in failed[:LISTED])
-        more = f" (and {len(failed) - LISTED} more)" if len(failed) > LISTED else ""
-        super().__init__(f"{report.check}: {len(failed)} of {len(report.cases)} cases fail: {listed}{more}")
+        self.cases = report.failures
+        listed = "".join(f"\n- {case.line()}" for case in self.cases[:LISTED])
+        more = f"\n- and {len(self.cases) - LISTED} more" if len(self.cases) > LISTED else ""
+        super().__init__(f"{report.check}: {len(self.cases)} of {len(report.cases)} cases fail:{listed}{more}")
 
 
 @dataclass(frozen=True)
