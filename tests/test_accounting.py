@@ -345,3 +345,13 @@ def test_a_child_forked_while_a_thread_holds_the_answers_lock_does_not_wait_for_
     finally:
         done.set()
         thread.join()
+
+
+@pytest.mark.parametrize("sample_rate", [0.1, 1.0])
+def test_a_vanishing_epsilon_calibrates_without_overflow(sample_rate: float) -> None:
+    """ε = 1e-300 (a release spec's typo): the secant search once stepped to σ ~ 10³⁰⁰ and raised
+    OverflowError; it now climbs as for any target and returns a σ within the largest accepted
+    whose ε is within the target (a mechanism that noisy is (0, δ)-DP at δ = 1e-5)."""
+    sigma = accounting.calibrate(1e-300, 1e-5, sample_rate, 100)
+    assert sigma <= accounting.MAX_NOISE_MULTIPLIER
+    assert accounting.epsilon([accounting.GaussianPhase(sigma, sample_rate, 100)], 1e-5) <= 1e-300

@@ -5,6 +5,7 @@ confirm (:mod:`..calibrations`), and given up after CALIBRATE_SECONDS naming the
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -28,6 +29,8 @@ from .phases import (
 
 #: calibration gives up after this long, naming the setting, instead of hanging.
 CALIBRATE_SECONDS = 180.0
+#: the log of the largest float: a secant σ beyond it is +inf (and then far past MAX_NOISE_MULTIPLIER).
+LOG_FLOAT_MAX = math.log(sys.float_info.max)
 
 
 def calibrate(
@@ -250,7 +253,8 @@ def _secant_sigma(a: tuple[float, float], b: tuple[float, float], target_epsilon
     slope = (math.log(eps_b) - math.log(eps_a)) / (math.log(s_b) - math.log(s_a))
     if not slope < 0:
         return None
-    return math.exp(math.log(s_a) + (math.log(target_epsilon) - math.log(eps_a)) / slope)
+    log_sigma = math.log(s_a) + (math.log(target_epsilon) - math.log(eps_a)) / slope
+    return math.exp(log_sigma) if log_sigma < LOG_FLOAT_MAX else math.inf  # ε = 1e-300: σ past every float
 
 
 def _bracket_step(seen: list[tuple[float, float]], target_epsilon: float, rel_tol: float) -> float:
@@ -260,7 +264,7 @@ def _bracket_step(seen: list[tuple[float, float]], target_epsilon: float, rel_to
     guess = _secant_sigma(seen[-2], seen[-1], target_epsilon) if len(seen) > 1 else None
     if guess is None and e + target_epsilon > 0:
         guess = sigma * (e + target_epsilon) / target_epsilon
-    ratio = 1.5 if guess is None else max(guess / sigma, sigma / guess) ** 1.1
+    ratio = 1.5 if guess is None else min(max(guess / sigma, sigma / guess), 1.5) ** 1.1  # capped first: no overflow
     return min(max(ratio, 1 + rel_tol / 4), 1.5)
 
 
