@@ -220,6 +220,10 @@ def test_ledger_composes_in_pld_and_enforces_the_budget(tmp_path: Path, problem_
     [
         ({"epsilon": -1.0}, "epsilon"),
         ({"audit_canaries": ["golden"]}, "audit_canaries"),
+        (
+            {"audit_canaries": ["max_clip", "max_clip"]},
+            "audit_canaries must name some of ('natural', 'max_clip'), each once",
+        ),
         ({"accountant": "magic"}, "accountant"),
         ({"budget_epsilon": 0.5}, "budget_epsilon"),
         ({"problem": "/no/such.npz"}, "neither an embedded problem"),

@@ -22,6 +22,15 @@ NATURAL_POLICIES = ("index", "random", "most_influential")
 CANARY_KINDS = ("natural", "max_clip")
 
 
+def check_canary_kinds(kinds: tuple[str, ...], key: str) -> None:
+    """A spec's canary kinds: some of :data:`CANARY_KINDS`, each once (a kind named twice would be
+    audited twice and counted twice in the level's share)."""
+    require(
+        len(kinds) >= 1 and set(kinds) <= set(CANARY_KINDS) and len(set(kinds)) == len(kinds),
+        f"{key} must name some of {CANARY_KINDS}, each once, got {list(kinds)}",
+    )
+
+
 def max_clip_direction(k: int) -> np.ndarray:
     """v ∝ (+1, −1, +1, …) centred: a fixed unit direction orthogonal to the all-ones vector."""
     v = np.where(np.arange(k) % 2 == 0, 1.0, -1.0)

@@ -24,7 +24,7 @@ from ..problem import Problem, load
 from ..randomness import stream
 from ..specfile import Seed, check_fields, load_spec_file
 from .attack import THRESHOLDS
-from .canaries import CANARY_KINDS, NATURAL_POLICIES
+from .canaries import CANARY_KINDS, NATURAL_POLICIES, check_canary_kinds
 from .catalog import check_spec, supports_one_run
 from .one_run import MIN_CANARIES
 from .plan import check_detect
@@ -77,10 +77,7 @@ class AuditSpec:
             check_detect(self.detect)
         require(0 < self.confidence < 1, f"confidence must be in (0, 1), got {self.confidence}")
         require(self.chunk_size >= 1, f"chunk_size must be >= 1, got {self.chunk_size}")
-        require(
-            len(self.canaries) >= 1 and set(self.canaries) <= set(CANARY_KINDS),
-            f"canaries must be a non-empty subset of {CANARY_KINDS}, got {list(self.canaries)}",
-        )
+        check_canary_kinds(self.canaries, "canaries")
         require(
             len(self.threats) >= 1 and set(self.threats) <= set(THREATS),
             f"threats must be a non-empty subset of {THREATS}, got {list(self.threats)}",

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from .. import accounting
 from ..audit.attack import THRESHOLDS
-from ..audit.canaries import CANARY_KINDS, NATURAL_POLICIES
+from ..audit.canaries import CANARY_KINDS, NATURAL_POLICIES, check_canary_kinds
 from ..audit.plan import check_detect
 from ..data import registry
 from ..errors import require
@@ -57,10 +57,7 @@ class ReleaseSpec:
             self.audit_runs is None or self.audit_runs >= MIN_AUDIT_RUNS,
             f"audit_runs must be >= {MIN_AUDIT_RUNS}, got {self.audit_runs}",
         )
-        require(
-            len(self.audit_canaries) >= 1 and set(self.audit_canaries) <= set(CANARY_KINDS),
-            f"audit_canaries must be a non-empty subset of {CANARY_KINDS}, got {self.audit_canaries!r}",
-        )
+        check_canary_kinds(self.audit_canaries, "audit_canaries")
         require(
             self.natural_policy in NATURAL_POLICIES,
             f"natural_policy must be one of {NATURAL_POLICIES}, got {self.natural_policy!r}",
