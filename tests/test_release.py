@@ -338,3 +338,30 @@ def test_a_natural_canary_without_held_out_rows_is_refused_before_the_verificati
     assert main(["release", str(spec), "--out", str(out)]) == 2
     assert "a natural canary needs 'heldout_logp'" in capsys.readouterr().err
     assert not (out / "release.json").exists() and ledger.read(tmp_path / "ledger.json") == []  # nothing spent
+
+
+def test_a_bad_key_an_unpublishable_out_or_a_bad_audit_key_is_refused_before_any_work(
+    tmp_path: Path, problem_file: Path, capsys, monkeypatch
+) -> None:
+    """Each is one line and exit 2 before the verification's minute, and none touches the ledger:
+    a signing key others can read (it was opened only to sign, after the audit); an --out that is
+    the folder holding the key or the ledger (the release folder is published whole); a spec key
+    of the audit (chunk_size = 0) that was checked only after the ledger's reservation."""
+    import time
+
+    key = tmp_path / "keys" / "release-signing-key.pem"
+    monkeypatch.setenv("DPAUDIT_MIX_SIGNING_KEY", str(key))
+    started = time.monotonic()
+    key.parent.mkdir()
+    key.write_text("-----BEGIN PRIVATE KEY-----\n")
+    key.chmod(0o644)
+    assert main(["release", str(write_spec(tmp_path, problem_file)), "--out", str(tmp_path / "a")]) == 2
+    assert "can be read by others" in capsys.readouterr().err
+    key.unlink()
+    assert main(["release", str(write_spec(tmp_path, problem_file)), "--out", str(key.parent)]) == 2
+    assert "is the folder of" in capsys.readouterr().err and not (key.parent / "refused.json").exists()
+    assert main(["release", str(write_spec(tmp_path, problem_file)), "--out", str(tmp_path)]) == 2  # holds the ledger
+    spec = write_spec(tmp_path, problem_file, chunk_size=0)
+    assert main(["release", str(spec), "--out", str(tmp_path / "b")]) == 2
+    assert "chunk_size must be >= 1" in capsys.readouterr().err
+    assert time.monotonic() - started < 60 and not (tmp_path / "ledger.json").exists()

@@ -29,7 +29,7 @@ from ..atomic import check_output, write_bytes, write_json
 from ..audit.engine import run_audit
 from ..audit.mechanisms import mechanism
 from ..audit.report import summary_verdict, write_report
-from ..audit.spec import mixing_data
+from ..audit.spec import AuditSpec, mixing_data
 from ..audit.verdict import result_confidence
 from ..cache import sha256_bytes, user_cache_dir
 from ..data import registry
@@ -160,6 +160,11 @@ def _release(
         "spec_sha256": sha256_bytes(spec_bytes),
         "package_version": __version__,
     }
+    audited = audit_spec(spec, prob, inputs, sized.size)
+    # every key of the audit checked (chunk_size, …) and its own input checks run (a natural
+    # canary needs held-out rows, …): milliseconds, before the ledger is touched and before the
+    # verification's minute, so a refusal reserves nothing and is not a minute late
+    mechanism(audited.mechanism).plan(audited, prob, mixing_data(prob, audited), sigma)
     key, identity = problem_io.budget_key(prob)
     reservation = reserve(
         ledger_path,
@@ -182,6 +187,7 @@ def _release(
             spec,
             prob,
             inputs,
+            audited,
             phase=phase,
             calibrated=calibrated,
             out=out,
@@ -254,6 +260,7 @@ def _checked_release(
     spec: ReleaseSpec,
     prob: Problem,
     inputs: dict[str, str],
+    audited: AuditSpec,
     *,
     phase: accounting.GaussianPhase,
     calibrated: float,
@@ -268,10 +275,6 @@ def _checked_release(
     manifest, with its card written (release.json is the caller's, last). ``budget``: what the
     ledger says of the data with this release counted."""
     sigma = phase.noise_multiplier
-    audited = audit_spec(spec, prob, inputs, sized.size)
-    # the audit's own input checks (a natural canary needs held-out rows, …) cost milliseconds:
-    # they come before the verification's minute, so a refusal is not a minute late
-    mechanism(audited.mechanism).plan(audited, prob, mixing_data(prob, audited), sigma)
     work = work_folder(inputs)
     # The audit's runs go alongside the verification (its accountant calls leave cores idle): a
     # child fills the work folder's chunks, and the same audit below resumes from them once the
@@ -340,6 +343,17 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+def check_published_folder(out: Path, ledger_path: Path | None) -> None:
+    """``out`` is published whole: never the folder that holds the signing key or a ledger (the
+    user state folder by default), nor one that holds a file of their names (one InputError)."""
+    for private in (signing.key_path(), ledger.default_path(), *(() if ledger_path is None else (ledger_path,))):
+        require(
+            out.resolve() != private.parent.resolve() and not (out / private.name).exists(),
+            f"--out {out} is the folder of {private} (or holds a file of its name): a release folder is "
+            "published whole; choose another --out",
+        )
+
+
 def release(
     spec_path: str | Path,
     out: Path,
@@ -363,8 +377,10 @@ def release(
         not (out / "release.json").exists(),
         f"{out} already holds a published release (release.json); a release is never overwritten: choose another --out",
     )
+    check_published_folder(out, ledger_path)
     manifest: Manifest | ModelManifest
     try:
+        signing.signing_key()  # a key others can read, or a corrupt one, refuses before any work
         spec_bytes = read_spec_bytes(spec_path)
         if is_model_spec(spec_path, spec_bytes):
             require(
@@ -375,6 +391,7 @@ def release(
         else:
             spec = parse_spec(ReleaseSpec, spec_path, spec_bytes)
             ledger_path = ledger_path or (Path(spec.ledger) if spec.ledger else ledger.default_path())
+            check_published_folder(out, ledger_path)
             manifest = _release(
                 spec_path,
                 spec_bytes,
