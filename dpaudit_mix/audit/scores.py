@@ -262,13 +262,11 @@ def analyse(
     step: Callable[[str], None] | None = None,
     curve: str | None = None,
 ) -> tuple[AuditResult, AttackResult]:
-    """The result and the attack behind it (its thresholds and counted runs, for figures);
-    ``step`` hears of each of its :data:`STEPS` as it starts (a progress bar); ``curve="gdp"``:
-    without phases, the caller states the mechanism is μ-GDP (else the claim is (ε, δ) alone).
-
-    Runs are in-scores then out-scores (:func:`.ties.attacked`). ``phases`` are the claim's Gaussian
-    phases (None: a μ-GDP claim, whose Gaussian numbers are then not known to be bounds); ``confidence``
-    holds for this one result: an audit of several shares its α over them."""
+    """The result and the attack behind it (its thresholds and counted runs, for figures); ``step``
+    hears of each of its :data:`STEPS` as it starts; ``curve="gdp"``: without phases, the caller
+    states the mechanism is μ-GDP (else the claim is (ε, δ) alone). Runs are in-scores then
+    out-scores (:func:`.ties.attacked`); ``confidence`` holds for this one result (an audit of several
+    shares its α over them)."""
     tell, stated = step or (lambda name: None), claimed_curve(phases, curve, delta)
     tell(STEPS[0])
     found, ordered = attacked(

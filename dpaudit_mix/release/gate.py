@@ -160,10 +160,7 @@ def _release(
         "spec_sha256": sha256_bytes(spec_bytes),
         "package_version": __version__,
     }
-    audited = audit_spec(spec, prob, inputs, sized.size)
-    # every key of the audit checked (chunk_size, …) and its own input checks run (a natural
-    # canary needs held-out rows, …): milliseconds, before the ledger is touched and before the
-    # verification's minute, so a refusal reserves nothing and is not a minute late
+    audited = audit_spec(spec, prob, inputs, sized.size)  # its keys and input checks, before the ledger
     mechanism(audited.mechanism).plan(audited, prob, mixing_data(prob, audited), sigma)
     key, identity = problem_io.budget_key(prob)
     reservation = reserve(
@@ -182,7 +179,6 @@ def _release(
     )
     try:
         publication = Publication(reservation, {"sha256": key, "identity": identity})
-        budget = reserved_budget(ledger_path, reservation)
         manifest = _checked_release(
             spec,
             prob,
@@ -192,7 +188,7 @@ def _release(
             calibrated=calibrated,
             out=out,
             progress=progress,
-            budget=budget,
+            budget=reserved_budget(ledger_path, reservation),
             publication=publication,
             accountant_check=checked_accountant,
             sized=sized,
