@@ -98,7 +98,7 @@ def cli_page() -> str:
         "",
         "Generated from the parsers (`dpaudit-mix COMMAND --help` says the same). Exit codes: "
         "0 success, 2 bad input, 3 a violation, a refused release or a failed check, 4 an inconclusive "
-        "audit, 5 a fault of the machine, 130 interrupted.",
+        "audit or a release whose signer is not known here, 5 a fault of the machine, 130 interrupted.",
         "",
         "`dpaudit-mix --version` prints the version.",
     ]

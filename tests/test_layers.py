@@ -41,6 +41,7 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "resources",
             "specfile",
             "stats",
+            "strict_json",
             "threads",
             "version",
         ),

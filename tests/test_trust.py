@@ -19,6 +19,7 @@ from dpaudit_mix.identity import sensitive_sha256
 from dpaudit_mix.problem import Problem, budget_key, load, save
 from dpaudit_mix.randomness import stream
 from dpaudit_mix.release import gate, ledger, signing
+from dpaudit_mix.release.check import LAMBDA_CHECKS
 from dpaudit_mix.release.manifest import manifest_digest
 from dpaudit_mix.testing import check_mechanism
 from dpaudit_mix.testing.failure import CheckFailed
@@ -172,7 +173,7 @@ def test_lambda_and_model_releases_on_one_manifest_share_one_budget(tmp_path: Pa
     assert len(ledger.read(path)) == 2 and not (tmp_path / "third" / "release.json").exists()
     for folder in ("first", "model"):
         assert main(["check-release", str(tmp_path / folder / "release.json"), "--ledger", str(path)]) == 0
-        assert json.loads(capsys.readouterr().out)["checked"] == ["digest", "signature", "files", "ledger"]
+        assert json.loads(capsys.readouterr().out)["checked"][:4] == ["digest", "signature", "files", "ledger"]
 
 
 def test_a_ledger_of_the_earlier_layout_is_migrated_with_its_history(tmp_path: Path, monkeypatch) -> None:
@@ -308,7 +309,8 @@ def _check(capsys, manifest: Path, *flags: str, ledger_of: Path | None = None) -
 
 def test_an_untouched_release_checks_here_and_on_another_machine(released: Path, tmp_path: Path, monkeypatch, capsys):
     code, found, _ = _check(capsys, released)
-    assert code == 0 and found["checked"] == ["digest", "signature", "files", "ledger"]
+    assert code == 0 and found["ok"] and found["checked"][:4] == ["digest", "signature", "files", "ledger"]
+    assert found["checked"][4:] == [*LAMBDA_CHECKS, "problem (its sha256, sources, data digest and identity)"]
     manifest = json.loads(released.read_text())
     assert manifest["signature"]["fingerprint"] in (released.parent / "release.md").read_text()
     copy = _copy(released, tmp_path)
@@ -317,10 +319,32 @@ def test_an_untouched_release_checks_here_and_on_another_machine(released: Path,
     capsys.readouterr()
     assert main(["check-release", str(copy), "--public-key", str(key)]) == 0
     elsewhere = json.loads(capsys.readouterr().out)
-    assert elsewhere["checked"] == ["digest", "signature", "files"] and "records nothing" in elsewhere["notes"][0]
-    assert main(["check-release", str(copy)]) == 0  # no trusted key: integrity only, and it says so
-    alone = json.loads(capsys.readouterr().out)
+    assert elsewhere["checked"][:3] == ["digest", "signature", "files"] and "records nothing" in elsewhere["notes"][0]
+    # no trusted key: integrity only, which is no "ok" (anyone who re-signs names their own key): exit 4
+    assert main(["check-release", str(copy)]) == 4
+    captured = capsys.readouterr()
+    alone = json.loads(captured.out)
+    assert not alone["ok"] and alone["signer"] == "unknown" and alone["problems"] == []
     assert "signature (the key it names)" in alone["checked"] and "--public-key" in alone["notes"][0]
+    assert "integrity verified, signer unknown: pass --public-key FILE" in captured.err
+
+
+def test_a_duplicated_key_and_an_unlisted_file_fail_check_release(released: Path, tmp_path: Path, capsys) -> None:
+    """A release.json with "weights" twice, forged first and the signed ones last (a reader that
+    keeps the first key sees other λ than the signature covers): exit 3, naming the key. A file
+    the manifest does not list beside it (a CSV of ids): exit 3, naming the file."""
+    copy = _copy(released, tmp_path)
+    text = copy.read_text()
+    signed = json.loads(text)["weights"]
+    forged = json.dumps([signed[1], signed[0], *signed[2:]])
+    copy.write_text(text.replace('"weights":', f'"weights": {forged}, "weights":', 1))
+    assert json.loads(copy.read_text())["weights"] == signed  # Python keeps the last: the signed λ
+    code, found, _ = _check(capsys, copy, ledger_of=released)
+    assert code == 3 and not found["ok"] and "['weights'] appear more than once" in found["problems"][0]
+    copy.write_text(text)
+    (copy.parent / "ids.csv").write_text("id\n17\n")
+    code, found, _ = _check(capsys, copy, ledger_of=released)
+    assert code == 3 and any(p.startswith("files: ids.csv lies in the release folder") for p in found["problems"])
 
 
 def _forged(manifest: dict) -> dict:

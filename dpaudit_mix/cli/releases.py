@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..errors import EXIT_VIOLATION, require
+from ..errors import EXIT_INCONCLUSIVE, EXIT_VIOLATION, require
 from .common import Parser, add_json, command, emit, finite
 
 
@@ -36,6 +36,9 @@ def cmd_check_release(args: argparse.Namespace) -> int:
     if found.problems:
         print("dpaudit-mix: check-release FAILED:\n  " + "\n  ".join(found.problems), file=sys.stderr)
         return EXIT_VIOLATION
+    if found.signer_unknown:
+        print("dpaudit-mix: integrity verified, signer unknown: pass --public-key FILE", file=sys.stderr)
+        return EXIT_INCONCLUSIVE
     return 0
 
 
@@ -111,7 +114,8 @@ def commands(sub: argparse._SubParsersAction[Parser]) -> None:
     check.add_argument("--problem", help="the problem file to check against (default: the path in the manifest)")
     check.add_argument(
         "--public-key",
-        help="the releaser's public key (PEM, from `dpaudit-mix signing-key`; default: this machine's own key)",
+        help="the releaser's public key (PEM, from `dpaudit-mix signing-key`; default: this machine's own key; "
+        "with neither, a signer not known here is exit 4)",
     )
     check.add_argument(
         "--ledger", help="the ledger that released it (default: $DPAUDIT_MIX_LEDGER, else the user state folder)"

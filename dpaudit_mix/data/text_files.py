@@ -10,13 +10,12 @@ become 0, 1, … in order of first appearance.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .. import npz
+from .. import npz, strict_json
 from ..errors import InputError, require
 
 
@@ -41,10 +40,7 @@ def _jsonl(text: str, where: str, users_allowed: bool) -> tuple[list[str], np.nd
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            raise InputError(f"{where}: line {number} is not JSON: {exc}") from None
+        record = strict_json.loads(line, f"{where}: line {number}")
         require(isinstance(record, dict), f"{where}: line {number} is not a JSON object")
         unknown = sorted(set(record) - {"text", "user"})
         require(not unknown, f"{where}: line {number} has unknown keys {', '.join(unknown)} (text, user)")

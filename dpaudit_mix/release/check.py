@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import accounting
+from .. import accounting, strict_json
 from .. import problem as problem_io
 from ..cache import sha256_bytes
 from ..data import registry
@@ -27,10 +27,11 @@ from .publication import field_of as _field
 from .spec import MIN_AUDIT_RUNS
 
 
-def _json(path: Path) -> Any:
+def _json(content: bytes, path: Path) -> Any:
+    """``content`` as Python's parser reads it (any JSON), else one InputError."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError, OSError, RecursionError) as exc:
+        return json.loads(content)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise InputError(f"{path} is not a release manifest: {exc!r}") from None
 
 
@@ -63,9 +64,13 @@ def check_release(
     public_key: str | Path | None = None,
     ledger_path: str | Path | None = None,
 ) -> list[str]:
-    """Everything about a release.json that does not hold, each naming its section; [] when it
-    all does (:func:`inspect_release` also says which checks ran)."""
-    return inspect_release(manifest_path, problem, public_key=public_key, ledger_path=ledger_path).problems
+    """Everything about a release.json that does not hold, each naming its section, and a signer
+    no key trusted here vouches for; [] when it all does (:func:`inspect_release` also says which
+    checks ran, and tells an unknown signer apart from a problem)."""
+    found = inspect_release(manifest_path, problem, public_key=public_key, ledger_path=ledger_path)
+    return found.problems + (
+        ["signature: integrity verified, signer unknown (give public_key)"] if found.signer_unknown else []
+    )
 
 
 def inspect_release(
@@ -76,12 +81,21 @@ def inspect_release(
     ledger_path: str | Path | None = None,
 ) -> Checked:
     """check-release of the release.json at ``manifest_path``: what does not hold, which checks
-    ran (``digest``, ``signature``, ``files``, ``ledger``), and what could not be checked here.
+    ran (``checked``: the digest, the signature, the files, the ledger, then each section the
+    manifest holds: :data:`LAMBDA_CHECKS` or :data:`MODEL_CHECKS`, the problem's bytes where they
+    were at hand), whether its signer is trusted here, and what could not be checked.
     ``public_key``: the releaser's key (default: this machine's, where it has released);
     ``ledger_path``: the ledger to find the release in (default: this machine's)."""
     manifest_path = Path(manifest_path)
     require(manifest_path.is_file(), f"manifest not found: {manifest_path}")
-    return check_manifest(_json(manifest_path), manifest_path.parent, problem, trust(public_key, ledger_path))
+    content = manifest_path.read_bytes()
+    try:
+        manifest = strict_json.loads(content, f"{manifest_path} (a release manifest)")
+    except InputError as exc:
+        _json(content, manifest_path)  # not JSON at all: bad input, exit 2
+        # JSON that two readers read apart (a key twice: the forged λ first, the signed one last)
+        return Checked(problems=[f"release.json: {exc}"], checked=["strict JSON"])
+    return check_manifest(manifest, manifest_path.parent, problem, trust(public_key, ledger_path))
 
 
 def check_manifest(manifest: Any, folder: Path, problem: str | Path | bytes | None, trusted: Trust) -> Checked:
@@ -93,11 +107,30 @@ def check_manifest(manifest: Any, folder: Path, problem: str | Path | bytes | No
         require(problem is None, "--problem: a model release names no problem file")
         found = check_publication(manifest, folder, MODEL_FILES, trusted)
         found.problems += check_model_release(manifest, folder, where)
+        found.checked += MODEL_CHECKS
         return found
     manifest, phase, accountant = _read_manifest(manifest, where)
     found = check_publication(manifest, folder, CARD, trusted)
-    found.problems += _lambda_sections(manifest, phase, accountant, folder, problem)
+    problems, read = _lambda_sections(manifest, phase, accountant, folder, problem)
+    found.problems += problems
+    found.checked += [*LAMBDA_CHECKS, *(["problem (its sha256, sources, data digest and identity)"] if read else [])]
     return found
+
+
+#: the sections check-release ties to each other and to the claim, beyond the publication's checks.
+LAMBDA_CHECKS = [
+    "claim (ε recomputed under every accountant, the spec's settings)",
+    "verification (its verdict)",
+    "audit (its σ, q, T, C, data, canaries and runs against the claim; its verdicts; its power against detect)",
+    "weights (a point of the simplex, one per source)",
+]
+MODEL_CHECKS = [
+    "claim (each phase's ε recomputed by its accountant, the total by its composition)",
+    "model (the weights file against its sha256)",
+    "verification (its verdict)",
+    "audit (clean, of the finetune's σ, q and T)",
+    "metrics (each against chance and the baselines)",
+]
 
 
 #: what a model release publishes beside release.json (its card has no figures).
@@ -110,13 +143,13 @@ def _lambda_sections(
     accountant: str,
     folder: Path,
     problem: str | Path | bytes | None,
-) -> list[str]:
+) -> tuple[list[str], bool]:
     """Not only the digest: every section is tied to the claim, the data and the release rules (a
     forger who recomputes the digest must still make the sections agree with each other and with
     the problem's bytes): the claim recomputed under every accountant; the manifest's own
     verification and audit verdicts; the audit's σ, q, T, C, data digest, canaries and run counts
     against the claim, the spec and the gate's rules; the sources, λ and the data's identity
-    against the problem."""
+    against the problem. Returns the problems and whether the problem's bytes were at hand."""
     problems = _claim_mismatch(manifest, phase, accountant)
     if manifest["verification"].get("passed") is not True:
         problems.append("verification: the manifest's own verification did not pass (verification.passed is not true)")
@@ -138,7 +171,7 @@ def _lambda_sections(
         key, identity = problem_io.budget_key(found)
         if manifest.get("data") != {"sha256": key, "identity": identity}:
             problems.append(f"data: the ledger key is not the released problem's ({identity} {key[:16]}…)")
-    return problems
+    return problems, found is not None
 
 
 def _spec_section(manifest: dict[str, Any]) -> dict[str, Any]:

@@ -4,13 +4,12 @@ ledger that fails them refuses with the entry it stopped at."""
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .. import accounting
+from .. import accounting, strict_json
 from ..errors import InputError, require
 from ..identity import ALL, is_part
 
@@ -209,10 +208,7 @@ def _dataset(raw: object, where: str) -> Dataset:
 
 
 def parse(path: Path, text: str) -> tuple[dict[str, Dataset], list[Entry]]:
-    try:
-        body = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise InputError(f"the privacy ledger {path} is not JSON ({exc!r}); refusing to guess what was spent") from None
+    body = strict_json.loads(text, f"the privacy ledger {path} (refusing to guess what was spent)")
     require(
         isinstance(body, dict) and isinstance(body.get("releases"), list),
         f"the privacy ledger {path} has no 'releases' list; refusing to guess what was spent",

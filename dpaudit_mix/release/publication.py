@@ -23,6 +23,9 @@ from ..identity import is_digest
 from . import ledger, signing
 from .manifest import manifest_digest
 
+#: the folder's ownership record (:mod:`..owned`), the one file beside release.json it does not list.
+OWNED = ".release.owned"
+
 
 def field_of(mapping: Any, key: str, kinds: tuple[type, ...], where: str) -> Any:
     """``mapping[key]`` if it is one of ``kinds`` (bool is never a number), else an InputError."""
@@ -40,14 +43,28 @@ def field_of(mapping: Any, key: str, kinds: tuple[type, ...], where: str) -> Any
 
 @dataclass
 class Checked:
-    """Every finding (``problems``: empty when it all holds), which checks ran, and what was not checked."""
+    """Every finding (``problems``: empty when it all holds), which checks ran, what was not
+    checked, and whether the signer is one trusted here (``signer_unknown``: the signature holds
+    under the key the manifest names, which anyone who re-signs it can name)."""
 
     problems: list[str] = field(default_factory=list)
     checked: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    signer_unknown: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """Nothing fails and the signer is trusted: only then is the release what its releaser published."""
+        return not self.problems and not self.signer_unknown
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": not self.problems, "checked": self.checked, "problems": self.problems, "notes": self.notes}
+        return {
+            "ok": self.ok,
+            "signer": "unknown" if self.signer_unknown else "trusted",
+            "checked": self.checked,
+            "problems": self.problems,
+            "notes": self.notes,
+        }
 
 
 @dataclass(frozen=True)
@@ -98,6 +115,13 @@ def check_files(manifest: dict[str, Any], folder: Path, required: tuple[str, ...
         for name in required
         if name not in files
     ]
+    beside = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    problems += [
+        f"files: {name} lies in the release folder but the manifest does not list it (a release folder holds "
+        "only what it publishes)"
+        for name in beside
+        if name not in files and name not in ("release.json", OWNED)
+    ]
     for name, digest in files.items():
         path = inside(folder, name)
         if path is None or name == "release.json":
@@ -123,10 +147,11 @@ def check_publication(manifest: dict[str, Any], folder: Path, required: tuple[st
         found.checked.append("signature")
     elif not verdict.problem:
         found.checked.append("signature (the key it names)")
+        found.signer_unknown = True
         found.notes.append(
-            f"the signature was checked against the key the manifest names ({verdict.fingerprint}): the manifest is "
-            "unchanged since it was signed, but who signed it is not known here; give the releaser's key with "
-            "--public-key FILE"
+            f"integrity verified, signer unknown: the signature holds under the key the manifest names "
+            f"({verdict.fingerprint}), which anyone who re-signs it can name; pass --public-key FILE (the releaser's "
+            "`dpaudit-mix signing-key`)"
         )
     found.checked.append("files")
     found.problems += check_files(manifest, folder, required)
