@@ -86,6 +86,7 @@ def test_power_of_controls_and_violation_exit_code(tmp_path: Path, problem_file:
     spec = write_spec(tmp_path, problem_file, runs=400, chunk_size=128)
     out = tmp_path / "honest"
     assert main(["audit", str(spec), "--out", str(out)]) == 0
+    assert f"dpaudit-mix: no violation of the claimed epsilon 1; report {out}/report.html" in capsys.readouterr().err
     summary = json.loads((out / "audit.json").read_text())
     by = results(summary)
     # σ = 0 controls: in and out runs separate perfectly, the bound is the CP limit for 100 + 100.

@@ -60,7 +60,9 @@ def test_a_map_spec_runs_its_cells_and_draws_the_heat_map(tmp_path, capsys, seed
         "permuted_sources_grid = [0, 6]\npretrain_examples_grid = [200]\nfinetune_rows_grid = [60]\n"
     )
     assert main(["pipeline", str(spec), "--out", str(tmp_path / "out")]) == 0
-    summary = json.loads(capsys.readouterr().out)
+    printed = capsys.readouterr()
+    summary = json.loads(printed.out)
+    assert f"dpaudit-mix: pipeline done; report {tmp_path / 'out'}/report.html" in printed.err
     assert set(summary["endpoints"]) >= {"lambda_star_minus_uniform", "dpmixmin_minus_uniform"}
     assert len(summary["endpoints"]["dpmixmin_minus_uniform"]) == 2  # one per cell
     report = (tmp_path / "out" / "report.md").read_text()

@@ -137,7 +137,8 @@ def test_the_cli_replays_a_finished_recovery(tmp_path: Path, capsys: pytest.Capt
     spec.write_text(f'problem = "{problem}"\nepsilons = [1.0]\nrhos = [0.2]\nseeds = 2\nk_values = [2, 4]\n')
     out = tmp_path / "rec"
     assert main(["recovery", str(spec), "--out", str(out)]) == 0
-    first = capsys.readouterr().out
+    first, said = capsys.readouterr()
+    assert said.strip().splitlines()[-1] == f"dpaudit-mix: recovery of 1 (ε, ρ) cell; report {out}/report.html"
     mtime = os.stat(out / "report.md").st_mtime_ns
     assert main(["recovery", str(spec), "--out", str(out)]) == 0
     assert capsys.readouterr().out == first

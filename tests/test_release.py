@@ -66,7 +66,9 @@ def test_honest_release_passes_and_checks(tmp_path: Path, problem_file: Path, ca
     for name in ("release.md", "release.html", "lambda.png"):
         assert (out / name).stat().st_size > 0
     assert not (out / "refused.json").exists()
-    capsys.readouterr()
+    said = capsys.readouterr().err.strip().splitlines()[-1]  # one human line beside the JSON
+    assert said.startswith("dpaudit-mix: released λ over 4 sources at (1, 1e-05)-DP, example-level; spent ε ")
+    assert said.endswith(f" of no cap on this data set; card {out / 'release.html'}")
     assert main(["check-release", str(out / "release.json")]) == 0
 
 

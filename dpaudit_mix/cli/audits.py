@@ -86,6 +86,7 @@ def _inconclusive(summary: Any, epsilon: float, out: Path) -> int:
             file=sys.stderr,
         )
         return EXIT_INCONCLUSIVE
+    print(f"dpaudit-mix: no violation of the claimed epsilon {epsilon:g}; report {out}/report.html", file=sys.stderr)
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from ..atomic import check_output
@@ -27,6 +28,8 @@ def cmd_recovery(args: argparse.Namespace) -> int:
         ks = result.k_scaling
         summary = {"out": str(out), "cells": len(result.cells), "k_slope": ks["slope"], "k_fit_range": ks["fit_range"]}
         print(json.dumps(summary, indent=2))
+        cells = f"{len(result.cells)} (ε, ρ) cell{'s' if len(result.cells) != 1 else ''}"
+        print(f"dpaudit-mix: recovery of {cells}; report {out}/report.html", file=sys.stderr)
         return 0
 
     return finished.once("recovery", out, vars(args), Path(args.spec), [spec.problem], run)
@@ -44,6 +47,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
         with connected_backend(args) as backend:
             summary = run_pipeline_file(args.spec, str(out), secure=args.secure, backend=backend, device=args.device)
         print(json.dumps(summary.to_dict(), indent=2))
+        print(f"dpaudit-mix: pipeline done; report {out}/report.html", file=sys.stderr)
         return 0
 
     return finished.once("pipeline", out, vars(args), Path(args.spec), [world], run)

@@ -23,6 +23,7 @@ def cmd_release(args: argparse.Namespace) -> int:
         print(f"dpaudit-mix: release REFUSED ({refusal.stage}): {refusal.reason}{note}", file=sys.stderr)
         return refusal.exit_code
     print(json.dumps(published.to_dict(), indent=2))
+    print(f"dpaudit-mix: {published.line()}", file=sys.stderr)
     return 0
 
 

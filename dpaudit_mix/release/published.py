@@ -44,6 +44,22 @@ class Published:
             **self._common(),
         }
 
+    def line(self) -> str:
+        """What was released, what it spent of the data set's budget and its unit, and the card,
+        in one line (the command's stderr; its JSON is on stdout)."""
+        manifest = self.manifest
+        if isinstance(manifest, ModelManifest):  # the image track's finetune: example-level
+            what, unit = "the finetuned model", "example-level"
+        else:
+            what, unit = f"λ over {len(manifest.sources)} sources", "user" if manifest.claim.user_level else "example"
+            unit += "-level"
+        budget = manifest.budget
+        cap = "no cap" if budget.budget_epsilon is None else f"{budget.budget_epsilon:g}"
+        return (
+            f"released {what} at ({manifest.claim.epsilon:g}, {manifest.claim.delta:g})-DP, {unit}; spent ε "
+            f"{budget.spent_epsilon:.4g} of {cap} on this data set; card {self.out / 'release.html'}"
+        )
+
     def _common(self) -> dict[str, Any]:
         """What both kinds say: the data set spent and its standing, and the signer."""
         manifest, signature = self.manifest, self.manifest.publication.signature or {}
