@@ -190,3 +190,17 @@ def test_a_claim_that_is_not_what_ran_is_refused(change: str, named: str) -> Non
         canaries.audit(epsilon=2.0, delta=DELTA, phases=[])
     cut = [accounting.GaussianPhase(sigma, Q, 10), accounting.GaussianPhase(sigma, Q, STEPS - 10)]
     assert canaries.ran(cut) == ran  # the same schedule, cut in two
+
+
+def test_canaries_attached_after_training_began_are_refused() -> None:
+    """An epoch before attach: the engine's accountant counted more steps than the canaries saw,
+    so an audit of what they saw would test a claim smaller than the training spent."""
+    model, optimizer, loader, _ = _training("late")
+    for x, y in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    canaries = attach(optimizer, 100, source=stream(0, "canary-membership", test="late").numpy())
+    _train(model, optimizer, loader)
+    with pytest.raises(InputError, match=r"accountant counted \d+ steps and the canaries saw \d+"):
+        canaries.audit(epsilon=accounting.epsilon(canaries.phases(), DELTA), delta=DELTA)

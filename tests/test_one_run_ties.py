@@ -101,7 +101,13 @@ def test_the_tie_break_is_named_recorded_and_reproduced() -> None:
     first = audit_one_run(scores, member, epsilon=EPSILON, delta=DELTA, seed=7, label="rr")
     again = audit_one_run(scores, member, epsilon=EPSILON, delta=DELTA, seed=7, label="rr")
     assert first == again
-    assert first.tie_break == {"stream": "audit-tie-break", "seed": 7, "label": "rr", "tied": 2000}
+    assert first.tie_break == {
+        "stream": "audit-tie-break",
+        "seed": 7,
+        "seed_from": "the caller",
+        "label": "rr",
+        "tied": 2000,
+    }
     assert first.to_dict()["tie_break"] == first.tie_break
     assert not np.array_equal(tie_break(2000, 7, "rr"), tie_break(2000, 8, "rr"))
     distinct = np.arange(2000, dtype=float)
@@ -145,8 +151,36 @@ def test_a_csv_sorted_by_label_never_exits_3(tmp_path: Path, capsys: pytest.Capt
     scores, member = _ordered(*_honest("randomized-response", 10_000, 0), "out-first", 0)
     path = _csv(tmp_path / "sorted.csv", scores, member)
     out = tmp_path / "audit"
-    argv = ["audit-scores", str(path), "--one-run", "--epsilon", "1", "--delta", "1e-5", "--out", str(out)]
+    argv = [
+        "audit-scores",
+        str(path),
+        "--one-run",
+        "--epsilon",
+        "1",
+        "--delta",
+        "1e-5",
+        "--seed",
+        "0",
+        "--out",
+        str(out),
+    ]
     assert main(argv) in (0, 4)
     written = json.loads((out / "audit.json").read_text())
     assert written["violation"] is False and written["tie_break"]["tied"] == 10_000
     capsys.readouterr()
+
+
+def test_a_file_laid_out_by_a_known_seed_steers_only_that_seed() -> None:
+    """Whoever writes the rows and knows the seed can lay the members on the high u: honest
+    randomized response is then flagged (ε_LB 6.8) under that seed, and not under another. So an
+    audit without a seed draws it from the OS CSPRNG (recorded: ``seed_from``), and a given seed
+    is for replaying a recorded audit."""
+    scores, member = _honest("randomized-response", 10_000, 0)
+    rows = np.argsort(tie_break(10_000, 0, "canaries"))
+    laid = np.argsort(member, kind="stable")  # non-members on the low u, members on the high u
+    steered_scores, steered_member = np.empty_like(scores), np.empty_like(member)
+    steered_scores[rows], steered_member[rows] = scores[laid], member[laid]
+    assert audit_one_run(steered_scores, steered_member, epsilon=EPSILON, delta=DELTA, seed=0).violation
+    assert not audit_one_run(steered_scores, steered_member, epsilon=EPSILON, delta=DELTA, seed=1).violation
+    drawn = [audit_one_run(scores[:500], member[:500], epsilon=EPSILON, delta=DELTA).tie_break for _ in range(2)]
+    assert all(t["seed_from"] == "the OS CSPRNG" for t in drawn) and drawn[0]["seed"] != drawn[1]["seed"]

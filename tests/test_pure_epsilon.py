@@ -108,3 +108,22 @@ def test_claims_that_state_nothing_or_a_pure_gaussian_are_refused(call: str, mes
             audit_scores(*scores, epsilon=EPSILON, delta=1e-5, phases=[])
         else:
             audit_one_run(*_one_run(100, 0), epsilon=EPSILON, delta=1e-5, phases=[])
+
+
+def test_a_pure_claims_audit_json_and_report_hold_no_infinity(tmp_path, capsys) -> None:
+    """δ = 0: the μ-GDP readings have no finite ε; audit.json (parsed strictly) holds them as None
+    under diagnostics, never Infinity at the top, and the report prints "—", never "inf"."""
+    from dpaudit_mix import strict_json
+    from dpaudit_mix.cli import main
+
+    scores_in, scores_out = _many_run("laplace", 2000, 0)
+    np.savez(tmp_path / "s.npz", in_scores=scores_in, out_scores=scores_out)
+    out = tmp_path / "audit"
+    assert main(["audit-scores", str(tmp_path / "s.npz"), "--epsilon", "1", "--delta", "0", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    for text in (printed, (out / "audit.json").read_text()):
+        result = strict_json.loads(text, "audit.json")
+        assert "epsilon_lower_bound_profile" not in result and "epsilon_lower_bound_gdp" not in result
+        assert result["diagnostics"]["gdp_reading"]["epsilon_lower_bound_gdp"] is None
+    report = (out / "report.md").read_text()
+    assert "inf" not in report.replace("information", "") and "alone (pure ε: no phases, no curve stated)" in report

@@ -96,6 +96,15 @@ class Canaries:
         InputError naming both. A claim for fewer steps, or a larger σ, than the training ran would
         pass an audit of a mechanism that spent more than it claims."""
         seen = self.phases()
+        history = getattr(self.engine, "history", None)
+        if isinstance(history, list) and history:  # the engine's accountant counts every step it ran
+            counted = sum(int(entry[2]) for entry in history)
+            require(
+                counted == len(self.released),
+                f"the optimizer's accountant counted {counted} steps and the canaries saw {len(self.released)}: "
+                "attach them before the first step and audit before any step after detach() (an audit of part of "
+                "the training would test a claim smaller than what it spent)",
+            )
         if phases is None:
             return seen
         given = list(phases)
@@ -135,15 +144,15 @@ class Canaries:
         phases: Sequence[accounting.GaussianPhase] | None = None,
         confidence: float = 0.95,
         accountant: str = accounting.DEFAULT_ACCOUNTANT,
-        seed: int = 0,
+        seed: int | None = None,
     ) -> OneRunResult:
         """The one-run audit of the claim (ε, δ) for the phases the training ran (:meth:`phases`;
         ``phases`` given must be those, :meth:`ran`): the canaries are scored under the claimed σ
         and q (a σ the optimizer did not really use shows), and the claim's whole privacy profile
         is tested; ε must be what ``accountant`` gives for them. ``seed`` names the stream that
-        ranks tied scores. The result's ``accounted`` names the accountant behind ε and, beside
-        it, what the user's Opacus engine (its accountant's ``get_epsilon``) says of the training
-        as it ran."""
+        ranks tied scores (default: from the OS CSPRNG, recorded in the result). The result's
+        ``accounted`` names the accountant behind ε and, beside it, what the user's Opacus engine
+        (its accountant's ``get_epsilon``) says of the training as it ran."""
         claimed = self.ran(phases)
         sigma, q = claimed[-1].noise_multiplier, claimed[-1].sample_rate
         with progress_steps(len(STEPS), "one-run audit", delay=PROGRESS_AFTER) as step:

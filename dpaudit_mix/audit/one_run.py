@@ -35,6 +35,7 @@ import numpy as np
 
 from .. import accounting
 from ..errors import is_real, require
+from ..randomness import secure_root
 from .accounted import Accounted
 from .claim import check_claim
 from .estimate import Estimate, gaussian_pair
@@ -236,7 +237,7 @@ def audit_one_run(
     accountant: str = accounting.DEFAULT_ACCOUNTANT,
     profile_bound: bool = True,
     step: Callable[[str], None] | None = None,
-    seed: int = 0,
+    seed: int | None = None,
     label: str = "canaries",
 ) -> OneRunResult:
     """Test the claim (ε, δ) (and, with ``phases``, its whole trade-off curve) against one run's
@@ -245,18 +246,22 @@ def audit_one_run(
     ``epsilon_lower_bound_profile`` (seconds where the phases are subsampled; the verdict does
     not rest on it): Monte Carlo studies of the verdict run thousands of audits. ``step`` hears
     of each of :data:`STEPS` as it starts (a progress bar). ``seed`` and ``label`` name the
-    stream whose u ranks tied scores (:func:`.guesses.tie_break`): fix them before the audit; the
-    result records them."""
+    stream whose u ranks tied scores (:func:`.guesses.tie_break`); the result records both. By
+    default the seed is drawn from the OS CSPRNG: a seed known before the rows are written lets
+    whoever writes them lay members on high or low u and steer the verdict (honest randomized
+    response flagged, a leak hidden); give a recorded seed to replay an audit."""
     tell = step or (lambda name: None)
     s, b = checked_canaries(scores, membership)
     require(is_real(confidence) and 0 < confidence < 1, f"confidence must be in (0, 1), got {confidence!r}")
     require(
-        isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed >= 0,
-        f"seed must be an integer >= 0, got {seed!r}",
+        seed is None or (isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed >= 0),
+        f"seed must be None or an integer >= 0, got {seed!r}",
     )
+    drawn = seed is None
+    seed = secure_root() if seed is None else int(seed)
     require(isinstance(label, str) and label != "", f"label must be a non-empty string, got {label!r}")
     check_claim(epsilon, delta, phases, accountant)
-    sets = GuessSets.of(s, b, tie_break(len(s), int(seed), label), one_sided=subsampled(phases))
+    sets = GuessSets.of(s, b, tie_break(len(s), seed, label), one_sided=subsampled(phases))
     level = 1 - confidence
     per_set = level / len(sets)
     tell(STEPS[0])
@@ -288,7 +293,13 @@ def audit_one_run(
         one_sided_sets=bool(sets.one_sided.any()),
         level_per_test=per_set,
         epsilon_estimate=gaussian_pair(s[b == 1], s[b == 0], delta, confidence),
-        tie_break={"stream": "audit-tie-break", "seed": int(seed), "label": label, "tied": tied(s)},
+        tie_break={
+            "stream": "audit-tie-break",
+            "seed": seed,
+            "seed_from": "the OS CSPRNG" if drawn else "the caller",
+            "label": label,
+            "tied": tied(s),
+        },
         power_claim=one_run_power_claim(epsilon, delta, phases=phases, canaries=len(s), confidence=confidence),
         accounted=Accounted.of(epsilon, delta, phases, accountant),
         power_unsimulated=one_run_unsimulated(tuple(phases or ())),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -74,6 +75,17 @@ def one_run_power_line(result: OneRunResult) -> str:
     return f"Power: {caught}. {result.epsilon_estimate.line()}."
 
 
+def _ties(tie_break: dict[str, Any]) -> str:
+    """The report's sentence on tied scores: how many, and the stream that ranked them."""
+    if not tie_break.get("tied"):
+        return "No two scores tie. "
+    return (
+        f"{tie_break['tied']} canaries share a score; ties are ranked by a uniform u from the stream "
+        f"{tie_break['stream']} (seed {tie_break['seed']}, from {tie_break['seed_from']}; label {tie_break['label']}), "
+        "never by row order. "
+    )
+
+
 def _one_run_text(result: OneRunResult, source: str) -> str:
     sides = "and the k highest alone 'in' (one-sided: the claim is subsampled) " if result.one_sided_sets else ""
     return (
@@ -82,5 +94,5 @@ def _one_run_text(result: OneRunResult, source: str) -> str:
         f"{result.guess_sets} guess sets (Bonferroni); each test at level {result.level_per_test:.3g}, "
         f"{result.confidence:.0%} overall. Two methods bound the same probability, so either one's rejection "
         "counts at that level: Steinke, Nasr & Jagielski (2023) for (ε, δ) points, and Mahloujifar, Melis & "
-        "Chaudhuri (2025) for whole trade-off curves (f-DP). " + one_run_power_line(result)
+        "Chaudhuri (2025) for whole trade-off curves (f-DP). " + _ties(result.tie_break) + one_run_power_line(result)
     )

@@ -233,7 +233,7 @@ def simulated_power(exact: np.ndarray, flags: Callable[[float, range], np.ndarra
         tight_lower_bound=float(np.median(exact)),
         band=(float(np.quantile(exact, 0.1)), float(np.quantile(exact, 0.9))),
         detects=detects,
-        method=f"{SIMULATIONS} simulated audits of {law} (ε_LB); {rule}",
+        method=f"{len(exact)} simulated audits of {law} (ε_LB); {rule}",
         flagged=None if detects is None else counted[detects],
     )
 

@@ -194,7 +194,11 @@ def _write_report(
     figure = save_figure(tradeoff_figure(claimed, epsilon, {label: found}), out / "tradeoff.png")
     mechanism = "; ".join(f"σ = {p.noise_multiplier:.4g}, q = {p.sample_rate:g}, T = {p.steps}" for p in phases or ())
     claim = f"claimed (ε, δ) = ({epsilon:g}, {delta:g}) " + (
-        f"for {mechanism}" if mechanism else "as μ-GDP (no phases given)"
+        f"for {mechanism}"
+        if mechanism
+        else "as μ-GDP (curve 'gdp' stated)"
+        if result.curve == "gdp"
+        else f"alone ({'pure ε: ' if delta == 0 else ''}no phases, no curve stated)"
     )
     gdp = (
         "a bound here (every phase stated full batch)."
@@ -227,8 +231,8 @@ def _write_report(
                 [
                     f"{result.epsilon_lower_bound:.3f}",
                     f"{result.mu_lower_bound:.3f}",
-                    f"{result.epsilon_lower_bound_gdp:.3f}",
-                    f"{result.epsilon_lower_bound_profile:.3f}",
+                    _figure(result.epsilon_lower_bound_gdp),
+                    _figure(result.epsilon_lower_bound_profile),
                     "VIOLATED" if result.profile_violation else "ok",
                     f"{result.auroc:.3f} [{result.auroc_ci[0]:.3f}, {result.auroc_ci[1]:.3f}]",
                 ],
@@ -251,6 +255,11 @@ def _write_report(
     )
 
 
+def _figure(value: float) -> str:
+    """A report's number: "—" where it does not exist (a μ-GDP ε at δ = 0 is unbounded)."""
+    return f"{value:.3f}" if np.isfinite(value) else "—"
+
+
 def audit_canary_file(
     path: Path,
     canaries: tuple[np.ndarray, np.ndarray],
@@ -261,7 +270,7 @@ def audit_canary_file(
     confidence: float = 0.95,
     out: Path | None = None,
     accountant: str = accounting.DEFAULT_ACCOUNTANT,
-    seed: int = 0,
+    seed: int | None = None,
     label: str = "scores",
 ) -> OneRunResult:
     """:func:`.one_run.audit_one_run` on one run's canaries as :func:`read_canaries` read them

@@ -144,13 +144,15 @@ class AuditResult:
 
     def gdp_reading(self) -> dict[str, Any]:
         """The Gaussian (μ-GDP) numbers: μ_LB, its ε at δ (None where unbounded: at δ = 0), their
-        CP point and threshold, and, without a claimed curve, the comparison with the μ-GDP curve
-        of ε. Bounds only where :attr:`gdp_is_bound`."""
+        CP point and threshold, and, without phases, the comparison with the μ-GDP curve of ε and
+        the μ-GDP family's ε_LB (what ``epsilon_lower_bound_profile`` is there). Bounds only where
+        :attr:`gdp_is_bound`."""
+        epsilons = {"epsilon_lower_bound_gdp": self.epsilon_lower_bound_gdp}
+        if self.curve != "phases":
+            epsilons["epsilon_lower_bound_profile"] = self.epsilon_lower_bound_profile
         return {
             "mu_lower_bound": self.mu_lower_bound,
-            "epsilon_lower_bound_gdp": self.epsilon_lower_bound_gdp
-            if np.isfinite(self.epsilon_lower_bound_gdp)
-            else None,
+            **{key: float(value) if np.isfinite(value) else None for key, value in epsilons.items()},
             "gdp_fpr_upper": self.gdp_fpr_upper,
             "gdp_fnr_upper": self.gdp_fnr_upper,
             "gdp_threshold": self.gdp_threshold,
@@ -169,7 +171,7 @@ class AuditResult:
             "fnr_upper": self.fnr_upper,
             **(reading if self.gdp_is_bound else {}),
             "gdp_is_bound": self.gdp_is_bound,
-            "epsilon_lower_bound_profile": self.epsilon_lower_bound_profile,
+            **({"epsilon_lower_bound_profile": self.epsilon_lower_bound_profile} if self.curve == "phases" else {}),
             **({} if self.claimed_mu is None else {"claimed_mu": self.claimed_mu}),
             "profile_violation": self.profile_violation,
             "epsilon_violation": self.epsilon_violation,

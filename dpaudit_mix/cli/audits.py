@@ -101,7 +101,7 @@ def cmd_audit_scores(args: argparse.Namespace) -> int:
     claim.update(out=out, accountant=args.accountant)
     if args.one_run:
         return _one_run_scores(args, path, claim)
-    extra = {"threshold": args.threshold, "seed": args.seed, "label": args.label, "curve": args.curve}
+    extra = {"threshold": args.threshold, "seed": args.seed or 0, "label": args.label, "curve": args.curve}
     result = audit_score_file(path, read_scores(path, args.threshold), **claim, **extra, progress=True)
     print(json.dumps(result.to_dict(), indent=2))
     see = f"; see {out}/report.md" if out else ""
@@ -132,6 +132,11 @@ def _one_run_scores(args: argparse.Namespace, path: Path, claim: dict[str, Any])
     from ..audit.score_file import audit_canary_file, read_canaries
 
     require(args.threshold == "bonferroni", "--one-run chooses its guesses by its own fixed grid: drop --threshold")
+    require(
+        args.curve is None,
+        "--curve: a one-run audit tests the curve of the phases it is given (--noise-multiplier, --sample-rate, "
+        "--steps); without them the claim is (epsilon, delta) alone",
+    )
     result = audit_canary_file(path, read_canaries(path), **claim, seed=args.seed, label=args.label)
     print(json.dumps(result.to_dict(), indent=2))
     if result.accounted is not None:
@@ -202,7 +207,11 @@ def commands(sub: argparse._SubParsersAction[Parser]) -> None:
         "(epsilon, delta) alone and the verdict rests on the strict bound)",
     )
     scores.add_argument(
-        "--seed", type=seed_number, default=0, help="names the streams of tie-breaking and of split's SELECT half"
+        "--seed",
+        type=seed_number,
+        help="names the streams of tie-breaking and of split's SELECT half (default 0; with --one-run, drawn from "
+        "the OS CSPRNG and recorded in the result, so whoever writes the file cannot steer the ties: give a recorded "
+        "seed to replay)",
     )
     scores.add_argument(
         "--label",

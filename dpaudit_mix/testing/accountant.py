@@ -133,21 +133,22 @@ def _describe(value: Any) -> str:
 
 def _checked(fn: Callable[..., Any], name: str, args: tuple[Any, ...]) -> tuple[float, str]:
     """The user's function on ``args``: (its value, "") when it is a finite real ≥ 0, else
-    (NaN, what went wrong). Runs in the forked child of :func:`_answer`."""
+    (NaN, what went wrong). Runs in the forked child of :meth:`_Clock.answer`."""
     try:
         value = fn(*args)
     except Exception as exc:  # the user's code: any failure is the finding, never our traceback
         return math.nan, f"{name} raised {type(exc).__name__}: {exc}"
-    if not is_real(value):
-        return math.nan, f"{name} returned {_describe(value)}, not a float"
-    if not math.isfinite(value):
+    try:  # a value's own methods are the user's code too (an int past every float, a raising __lt__)
+        if not is_real(value):
+            return math.nan, f"{name} returned {_describe(value)}, not a float"
+        number = float(value)
+    except Exception as exc:
+        return math.nan, f"{name} returned a value that is no float ({type(exc).__name__}: {exc})"
+    if not math.isfinite(number):
         return math.nan, f"{name} returned {value!r}, not a finite number"
-    if value < 0:
-        return (
-            math.nan,
-            f"{name} returned a negative value {float(value):.4g} (Opacus #585/#844: negative ε in corners)",
-        )
-    return float(value), ""
+    if number < 0:
+        return math.nan, f"{name} returned a negative value {number:.4g} (Opacus #585/#844: negative ε in corners)"
+    return number, ""
 
 
 @dataclass
@@ -168,7 +169,13 @@ class _Clock:
         try:
             value, fault = bounded(_checked, fn, name, args, what=f"{name}{args}", seconds=seconds)
         except InputError as exc:  # past its deadline, or out of memory: the child is stopped
-            return None, str(exc)
+            if "did not finish" not in str(exc):
+                return None, str(exc)
+            if seconds < POINT_SECONDS:
+                return None, f"{name}{args} stopped after {seconds:.3g} s: the check's {CHECK_SECONDS:g} s ran out"
+            return None, f"{name}{args} did not answer within {POINT_SECONDS:g} s (stopped)"
+        except (ValueError, ArithmeticError) as exc:  # the child died of the user's value
+            return None, f"{name}{args} failed: {type(exc).__name__}: {exc}"
         return (None, str(fault)) if fault else (float(value), "")
 
 

@@ -91,10 +91,10 @@ def check_mechanism(
     in_scores, fault_in = (
         (None, "") if out_scores is None else _releases(release_fn, neighbours[1], runs, score, "second")
     )
-    if out_scores is None or in_scores is None:
-        return Report("check_mechanism", (Case("releases", False, fault or fault_in),), {}).raise_on_failure()
-    cases: list[Case] = []
     details: dict[str, Any] = {"runs": runs, "detects": None if power is None else power.detects}
+    if out_scores is None or in_scores is None:
+        return Report("check_mechanism", (Case("releases", False, fault or fault_in),), details).raise_on_failure()
+    cases: list[Case] = []
     for direction, sign in (("D′ releases larger", 1.0), ("D′ releases smaller", -1.0)):
         result = audit_scores(
             sign * in_scores,
