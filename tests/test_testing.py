@@ -489,3 +489,27 @@ def test_a_conservative_accountant_is_accepted_only_when_asked():
 def test_an_accountant_that_under_reports_small_epsilon_fails_at_the_tiny_q_point(small):
     with pytest.raises(CheckFailed, match=r"σ=1 q=1e-05 T=10000 δ=1e-05: ε .* it under-reports"):
         check_accountant(lambda s, q, t, d: small(_pld(s, q, t, d)), grid=CORNER, sweeps=False)
+
+
+def test_an_accountant_using_torch_answers_after_the_caller_ran_torch_threads(tmp_path):
+    """A user's suite that ran a multithreaded torch op before check_accountant: the forked child
+    inherits torch's OpenMP pool without its threads, and an honest accountant that uses torch
+    hung there until its deadline; the child runs torch on one thread. In a fresh process with
+    torch's default threads (this suite's workers run on one)."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "omp.py"
+    script.write_text(
+        "import torch\n"
+        "torch.set_num_threads(2); x = torch.randn(1000, 1000); (x @ x).sum()\n"
+        "from dpaudit_mix.testing import accountant\n"
+        "accountant.POINT_SECONDS = 20.0\n"
+        "def uses_torch(s, q, t, d):\n"
+        "    y = torch.randn(300, 300); return float((y @ y).abs().sum() > 0)\n"
+        "print(accountant._Clock.start().answer(uses_torch, 'epsilon_fn', (1.0, 0.1, 10, 1e-5)))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert done.stdout.strip() == "(1.0, '')", done.stdout + done.stderr

@@ -36,6 +36,7 @@ clipped sum by 2C, not C; PLD is then asked under that relation (google/differen
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -133,7 +134,11 @@ def _describe(value: Any) -> str:
 
 def _checked(fn: Callable[..., Any], name: str, args: tuple[Any, ...]) -> tuple[float, str]:
     """The user's function on ``args``: (its value, "") when it is a finite real ≥ 0, else
-    (NaN, what went wrong). Runs in the forked child of :meth:`_Clock.answer`."""
+    (NaN, what went wrong). Runs in the forked child of :meth:`_Clock.answer`, where torch's
+    OpenMP pool, if the parent had started one, is a copy without its threads: one thread keeps
+    an accountant that uses torch from waiting on them forever."""
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
     try:
         value = fn(*args)
     except Exception as exc:  # the user's code: any failure is the finding, never our traceback
