@@ -175,9 +175,8 @@ def specs_page() -> str:
             if field.name.startswith("_") or not field.init:
                 continue
             kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
-            out.append(
-                f"| `{field.name}` | `{_cell(str(kind))}` | {_cell(_default(field))} | {_cell(meanings.get(field.name) or SHARED_MEANINGS.get(field.name, ''))} |"
-            )
+            meaning = meanings.get(field.name) or SHARED_MEANINGS.get(field.name, "")
+            out.append(f"| `{field.name}` | `{_cell(str(kind))}` | {_cell(_default(field))} | {_cell(meaning)} |")
     return "\n".join(out) + "\n"
 
 
