@@ -96,10 +96,11 @@ def _html(title: str, blocks: list[Block]) -> str:
             parts.append(f'<img alt="{html.escape(figure_text(value))}" src="data:image/png;base64,{data}">')
         else:
             parts.append(f"<{kind}>{html.escape(str(value))}</{kind}>")
-    style = (  # a phone's width: the page wraps, a wide table scrolls inside its own box
+    style = (  # a phone's width: the page wraps, a table's cells tighten, a wider one scrolls in its own box
         "body{font-family:sans-serif;max-width:1100px;margin:auto;padding:0 8px;overflow-wrap:anywhere}"
         "td,th{padding:2px 8px;border-bottom:1px solid #ccc;text-align:right;overflow-wrap:normal}"
         "img{max-width:100%;height:auto}.wide{overflow-x:auto}"
+        "@media (max-width:480px){td,th{padding:2px 3px;font-size:0.85em}th{overflow-wrap:anywhere}}"
     )
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
