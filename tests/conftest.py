@@ -70,3 +70,19 @@ def random_problem(n: int, k: int, seed: int, users: bool = False) -> Problem:
 @pytest.fixture
 def small_problem() -> Problem:
     return random_problem(300, 5, seed=11)
+
+
+def scale_added_noise(optimizer, factor: float) -> None:
+    """A bug inside an Opacus optimizer: it reports its σ (to its accountant's hook and to any
+    canaries) but adds ``factor`` times the noise."""
+    add_noise = optimizer.add_noise
+
+    def scaled() -> None:
+        told = optimizer.noise_multiplier
+        optimizer.noise_multiplier = told * factor
+        try:
+            add_noise()
+        finally:
+            optimizer.noise_multiplier = told  # what the accountant's hook reads
+
+    optimizer.add_noise = scaled

@@ -17,6 +17,8 @@ from dpaudit_mix.canaries import attach
 from dpaudit_mix.errors import InputError
 from dpaudit_mix.randomness import stream, torch_scope
 
+from .conftest import scale_added_noise
+
 DELTA, BATCH, EXAMPLES, EPOCHS = 1e-5, 64, 512, 3
 Q = BATCH / EXAMPLES
 STEPS = EPOCHS * round(1 / Q)
@@ -56,27 +58,11 @@ def _train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: Dat
             optimizer.step()
 
 
-def _noise_scaled(optimizer: torch.optim.Optimizer, factor: float) -> None:
-    """A bug inside the optimizer: it reports its σ (to its accountant and to the canaries) but
-    adds ``factor`` times the noise."""
-    add_noise = optimizer.add_noise
-
-    def scaled() -> None:
-        reported = optimizer.noise_multiplier
-        optimizer.noise_multiplier = reported * factor
-        try:
-            add_noise()
-        finally:
-            optimizer.noise_multiplier = reported
-
-    optimizer.add_noise = scaled
-
-
 @pytest.mark.parametrize(("test", "noise_factor", "violation"), [("honest", 1.0, False), ("quarter-noise", 0.25, True)])
 def test_one_opacus_run_with_canaries_is_audited(test: str, noise_factor: float, violation: bool) -> None:
     model, optimizer, loader, sigma = _training(test)
     canaries = attach(optimizer, 4000, sample_rate=Q, source=stream(0, "canary-membership", test=test).numpy())
-    _noise_scaled(optimizer, noise_factor)  # a bug that reports the claimed σ, or none
+    scale_added_noise(optimizer, noise_factor)  # a bug that reports the claimed σ, or none
     _train(model, optimizer, loader)
     phases = [accounting.GaussianPhase(sigma, Q, len(canaries.released))]
     assert canaries.phases() == phases  # what ran, as the optimizer reported it

@@ -22,6 +22,8 @@ from dpaudit_mix.testing import CheckFailed, Point, check_accountant, check_dpsg
 from dpaudit_mix.testing.accountant import DEFAULT_GRID
 from dpaudit_mix.testing.dpsgd import Claim, Run, SignalTest, _runs_to_detect, _signal_test
 
+from .conftest import scale_added_noise
+
 DOC = Path(__file__).resolve().parents[1] / "docs" / "testing.md"
 #: the small size the tests run check_dpsgd at (its default size is the bench's).
 SMALL = {"canaries": 1000, "examples": 2000, "runs": 2}
@@ -110,20 +112,7 @@ def _patched(patch):
 
 
 def _noise_factor(factor: float):
-    def patch(optimizer):
-        add_noise = optimizer.add_noise
-
-        def scaled() -> None:
-            told = optimizer.noise_multiplier
-            optimizer.noise_multiplier = told * factor
-            try:
-                add_noise()
-            finally:
-                optimizer.noise_multiplier = told  # what the accountant's hook reads
-
-        optimizer.add_noise = scaled
-
-    return patch
+    return lambda optimizer: scale_added_noise(optimizer, factor)
 
 
 def test_half_the_noise_fails_signal_to_noise():

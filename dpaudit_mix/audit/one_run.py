@@ -42,6 +42,7 @@ from .estimate import Estimate, gaussian_pair
 from .fdp import PROFILE_FLOOR, PROFILE_GRID, Curves, GaussianCurves, LineCurves, rejects
 from .guesses import EPSILON_MAX, MIN_CANARIES, GuessSets, largest_rejected, p_values, tie_break, tied
 from .one_run_power import OneRunPowerClaim, Power, one_run_power, one_run_power_claim, one_run_unsimulated
+from .power import caught
 from .profile import BISECTION_INTERVAL, BISECTION_MIN_SIGMA, BISECTION_RATIO, scale_threshold
 
 __all__ = ["MIN_CANARIES", "OneRunResult", "audit_one_run", "checked_canaries", "subsampled"]
@@ -160,15 +161,7 @@ class OneRunResult:
     def summary(self) -> str:
         """:meth:`verdict_line` and what the audit could have caught, in one line (what
         ``print(result)`` shows)."""
-        power = self.power
-        caught = (
-            f"no power simulated ({self.power_unsimulated})"
-            if power is None
-            else "catches no leak up to σ/10"
-            if power.detects is None
-            else f"catches σ/{power.detects:g} in 90% of audits (95% confidence)"
-        )
-        return f"{self.verdict_line()}; {self.canaries} canaries {caught}"
+        return f"{self.verdict_line()}; {self.canaries} canaries {caught(self.power, self.power_unsimulated)}"
 
     def __str__(self) -> str:
         return self.summary()

@@ -101,6 +101,16 @@ class Power:
         )
 
 
+def caught(power: Power | None, unsimulated: str | None) -> str:
+    """What an audit of ``power`` catches, in the words a one-line summary ends with (``unsimulated``:
+    why no power was simulated, where none was)."""
+    if power is None:
+        return f"no power simulated ({unsimulated})"
+    if power.detects is None:
+        return "catches no leak up to σ/10"
+    return f"catches σ/{power.detects:g} in {DETECTS_WITH:.0%} of audits ({DETECT_CONFIDENCE:.0%} confidence)"
+
+
 def power_claim(
     epsilon: float,
     delta: float,

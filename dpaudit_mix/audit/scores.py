@@ -29,7 +29,7 @@ from .attack import AttackResult
 from .bounds import strict_epsilon
 from .claim import checked_claim, claimed_curve
 from .diagnostics import diagnose
-from .power import Power, PowerClaim, power_claim, power_of, unsimulated
+from .power import Power, PowerClaim, caught, power_claim, power_of, unsimulated
 from .profile import GaussianTradeOff, TradeOff, epsilon_lower_bound_profile
 from .ties import attacked
 
@@ -109,17 +109,9 @@ class AuditResult:
             self.verdict, "INCONCLUSIVE (the attack is blind)" if self.inconclusive else "no violation"
         )
         profile = "" if self.curve == "none" else f", profile ε_LB {self.epsilon_lower_bound_profile:.3f}"
-        power = self.power
-        caught = (
-            f"no power simulated ({self.power_unsimulated})"
-            if power is None
-            else "catches no leak up to σ/10"
-            if power.detects is None
-            else f"catches σ/{power.detects:g} in 90% of audits (95% confidence)"
-        )
         return (
             f"{verdict}: ε_LB {self.epsilon_lower_bound:.3f} (strict{profile}) against the claimed ε {self.epsilon:g} "
-            f"at δ {self.delta:g}, from {self.runs} runs; this size {caught}"
+            f"at δ {self.delta:g}, from {self.runs} runs; this size {caught(self.power, self.power_unsimulated)}"
         )
 
     def __str__(self) -> str:

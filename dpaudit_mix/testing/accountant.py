@@ -115,8 +115,8 @@ SWEEPS: tuple[tuple[str, tuple[float, ...]], ...] = (
 SWEEP_REFERENCE_Q = 0.01
 #: the seconds one call of the user's function may take, and the whole check's (no point is asked
 #: after it). The slowest honest call is the q sweep's q = 1 (ε ≈ 634): dp_accounting's PLD took
-#: 17.6 s there on two busy cores, so a call has room to spare; an accountant that reads q as 1
-#: spends that on the sweep's first two points and fails there.
+#: 18.2 s there (2026-12-06), so a call has room to spare; an accountant that reads q as 1 spends
+#: that on the sweep's first two points and fails there.
 POINT_SECONDS, CHECK_SECONDS = 60.0, 300.0
 #: what a sweep that does not move suggests.
 _UNUSED = {
