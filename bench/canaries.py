@@ -37,7 +37,13 @@ def finetune(images: np.ndarray, labels: np.ndarray, epochs: int, canaries: int,
     attached = None
     if canaries:
         membership = key.stream("canary-membership").numpy()
-        attached = attach(private.optimizer, canaries, sample_rate=private.sample_rate, source=membership)
+        attached = attach(
+            private.optimizer,
+            canaries,
+            accountant=private.engine.accountant,
+            sample_rate=private.sample_rate,
+            source=membership,
+        )
     start = time.perf_counter()
     opacus_sgd.train(private, data, epochs, _cross_entropy, key)
     seconds = time.perf_counter() - start

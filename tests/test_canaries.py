@@ -26,8 +26,8 @@ STEPS = EPOCHS * round(1 / Q)
 
 def _training(
     test: str, examples: int = EXAMPLES, engine: str = "prv"
-) -> tuple[torch.nn.Module, torch.optim.Optimizer, DataLoader, float]:
-    """A user's own small model, data and Opacus engine (σ for ε = 2 by the PLD accountant; the
+) -> tuple[torch.nn.Module, torch.optim.Optimizer, DataLoader, float, object]:
+    """A user's own small model, data and Opacus engine (returned with its accountant last) (σ for ε = 2 by the PLD accountant; the
     engine's own accountant Opacus' default, PRV, unless ``engine`` says)."""
     rng = stream(0, "simulated-scores", test=test).numpy()
     x = torch.from_numpy(rng.normal(size=(examples, 5)).astype(np.float32))
@@ -38,7 +38,8 @@ def _training(
     generator = stream(0, "finetune-noise", test=test).torch()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model, optimizer, loader = PrivacyEngine(accountant=engine).make_private(
+        private = PrivacyEngine(accountant=engine)
+        model, optimizer, loader = private.make_private(
             module=model,
             optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
             data_loader=DataLoader(TensorDataset(x, y), batch_size=BATCH),
@@ -46,7 +47,7 @@ def _training(
             max_grad_norm=1.0,
             noise_generator=generator,
         )
-    return model, optimizer, loader, sigma
+    return model, optimizer, loader, sigma, private.accountant
 
 
 def _train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: DataLoader) -> None:
@@ -60,7 +61,7 @@ def _train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: Dat
 
 @pytest.mark.parametrize(("test", "noise_factor", "violation"), [("honest", 1.0, False), ("quarter-noise", 0.25, True)])
 def test_one_opacus_run_with_canaries_is_audited(test: str, noise_factor: float, violation: bool) -> None:
-    model, optimizer, loader, sigma = _training(test)
+    model, optimizer, loader, sigma, accountant = _training(test)
     canaries = attach(optimizer, 4000, sample_rate=Q, source=stream(0, "canary-membership", test=test).numpy())
     scale_added_noise(optimizer, noise_factor)  # a bug that reports the claimed σ, or none
     _train(model, optimizer, loader)
@@ -78,7 +79,7 @@ def test_canaries_need_an_opacus_optimizer_and_enough_of_them() -> None:
     model = torch.nn.Linear(2, 2)
     with pytest.raises(InputError, match="Opacus DPOptimizer"):
         attach(torch.optim.SGD(model.parameters(), lr=0.1), 100, sample_rate=0.1)
-    _, optimizer, _, _ = _training("bad")
+    _, optimizer, _, _, accountant = _training("bad")
     with pytest.raises(InputError, match="m must be an integer >= 20"):
         attach(optimizer, 5, sample_rate=Q)
     with pytest.raises(InputError, match="sample_rate"):
@@ -87,16 +88,28 @@ def test_canaries_need_an_opacus_optimizer_and_enough_of_them() -> None:
         attach(optimizer, 10**13, sample_rate=Q)
 
 
-def test_attach_reads_q_from_the_optimizer_and_refuses_a_wrong_one() -> None:
-    """N = 1,437 with batches of 64: Opacus samples at 1/len(loader) = 1/23, not 64/1437."""
-    model, optimizer, loader, sigma = _training("q", examples=1437)
+def test_attach_takes_q_from_public_seams_and_refuses_a_wrong_one() -> None:
+    """N = 1,437 with batches of 64: Opacus samples at 1/len(loader) = 1/23, not 64/1437. Before
+    a step q is the given one (the loader's ``sample_rate``); once the accountant has counted a
+    step, q is read from its public history and a given q must agree with it."""
+    model, optimizer, loader, sigma, accountant = _training("q", examples=1437)
     assert loader.sample_rate == pytest.approx(1 / 23)
-    with pytest.raises(InputError, match=r"sample_rate=0\.0445.* is not the q this optimizer's accountant counts at"):
-        attach(optimizer, 100, sample_rate=64 / 1437)
-    canaries = attach(optimizer, 100, sample_rate=1 / 23, source=stream(0, "canary-membership", test="q").numpy())
-    assert canaries.sample_rate == loader.sample_rate
+    with pytest.raises(InputError, match="no q to sample the canaries at: pass sample_rate="):
+        attach(optimizer, 100, accountant=accountant)  # nothing counted yet
+    canaries = attach(
+        optimizer, 100, sample_rate=loader.sample_rate, source=stream(0, "canary-membership", test="q").numpy()
+    )
+    assert canaries.sample_rate == pytest.approx(1 / 23)
     canaries.detach()
-    canaries = attach(optimizer, 100, source=stream(0, "canary-membership", test="q").numpy())
+    x, y = next(iter(loader))
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    with pytest.raises(InputError, match=r"sample_rate=0\.0445.* is not the q this optimizer's accountant counts at"):
+        attach(optimizer, 100, accountant=accountant, sample_rate=64 / 1437)
+    with pytest.raises(InputError, match="accountant must be an Opacus accountant"):
+        attach(optimizer, 100, accountant=object(), sample_rate=loader.sample_rate)
+    canaries = attach(optimizer, 100, accountant=accountant, source=stream(0, "canary-membership", test="q").numpy())
     assert canaries.sample_rate == loader.sample_rate
     # the phases as run and counted: a σ changed half-way is a second phase, and ε is the accountant's
     for step, (x, y) in enumerate(loader):
@@ -111,10 +124,9 @@ def test_attach_reads_q_from_the_optimizer_and_refuses_a_wrong_one() -> None:
     canaries.detach()
 
 
-def test_without_an_opacus_accountant_hook_q_must_be_given() -> None:
-    _, optimizer, _, _ = _training("no-hook")
-    optimizer.step_hook = None
-    with pytest.raises(InputError, match="no Opacus accountant hook to read q from: pass sample_rate="):
+def test_without_a_counted_step_q_must_be_given() -> None:
+    _, optimizer, _, _, _ = _training("no-hook")
+    with pytest.raises(InputError, match="no q to sample the canaries at: pass sample_rate="):
         attach(optimizer, 100)
     assert (
         attach(optimizer, 100, sample_rate=Q, source=stream(0, "canary-membership", test="no-hook").numpy()).sample_rate
@@ -127,8 +139,14 @@ def test_the_audit_names_its_accountant_and_the_users_engine_beside_it(monkeypat
     get_epsilon beside it, larger, with the one line on why. The call's progress bar (shown past
     PROGRESS_AFTER seconds; here at once) names its steps."""
     monkeypatch.setattr(gradient_canaries, "PROGRESS_AFTER", 0.0)
-    model, optimizer, loader, _ = _training("accounted", engine="rdp")
-    canaries = attach(optimizer, 1000, source=stream(0, "canary-membership", test="accounted").numpy())
+    model, optimizer, loader, _, accountant = _training("accounted", engine="rdp")
+    canaries = attach(
+        optimizer,
+        1000,
+        accountant=accountant,
+        sample_rate=Q,
+        source=stream(0, "canary-membership", test="accounted").numpy(),
+    )
     _train(model, optimizer, loader)
     phases = canaries.phases()
     result = canaries.audit(epsilon=accounting.epsilon(phases, DELTA), delta=DELTA, phases=phases)
@@ -157,8 +175,14 @@ def test_a_claim_that_is_not_what_ran_is_refused(change: str, named: str) -> Non
     """A real Opacus training of T = 24 steps at σ for ε = 2: phases for T/4, σ × 1.3, another q
     or an extra phase would claim less than the training spent, and an audit of them passes. Each
     is refused, naming what was given and what ran; so is ``phases=[]``."""
-    model, optimizer, loader, sigma = _training("claims")
-    canaries = attach(optimizer, 100, source=stream(0, "canary-membership", test="claims").numpy())
+    model, optimizer, loader, sigma, accountant = _training("claims")
+    canaries = attach(
+        optimizer,
+        100,
+        accountant=accountant,
+        sample_rate=Q,
+        source=stream(0, "canary-membership", test="claims").numpy(),
+    )
     _train(model, optimizer, loader)
     ran = canaries.phases()
     assert ran == [accounting.GaussianPhase(sigma, Q, STEPS)]
@@ -181,12 +205,14 @@ def test_a_claim_that_is_not_what_ran_is_refused(change: str, named: str) -> Non
 def test_canaries_attached_after_training_began_are_refused() -> None:
     """An epoch before attach: the engine's accountant counted more steps than the canaries saw,
     so an audit of what they saw would test a claim smaller than the training spent."""
-    model, optimizer, loader, _ = _training("late")
+    model, optimizer, loader, _, accountant = _training("late")
     for x, y in loader:
         optimizer.zero_grad()
         torch.nn.functional.cross_entropy(model(x), y).backward()
         optimizer.step()
-    canaries = attach(optimizer, 100, source=stream(0, "canary-membership", test="late").numpy())
+    canaries = attach(
+        optimizer, 100, accountant=accountant, sample_rate=Q, source=stream(0, "canary-membership", test="late").numpy()
+    )
     _train(model, optimizer, loader)
     with pytest.raises(InputError, match=r"accountant counted \d+ steps and the canaries saw \d+"):
         canaries.audit(epsilon=accounting.epsilon(canaries.phases(), DELTA), delta=DELTA)

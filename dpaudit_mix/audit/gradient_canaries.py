@@ -208,19 +208,36 @@ def attach(
     optimizer: Any,
     m: int,
     *,
+    accountant: Any = None,
     sample_rate: float | None = None,
     membership: np.ndarray | None = None,
     source: RandomSource | None = None,
 ) -> Canaries:
-    """Attach ``m`` Dirac canaries to ``optimizer`` (an Opacus DPOptimizer, after make_private),
-    each in with probability ½ (or as ``membership`` says) and sampled at the training's q.
+    """Attach ``m`` Dirac canaries to ``optimizer``, each in with probability ½ (or as
+    ``membership`` says) and sampled at the training's q.
 
-    q is read from the optimizer: the rate its Opacus accountant counts each step at (Opacus'
-    ``1/len(loader)``, which is not batch/N unless N is a multiple of the batch). A
-    ``sample_rate`` given too must be that q (to 1e-9 relative): a wrong q would make the audit
-    test a claim the training never made. Without an Opacus accountant hook, ``sample_rate`` is
-    required. Every draw comes from ``source``, the OS CSPRNG unless a named stream is given
-    (tests)."""
+    Only Opacus' public attributes are read: q from ``sample_rate`` or, where the accountant has
+    counted steps already, from the q of its newest ``history`` entry (both given: they must agree
+    to 1e-9 relative, as a wrong q would make the audit test a claim the training never made).
+    The accountant, when given, is the engine's own: ``Canaries.audit`` then refuses a training
+    whose accountant counted steps the canaries never saw, and shows the engine's ε beside the
+    audit's.
+
+    Args:
+      optimizer: the Opacus ``DPOptimizer`` that ``PrivacyEngine.make_private`` returned.
+      m: the number of canaries, at least 10.
+      accountant: the engine's Opacus accountant (``privacy_engine.accountant``), or None.
+      sample_rate: the training's q (the ``sample_rate`` of the loader ``make_private`` returned,
+        Opacus' ``1/len(loader)``); needed unless ``accountant`` has counted a step.
+      membership: m values of 0 or 1 (tests, replays); None draws each from ``source``.
+      source: where every draw comes from; None is the OS CSPRNG.
+
+    Returns:
+      The attached ``Canaries``; train unchanged, then ``audit`` them.
+
+    Raises:
+      InputError: an optimizer that is not a ``DPOptimizer``, a bad m, membership or q, or no q.
+    """
     import torch
     from opacus.optimizers import DPOptimizer
 
@@ -232,7 +249,7 @@ def attach(
         f"m must be an integer >= {MIN_CANARIES}, got {m!r}",
     )
     m = int(m)
-    sample_rate = _training_sample_rate(optimizer, sample_rate)
+    sample_rate = _training_sample_rate(accountant, sample_rate)
     require_memory(m * BYTES_PER_CANARY_STEP * 1000, f"{m} canaries over 1,000 steps")
     draws: RandomSource = SecureSource() if source is None else source
     member = draws.random(m) < 0.5 if membership is None else np.asarray(membership)
@@ -243,34 +260,34 @@ def attach(
     reference = optimizer.params[0]
     weight = torch.nn.Parameter(torch.zeros(m, dtype=reference.dtype, device=reference.device))
     optimizer.original_optimizer.add_param_group({"params": [weight], "lr": 0.0})
-    engine = _hook_cell(optimizer, "self")
-    canaries = Canaries(optimizer, weight, member.astype(bool), float(sample_rate), draws, engine=engine)
+    canaries = Canaries(optimizer, weight, member.astype(bool), float(sample_rate), draws, engine=accountant)
     _hook_clipping(canaries)
     _hook_release(canaries)
     return canaries
 
 
-def _hook_cell(optimizer: Any, name: str) -> Any | None:
-    """A value Opacus' accountant hook keeps in its closure (``get_optimizer_hook_fn`` closes over
-    ``self``, the accountant, and ``sample_rate``), or None without such a hook."""
-    hook = getattr(optimizer, "step_hook", None)
-    code, cells = getattr(hook, "__code__", None), getattr(hook, "__closure__", None)
-    if code is None or cells is None or name not in code.co_freevars:
-        return None
-    return cells[code.co_freevars.index(name)].cell_contents
+def _accounted_history(accountant: Any) -> list[Any]:
+    """The steps an Opacus accountant counted (its public ``history``: (σ, q, steps) entries)."""
+    history = getattr(accountant, "history", None)
+    require(
+        isinstance(history, list) and callable(getattr(accountant, "get_epsilon", None)),
+        f"accountant must be an Opacus accountant (privacy_engine.accountant), got {type(accountant).__name__}",
+    )
+    return history
 
 
-def _training_sample_rate(optimizer: Any, given: float | None) -> float:
-    """The q the training runs and accounts at: the one Opacus' accountant hook was made with,
-    checked against a given one."""
+def _training_sample_rate(accountant: Any, given: float | None) -> float:
+    """The q the training runs at: the given one, checked against the q the accountant has
+    counted at (its newest history entry), or that q when none is given."""
     if given is not None:
         require(is_real(given) and 0 < given <= 1, f"sample_rate must be the training's q in (0, 1], got {given!r}")
-    cell = _hook_cell(optimizer, "sample_rate")
-    accounted = None if cell is None else float(cell)
+    history = [] if accountant is None else _accounted_history(accountant)
+    accounted = float(history[-1][1]) if history else None
     if accounted is None:
         if given is None:
             raise InputError(
-                "the optimizer has no Opacus accountant hook to read q from: pass sample_rate= (the q of its loader)"
+                "no q to sample the canaries at: pass sample_rate= (the sample_rate of the loader make_private "
+                "returned, Opacus' 1/len(loader))"
             )
         return float(given)
     if given is not None and abs(given - accounted) > 1e-9 * accounted:

@@ -352,7 +352,11 @@ def _trained_and_audited(
         attached: list[Canaries] = []
 
         def with_canaries(private: Any) -> None:
-            attached.append(attach(private.optimizer, sized.size, sample_rate=private.sample_rate))
+            attached.append(
+                attach(
+                    private.optimizer, sized.size, accountant=private.engine.accountant, sample_rate=private.sample_rate
+                )
+            )
             private.optimizer.noise_multiplier = sigma  # the calibrated σ, or the larger one asked for
 
         prior = (claim.mixture_phase,) if claim.composition == "sequential" and claim.mixture_phase else ()

@@ -69,6 +69,7 @@ class OpacusCanaryRun(OpacusSteps):
         canaries = attach(
             private.optimizer,
             len(membership),
+            accountant=private.engine.accountant,
             sample_rate=private.sample_rate,
             membership=membership,
             source=key.stream("canary-sampling").numpy(),
