@@ -27,8 +27,8 @@ STEPS = EPOCHS * round(1 / Q)
 def _training(
     test: str, examples: int = EXAMPLES, engine: str = "prv"
 ) -> tuple[torch.nn.Module, torch.optim.Optimizer, DataLoader, float, object]:
-    """A user's own small model, data and Opacus engine (returned with its accountant last) (σ for ε = 2 by the PLD accountant; the
-    engine's own accountant Opacus' default, PRV, unless ``engine`` says)."""
+    """A user's own small model, data and Opacus engine (σ for ε = 2 by the PLD accountant; the
+    engine's own accountant, returned last, Opacus' default, PRV, unless ``engine`` says)."""
     rng = stream(0, "simulated-scores", test=test).numpy()
     x = torch.from_numpy(rng.normal(size=(examples, 5)).astype(np.float32))
     y = torch.from_numpy((rng.random(examples) < 0.5).astype(np.int64))
@@ -62,7 +62,8 @@ def _train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: Dat
 @pytest.mark.parametrize(("test", "noise_factor", "violation"), [("honest", 1.0, False), ("quarter-noise", 0.25, True)])
 def test_one_opacus_run_with_canaries_is_audited(test: str, noise_factor: float, violation: bool) -> None:
     model, optimizer, loader, sigma, accountant = _training(test)
-    canaries = attach(optimizer, 4000, sample_rate=Q, source=stream(0, "canary-membership", test=test).numpy())
+    membership = stream(0, "canary-membership", test=test).numpy()
+    canaries = attach(optimizer, 4000, accountant=accountant, sample_rate=Q, source=membership)
     scale_added_noise(optimizer, noise_factor)  # a bug that reports the claimed σ, or none
     _train(model, optimizer, loader)
     phases = [accounting.GaussianPhase(sigma, Q, len(canaries.released))]
