@@ -80,7 +80,7 @@ def test_canaries_need_an_opacus_optimizer_and_enough_of_them() -> None:
     model = torch.nn.Linear(2, 2)
     with pytest.raises(InputError, match="Opacus DPOptimizer"):
         attach(torch.optim.SGD(model.parameters(), lr=0.1), 100, sample_rate=0.1)
-    _, optimizer, _, _, accountant = _training("bad")
+    _, optimizer, _, _, _ = _training("bad")
     with pytest.raises(InputError, match="m must be an integer >= 20"):
         attach(optimizer, 5, sample_rate=Q)
     with pytest.raises(InputError, match="sample_rate"):
