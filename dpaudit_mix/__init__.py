@@ -8,6 +8,8 @@ the command line and ``import dpaudit_mix`` stay fast):
 - ``fit``, ``LearnerConfig``: the DP-MixMin learner (runs batched; noise from a named stream or,
   with ``LearnerConfig(secure=True)``, the OS CSPRNG);
 - ``calibrate``, ``epsilon``, ``GaussianPhase``: the accountant (PLD by default);
+- ``Claim``: a privacy claim (ε, δ, the phases or a stated curve, the accountant), the one value
+  every audit and check accepts as ``claim=`` (``Claim.from_dp_event`` reads a dp_accounting event);
 - ``audit_scores``, ``AuditResult``: audit a claim from canary-in and canary-out scores of any stack;
 - ``audit_one_run``, ``OneRunResult``: audit a claim from one training run's canaries (scores, membership);
 - ``plan_audit``, ``Plan``: the runs (or canaries) an audit of a claim needs to catch σ/detect;
@@ -41,6 +43,7 @@ _HOMES = {
     "calibrate": "accounting",
     "epsilon": "accounting",
     "GaussianPhase": "accounting",
+    "Claim": "audit.claim",
     "audit_scores": "audit.scores",
     "AuditResult": "audit.scores",
     "audit_one_run": "audit.one_run",
@@ -63,6 +66,7 @@ _HOMES = {
 __all__ = [
     "AuditResult",
     "AuditSpec",
+    "Claim",
     "GaussianPhase",
     "LearnerConfig",
     "OneRunResult",
@@ -91,6 +95,7 @@ __all__ = [
 if TYPE_CHECKING:
     from .accounting import GaussianPhase, calibrate, epsilon, register_accountant
     from .audit.attack import register_threshold_strategy
+    from .audit.claim import Claim
     from .audit.engine import run_audit
     from .audit.mechanisms import register_mechanism
     from .audit.one_run import OneRunResult, audit_one_run

@@ -1,13 +1,20 @@
 """The claim an audit tests, checked before anything runs: (ε, δ), the phases the mechanism ran
 (whose ε must be their accountant's), and the curve it states. One InputError for the first thing
-wrong; every audit (many-run, one-run, the engine's, the planner's) checks its claim here."""
+wrong; every audit (many-run, one-run, the engine's, the planner's) checks its claim here.
+
+:class:`Claim` is the one value every public audit and testing function accepts (``claim=``; the
+``epsilon=``/``delta=`` keywords build one), as dp_accounting's ``DpEvent`` is the one vocabulary
+of its accountants: :meth:`Claim.from_dp_event` reads such an event, so a mechanism accounted there
+is stated here in the same words."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from .. import accounting
-from ..errors import is_real, require
+from ..errors import InputError, is_real, require
 from .attack import THRESHOLDS
 from .profile import TradeOff, claimed_tradeoff
 
@@ -61,6 +68,116 @@ def claimed_curve(phases: Sequence[accounting.GaussianPhase] | None, curve: str 
         not (curve and delta == 0), "curve='gdp' states a mu-GDP mechanism, which is never pure epsilon-DP: delta > 0"
     )
     return "phases" if phases else ("gdp" if curve == "gdp" else "none")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A privacy claim: the mechanism is (ε, δ)-DP, and, with ``phases``, it is the composition of
+    those Gaussian phases, whose whole trade-off curve is then claimed (ε must be what
+    ``accountant`` gives them at δ); or, with ``curve="gdp"``, a μ-GDP mechanism. δ = 0 without
+    phases is a pure-ε claim (the Laplace mechanism, randomized response).
+
+    Args:
+      epsilon: the claimed ε, in (0, 100].
+      delta: the claimed δ, in [0, 1) (in (0, 1) with phases or a GDP curve).
+      phases: the Gaussian phases (σ, q, T) the mechanism ran, or None for (ε, δ) alone (an
+        empty sequence states no mechanism and is refused by :meth:`check`).
+      curve: ``"gdp"`` to state a μ-GDP mechanism without phases, else None.
+      accountant: the accountant that calibrated σ (``"pld"``, ``"prv"``, ``"rdp"`` or one
+        registered).
+    """
+
+    epsilon: float
+    delta: float
+    phases: tuple[accounting.GaussianPhase, ...] | None = None
+    curve: str | None = None
+    accountant: str = accounting.DEFAULT_ACCOUNTANT
+
+    def __post_init__(self) -> None:
+        if self.phases is not None and not isinstance(self.phases, tuple):
+            object.__setattr__(self, "phases", tuple(self.phases))
+
+    def check(self) -> None:
+        """Check the claim is one thing (:func:`check_claim`, :func:`claimed_curve`).
+
+        Raises:
+          InputError: naming the first field that is wrong.
+        """
+        check_claim(self.epsilon, self.delta, self.phases, self.accountant)
+        claimed_curve(self.phases, self.curve, self.delta)
+
+    @classmethod
+    def from_dp_event(cls, event: Any, delta: float, *, accountant: str = accounting.DEFAULT_ACCOUNTANT) -> Claim:
+        """The claim of a mechanism stated as a dp_accounting ``DpEvent``: a Gaussian (one step,
+        q = 1), Poisson-sampled Gaussian, either self-composed, and compositions of these; ε is
+        ``accountant``'s for the phases at ``delta``.
+
+        Args:
+          event: the ``DpEvent`` the mechanism was accounted as.
+          delta: the claimed δ, in (0, 1).
+          accountant: the accountant that gives ε for the event's phases.
+
+        Returns:
+          The checked claim, its phases the event's.
+
+        Raises:
+          InputError: an event of another kind (named), or a δ out of range.
+        """
+        require(is_real(delta) and 0 < delta < 1, f"delta must be in (0, 1), got {delta!r}")
+        phases = tuple(_event_phases(event))
+        claim = cls(accounting.epsilon(phases, delta, accountant), float(delta), phases, accountant=accountant)
+        claim.check()
+        return claim
+
+
+def _event_phases(event: Any, count: int = 1) -> list[accounting.GaussianPhase]:
+    """The Gaussian phases a DpEvent states (``count`` times over)."""
+    import dp_accounting
+
+    if isinstance(event, dp_accounting.SelfComposedDpEvent):
+        require(isinstance(event.count, int) and event.count >= 1, f"a self-composed count must be >= 1: {event!r}")
+        return _event_phases(event.event, count * event.count)
+    if isinstance(event, dp_accounting.ComposedDpEvent):
+        phases = [p for e in event.events for p in _event_phases(e)]
+        require(bool(phases), f"a composed event of no mechanism states no claim: {event!r}")
+        return phases * count
+    q, inner = 1.0, event
+    if isinstance(event, dp_accounting.PoissonSampledDpEvent):
+        q, inner = float(event.sampling_probability), event.event
+    require(
+        isinstance(inner, dp_accounting.GaussianDpEvent),
+        "a claim reads Gaussian, Poisson-sampled Gaussian, self-composed and composed DpEvents, "
+        f"not {type(inner).__name__}",
+    )
+    return [accounting.GaussianPhase(float(inner.noise_multiplier), q, count)]
+
+
+def claim_of(
+    claim: Claim | None,
+    *,
+    epsilon: float | None = None,
+    delta: float | None = None,
+    phases: Sequence[accounting.GaussianPhase] | None = None,
+    curve: str | None = None,
+    accountant: str | None = None,
+) -> Claim:
+    """The checked claim of a call: ``claim``, or the one its loose keywords build (a shorthand).
+
+    Raises:
+      InputError: both or neither given, or a claim that is not one thing.
+    """
+    if claim is not None:
+        require(isinstance(claim, Claim), f"claim must be a dpaudit_mix.Claim, got {type(claim).__name__}")
+        loose = {"epsilon": epsilon, "delta": delta, "phases": phases, "curve": curve, "accountant": accountant}
+        given = [name for name, value in loose.items() if value is not None]
+        require(not given, f"give claim= or {', '.join(given)}=, not both (the claim holds them)")
+    else:
+        if epsilon is None or delta is None:
+            raise InputError("state the claim: claim=Claim(...), or epsilon= and delta=")
+        loose_phases = None if phases is None else tuple(phases)
+        claim = Claim(epsilon, delta, loose_phases, curve, accountant or accounting.DEFAULT_ACCOUNTANT)
+    claim.check()
+    return claim
 
 
 def checked_claim(

@@ -42,6 +42,7 @@ from ..randomness import RandomSource, SecureSource
 from ..reporting import progress_steps
 from ..resources import require_memory
 from .accounted import Accounted
+from .claim import Claim, claim_of
 from .dirac import dirac_scores
 from .one_run import MIN_CANARIES, STEPS, OneRunResult, audit_one_run
 from .one_run_report import write_canary_report
@@ -139,11 +140,12 @@ class Canaries:
     def audit(
         self,
         *,
-        epsilon: float,
-        delta: float,
+        claim: Claim | None = None,
+        epsilon: float | None = None,
+        delta: float | None = None,
         phases: Sequence[accounting.GaussianPhase] | None = None,
         confidence: float = 0.95,
-        accountant: str = accounting.DEFAULT_ACCOUNTANT,
+        accountant: str | None = None,
         seed: int | None = None,
     ) -> OneRunResult:
         """The one-run audit of the claim (ε, δ) for the phases the training ran (:meth:`phases`;
@@ -152,26 +154,50 @@ class Canaries:
         is tested; ε must be what ``accountant`` gives for them. ``seed`` names the stream that
         ranks tied scores (default: from the OS CSPRNG, recorded in the result). The result's
         ``accounted`` names the accountant behind ε and, beside it, what the user's Opacus engine
-        (its accountant's ``get_epsilon``) says of the training as it ran."""
+        (its accountant's ``get_epsilon``) says of the training as it ran.
+
+        Args:
+          claim: the claim tested (:class:`~.claim.Claim`; its phases, if any, must be what ran);
+            or state it by the keywords below.
+          epsilon: the claimed ε (with ``delta``, ``phases``, ``accountant``: a Claim).
+          delta: the claimed δ.
+          phases: the phases claimed; None: what ran (:meth:`phases`).
+          confidence: the level of the lower bounds.
+          accountant: the accountant that calibrated σ (default PLD).
+          seed: the tie-break stream's seed; None draws one from the OS CSPRNG.
+
+        Returns:
+          The :class:`~.one_run.OneRunResult`, its ``accounted`` with the engine's ε beside it.
+
+        Raises:
+          InputError: a claim for phases other than what ran, or steps the canaries never saw.
+        """
+        if claim is not None:
+            require(isinstance(claim, Claim), f"claim must be a dpaudit_mix.Claim, got {type(claim).__name__}")
+            require(
+                epsilon is None and delta is None and phases is None and accountant is None,
+                "give claim= or epsilon=/delta=/phases=/accountant=, not both (the claim holds them)",
+            )
+            epsilon, delta, phases, accountant = claim.epsilon, claim.delta, claim.phases, claim.accountant
         claimed = self.ran(phases)
+        claim = claim_of(None, epsilon=epsilon, delta=delta, phases=claimed, accountant=accountant)
         sigma, q = claimed[-1].noise_multiplier, claimed[-1].sample_rate
         with progress_steps(len(STEPS), "one-run audit", delay=PROGRESS_AFTER) as step:
             self.audited = (self.scores(sigma, q), claimed)
             result = audit_one_run(
                 self.audited[0],
                 self.membership,
-                epsilon=epsilon,
-                delta=delta,
-                phases=claimed,
+                claim=claim,
                 confidence=confidence,
-                accountant=accountant,
                 step=step,
                 seed=seed,
             )
-        accounted = Accounted.of(epsilon, delta, claimed, accountant)  # the ε the audit already asked: cached
+        accounted = Accounted.of(claim.epsilon, claim.delta, claimed, claim.accountant)  # asked already: cached
         if self.engine is not None:  # what the user's own engine says of the training it ran
             accounted = replace(
-                accounted, engine=str(self.engine.mechanism()), engine_epsilon=float(self.engine.get_epsilon(delta))
+                accounted,
+                engine=str(self.engine.mechanism()),
+                engine_epsilon=float(self.engine.get_epsilon(claim.delta)),
             )
         return replace(result, accounted=accounted)
 
@@ -269,10 +295,10 @@ def attach(
 def _accounted_history(accountant: Any) -> list[Any]:
     """The steps an Opacus accountant counted (its public ``history``: (σ, q, steps) entries)."""
     history = getattr(accountant, "history", None)
-    require(
-        isinstance(history, list) and callable(getattr(accountant, "get_epsilon", None)),
-        f"accountant must be an Opacus accountant (privacy_engine.accountant), got {type(accountant).__name__}",
-    )
+    if not (isinstance(history, list) and callable(getattr(accountant, "get_epsilon", None))):
+        raise InputError(
+            f"accountant must be an Opacus accountant (privacy_engine.accountant), got {type(accountant).__name__}"
+        )
     return history
 
 

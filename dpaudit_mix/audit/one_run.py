@@ -37,7 +37,7 @@ from .. import accounting
 from ..errors import is_real, require
 from ..randomness import secure_root
 from .accounted import Accounted
-from .claim import check_claim
+from .claim import Claim, claim_of
 from .estimate import Estimate, gaussian_pair
 from .fdp import PROFILE_FLOOR, PROFILE_GRID, Curves, GaussianCurves, LineCurves, rejects
 from .guesses import EPSILON_MAX, MIN_CANARIES, GuessSets, largest_rejected, p_values, tie_break, tied
@@ -223,11 +223,12 @@ def audit_one_run(
     scores: Any,
     membership: Any,
     *,
-    epsilon: float,
-    delta: float,
+    claim: Claim | None = None,
+    epsilon: float | None = None,
+    delta: float | None = None,
     phases: Sequence[accounting.GaussianPhase] | None = None,
     confidence: float = 0.95,
-    accountant: str = accounting.DEFAULT_ACCOUNTANT,
+    accountant: str | None = None,
     profile_bound: bool = True,
     step: Callable[[str], None] | None = None,
     seed: int | None = None,
@@ -242,7 +243,28 @@ def audit_one_run(
     stream whose u ranks tied scores (:func:`.guesses.tie_break`); the result records both. By
     default the seed is drawn from the OS CSPRNG: a seed known before the rows are written lets
     whoever writes them lay members on high or low u and steer the verdict (honest randomized
-    response flagged, a leak hidden); give a recorded seed to replay an audit."""
+    response flagged, a leak hidden); give a recorded seed to replay an audit.
+
+    Args:
+      scores: one finite score per canary (larger: more likely in).
+      membership: 1 where the canary was in the training set, 0 where not.
+      claim: the claim tested (:class:`~.claim.Claim`); or state it by the keywords below.
+      epsilon: the claimed ε (with ``delta``, ``phases``, ``accountant``: a Claim).
+      delta: the claimed δ (0 without phases: a pure-ε claim).
+      phases: the Gaussian phases the mechanism ran.
+      confidence: the level of the lower bounds.
+      accountant: the accountant that calibrated σ (default PLD).
+      profile_bound: whether to search for ``epsilon_lower_bound_profile``.
+      step: told the name of each step as it starts.
+      seed: the tie-break stream's seed; None draws one from the OS CSPRNG.
+      label: names the tie-break stream.
+
+    Returns:
+      The :class:`OneRunResult`.
+
+    Raises:
+      InputError: bad scores or membership, a claim that is not one thing, a bad setting.
+    """
     tell = step or (lambda name: None)
     s, b = checked_canaries(scores, membership)
     require(is_real(confidence) and 0 < confidence < 1, f"confidence must be in (0, 1), got {confidence!r}")
@@ -253,7 +275,9 @@ def audit_one_run(
     drawn = seed is None
     seed = secure_root() if seed is None else int(seed)
     require(isinstance(label, str) and label != "", f"label must be a non-empty string, got {label!r}")
-    check_claim(epsilon, delta, phases, accountant)
+    claim = claim_of(claim, epsilon=epsilon, delta=delta, phases=phases, accountant=accountant)
+    require(claim.curve is None, "a one-run audit tests phases or (epsilon, delta); curve='gdp' is many-run only")
+    epsilon, delta, phases, accountant = claim.epsilon, claim.delta, claim.phases, claim.accountant
     sets = GuessSets.of(s, b, tie_break(len(s), seed, label), one_sided=subsampled(phases))
     level = 1 - confidence
     per_set = level / len(sets)

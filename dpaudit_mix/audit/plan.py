@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import accounting
 from ..errors import is_real, require
-from .claim import checked_claim, claimed_curve
+from .claim import Claim, checked_claim, claim_of, claimed_curve
 from .one_run_power import one_run_power, one_run_power_claim, one_run_unsimulated
 from .power import LEAKS, Power, power_claim, power_of, unsimulated
 
@@ -127,19 +127,40 @@ def check_detect(detect: object) -> float:
 
 
 def plan_audit(
-    epsilon: float,
-    delta: float,
+    epsilon: float | None = None,
+    delta: float | None = None,
     phases: Sequence[accounting.GaussianPhase] | None = None,
     *,
+    claim: Claim | None = None,
     detect: float = 2.0,
     one_run: bool = False,
     confidence: float = 0.95,
     threshold: str = "bonferroni",
-    accountant: str = accounting.DEFAULT_ACCOUNTANT,
+    accountant: str | None = None,
 ) -> Plan:
     """The smallest audit of the claim (ε, δ[, phases], calibrated by ``accountant``) that
-    catches σ/``detect`` with 90 %."""
+    catches σ/``detect`` in ≥ 90 % of audits (95 % confidence).
+
+    Args:
+      epsilon: the claimed ε (with ``delta``, ``phases``, ``accountant``: a Claim).
+      delta: the claimed δ.
+      phases: the Gaussian phases the mechanism runs.
+      claim: the claim planned for (:class:`~.claim.Claim`), instead of the loose fields.
+      detect: c, the leak σ/c the audit must catch (> 1).
+      one_run: size a one-run audit (canaries) instead of a many-run one (runs).
+      confidence: the level of the audit's lower bound.
+      threshold: the many-run threshold strategy.
+      accountant: the accountant that calibrated σ (default PLD).
+
+    Returns:
+      The :class:`Plan`: the size that catches the leak, or the largest tried and why not.
+
+    Raises:
+      InputError: a claim that is not one thing, or a bad setting.
+    """
     detect = check_detect(detect)
+    claim = claim_of(claim, epsilon=epsilon, delta=delta, phases=phases, accountant=accountant)
+    epsilon, delta, phases, accountant = claim.epsilon, claim.delta, claim.phases, claim.accountant
     checked_claim(epsilon, delta, phases=phases, confidence=confidence, threshold=threshold, accountant=accountant)
     tried: list[tuple[int, float | None]] = []
     power: Power | None = None

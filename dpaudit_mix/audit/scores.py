@@ -27,7 +27,7 @@ from ..errors import InputError, require
 from .accounted import Accounted
 from .attack import AttackResult
 from .bounds import strict_epsilon
-from .claim import checked_claim, claimed_curve
+from .claim import Claim, checked_claim, claim_of, claimed_curve
 from .diagnostics import diagnose
 from .power import Power, PowerClaim, caught, power_claim, power_of, unsimulated
 from .profile import GaussianTradeOff, TradeOff, epsilon_lower_bound_profile
@@ -384,8 +384,9 @@ def audit_scores(
     in_scores: npt.ArrayLike,
     out_scores: npt.ArrayLike,
     *,
-    epsilon: float,
-    delta: float,
+    claim: Claim | None = None,
+    epsilon: float | None = None,
+    delta: float | None = None,
     phases: Sequence[accounting.GaussianPhase] | None = None,
     confidence: float = 0.95,
     threshold: str = "bonferroni",
@@ -393,7 +394,7 @@ def audit_scores(
     label: str = "scores",
     control_in: npt.ArrayLike | None = None,
     control_out: npt.ArrayLike | None = None,
-    accountant: str = accounting.DEFAULT_ACCOUNTANT,
+    accountant: str | None = None,
     curve: str | None = None,
 ) -> AuditResult:
     """Audit a claimed (ε, δ) from membership scores (larger = canary more likely in).
@@ -409,7 +410,31 @@ def audit_scores(
     ``control_out`` are the same attack's scores on σ = 0 runs: given, a control that stays
     within the claim makes the result ``inconclusive``. ``seed`` and ``label`` name the stream
     the split strategy draws from (same inputs, same result).
+
+    Args:
+      in_scores: one score per run trained with the canary (finite reals).
+      out_scores: one score per run trained without it.
+      claim: the claim tested (:class:`~.claim.Claim`); or state it by the keywords below.
+      epsilon: the claimed ε (with ``delta``, ``phases``, ``curve``, ``accountant``: a Claim).
+      delta: the claimed δ.
+      phases: the Gaussian phases the mechanism ran.
+      confidence: the level of the lower bound.
+      threshold: the threshold strategy (``bonferroni``, ``split`` or one registered).
+      seed: names the stream the split strategy draws from.
+      label: names the audit (and its stream).
+      control_in: the same attack's in-scores on σ = 0 runs (with ``control_out``).
+      control_out: its out-scores on σ = 0 runs.
+      accountant: the accountant that calibrated σ (default PLD).
+      curve: ``"gdp"`` to state a μ-GDP mechanism.
+
+    Returns:
+      The :class:`AuditResult`.
+
+    Raises:
+      InputError: a bad score array, claim or setting (one line naming it).
     """
+    claim = claim_of(claim, epsilon=epsilon, delta=delta, phases=phases, curve=curve, accountant=accountant)
+    epsilon, delta, phases, curve, accountant = claim.epsilon, claim.delta, claim.phases, claim.curve, claim.accountant
     scores_in, scores_out = checked_scores(in_scores, "in_scores"), checked_scores(out_scores, "out_scores")
     require((control_in is None) == (control_out is None), "give control_in and control_out together, or neither")
     controls = None
@@ -418,7 +443,6 @@ def audit_scores(
     claimed = checked_claim(
         epsilon, delta, phases=phases, confidence=confidence, threshold=threshold, accountant=accountant
     )
-    claimed_curve(phases, curve, delta)
     pairs = {"in_scores": scores_in, "out_scores": scores_out}
     if controls is not None:
         pairs.update(control_in=controls[0], control_out=controls[1])

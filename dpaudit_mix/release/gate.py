@@ -49,7 +49,7 @@ from .audit_size import AuditSize, audit_size
 from .card import CARD, write_card
 from .check import MODEL_FILES, check_manifest
 from .lambda_audit import audit_record, audit_spec
-from .manifest import Budget, Claim, Manifest, Publication, public_path, published_files
+from .manifest import Budget, LambdaClaim, Manifest, Publication, public_path, published_files
 from .model_manifest import ModelManifest, is_model_spec
 from .publication import Trust
 from .published import Published
@@ -318,9 +318,9 @@ def verification_record(verification: Verification) -> dict[str, Any]:
     }
 
 
-def _claim(spec: ReleaseSpec, phase: accounting.GaussianPhase, calibrated: float) -> Claim:
+def _claim(spec: ReleaseSpec, phase: accounting.GaussianPhase, calibrated: float) -> LambdaClaim:
     """The manifest's claim: ε at δ with the accountant that calibrated σ, ε under every built-in."""
-    return Claim(
+    return LambdaClaim(
         epsilon=spec.epsilon,
         delta=spec.delta,
         accountant=spec.accountant,

@@ -10,14 +10,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import accounting
+from ..audit.claim import Claim
 from ..cache import json_sha256, sha256_bytes
 from ..errors import require
 
 
 @dataclass(frozen=True)
-class Claim:
-    """(ε, δ) with the accountant that calibrated σ, ε under every built-in accountant, and the
-    mechanism's settings."""
+class LambdaClaim:
+    """A λ release's record of its claim: (ε, δ) with the accountant that calibrated σ, ε under
+    every built-in accountant, and the mechanism's settings (:attr:`claim`: the claim itself)."""
 
     epsilon: float
     delta: float
@@ -30,6 +32,12 @@ class Claim:
     clip: float
     learning_rate: float
     user_level: bool
+
+    @property
+    def claim(self) -> Claim:
+        """The claim this records: (ε, δ) for the learner's one phase, by its accountant."""
+        phase = accounting.GaussianPhase(self.noise_multiplier, self.sample_rate, self.steps)
+        return Claim(self.epsilon, self.delta, (phase,), accountant=self.accountant)
 
 
 @dataclass(frozen=True)
@@ -95,7 +103,7 @@ class Manifest(Digested):
     weights: tuple[float, ...]
     sources: tuple[str, ...]
     task: str | None
-    claim: Claim
+    claim: LambdaClaim
     inputs: dict[str, str]
     spec: dict[str, Any]
     verification: dict[str, Any]

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from .. import accounting
+from ..audit.claim import Claim
 from ..audit.dirac import dirac_scores
 from ..audit.one_run import audit_one_run
 from ..audit.power import DETECTS_WITH, LEAKS
@@ -61,8 +62,9 @@ Setup = Callable[[Any, Any], tuple[Any, Any, Any, Any]]
 
 
 @dataclass(frozen=True)
-class Claim:
-    """What the accountant recorded for a run: one (σ, q) for T steps, and its ε at δ."""
+class Recorded:
+    """What the accountant recorded for a run: one (σ, q) for T steps, and its ε at δ (a record
+    of the run's :class:`~dpaudit_mix.audit.claim.Claim`: :meth:`claim`)."""
 
     noise_multiplier: float
     sample_rate: float
@@ -73,12 +75,16 @@ class Claim:
     def phase(self) -> accounting.GaussianPhase:
         return accounting.GaussianPhase(self.noise_multiplier, self.sample_rate, self.steps)
 
+    def claim(self, delta: float) -> Claim:
+        """The claim the run makes at ``delta``: its ε for its one phase."""
+        return Claim(self.epsilon, delta, (self.phase,))
+
 
 @dataclass(frozen=True)
 class Run:
     """One training run of the probe: the claim, each step's released rows, and each canary's membership."""
 
-    claim: Claim
+    claim: Recorded
     released: np.ndarray  # (T, rows) float64: what the optimizer handed its inner optimizer, per step
     membership: np.ndarray  # (m,) bool
     taken: int  # optimizer steps taken
@@ -109,7 +115,7 @@ def _dataset(canaries: int, examples: int, membership: np.ndarray, poison: int =
     return TensorDataset(torch.from_numpy(rows), torch.from_numpy(gains).float())
 
 
-def _claim(engine: Any, delta: float) -> Claim:
+def _claim(engine: Any, delta: float) -> Recorded:
     """The one (σ, q) the engine's accountant recorded, its steps, and its ε at δ."""
     accountant = getattr(engine, "accountant", None)
     history: Any = getattr(accountant, "history", None)
@@ -127,7 +133,7 @@ def _claim(engine: Any, delta: float) -> Claim:
         )
     except Exception as exc:  # the user's accountant
         raise ValueError(f"engine.get_epsilon({delta:g}) gave no ε: {type(exc).__name__}: {exc}") from None
-    return Claim(sigma, q, steps, epsilon)
+    return Recorded(sigma, q, steps, epsilon)
 
 
 def _checked_setup(result: Any) -> tuple[Any, Any, Any, Any]:
@@ -196,7 +202,7 @@ class SignalTest:
     is normal with standard error ``se(c)``, and the test flags z = (mean − q/σ)/se(1) above the
     normal quantile of 1 − alpha: its power at c is Φ(((c − 1) q/σ − z_α se(1)) / se(c))."""
 
-    claim: Claim
+    claim: Recorded
     values: int
     steps: int
     canaries: int
@@ -226,7 +232,7 @@ class SignalTest:
         return next((c for c in LEAKS if self.power(c) >= DETECTS_WITH), None)
 
 
-def _signal_test(claim: Claim, runs: int, canaries: int, steps: int, alpha: float) -> SignalTest:
+def _signal_test(claim: Recorded, runs: int, canaries: int, steps: int, alpha: float) -> SignalTest:
     """The signal test of ``runs`` runs of ``canaries`` canaries, ``steps`` steps each, before
     membership is drawn (each canary is in with probability ½)."""
     return SignalTest(claim, max(1, runs * canaries * steps // 2), runs * steps, canaries, alpha)

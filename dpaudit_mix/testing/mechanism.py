@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .. import accounting
+from ..audit.claim import Claim, claim_of
 from ..audit.plan import catches, check_detect, power_at
 from ..audit.power import Power
 from ..audit.scores import audit_scores
@@ -54,8 +55,9 @@ def check_mechanism(
     release_fn: Callable[[Any], Any],
     neighbours: tuple[Any, Any],
     *,
-    epsilon: float,
-    delta: float,
+    claim: Claim | None = None,
+    epsilon: float | None = None,
+    delta: float | None = None,
     runs: int = 2000,
     score: Callable[[Any], Any] | None = None,
     phases: Sequence[accounting.GaussianPhase] | None = None,
@@ -72,7 +74,28 @@ def check_mechanism(
     The report's ``details["detects"]`` is the leak the check catches at its size (σ/c flagged
     in ≥ 90 % of audits, 95 % confidence; None: no leak up to σ/10, or no power simulated) and
     ``details["runs"]`` the runs a side. ``detect = c`` sizes the check to catch σ/c: the fewest
-    runs on :data:`RUNS_LADDER`, at least ``runs`` (ValueError where none does)."""
+    runs on :data:`RUNS_LADDER`, at least ``runs`` (ValueError where none does).
+
+    Args:
+      release_fn: the mechanism, called on one data set at a time.
+      neighbours: (D, D′), two neighbouring data sets.
+      claim: the claim checked (:class:`~dpaudit_mix.audit.claim.Claim`); or the keywords below.
+      epsilon: the claimed ε (with ``delta``, ``phases``, ``curve``: a Claim).
+      delta: the claimed δ.
+      runs: releases a side, at least 10.
+      score: maps a release to a real score (default: the release itself).
+      phases: the Gaussian phases the mechanism runs.
+      confidence: the level of the check, shared by its two directions.
+      curve: ``"gdp"`` to state a μ-GDP mechanism.
+      detect: c, to size the check to catch σ/c.
+
+    Returns:
+      The :class:`~.failure.Report` of a passed check.
+
+    Raises:
+      CheckFailed: a direction's lower bound is above ε, or a release failed.
+      InputError: a bad argument or claim.
+    """
     require(callable(release_fn), f"release_fn must be callable, got {type(release_fn).__name__}")
     require(score is None or callable(score), f"score must be callable, got {type(score).__name__}")
     require(
@@ -84,7 +107,8 @@ def check_mechanism(
         f"runs must be an integer >= 10, got {runs!r}",
     )
     require(is_real(confidence) and 0.5 < confidence < 1, f"confidence must be in (0.5, 1), got {confidence!r}")
-    accounting.check_epsilon(epsilon)
+    claim = claim_of(claim, epsilon=epsilon, delta=delta, phases=phases, curve=curve)
+    epsilon, delta, phases = claim.epsilon, claim.delta, claim.phases
     half = 1 - (1 - confidence) / 2  # two directions share the level
     runs, power = _sized(epsilon, delta, phases, runs, half, detect)
     out_scores, fault = _releases(release_fn, neighbours[0], runs, score, "first")
@@ -99,11 +123,8 @@ def check_mechanism(
         result = audit_scores(
             sign * in_scores,
             sign * out_scores,
-            epsilon=epsilon,
-            delta=delta,
-            phases=phases,
+            claim=claim,
             confidence=half,
-            curve=curve,
         )
         why = (
             f"ε_LB {result.epsilon_lower_bound:.3f} against the claimed ε {epsilon:g} over {2 * runs} runs "
