@@ -23,8 +23,10 @@ the command line and ``import dpaudit_mix`` stay fast):
 - the extension API, one shape for every registry of objects, ``register_<kind>(name, obj, *,
   replace=False) -> obj``: ``register_accountant``, ``register_mechanism``, ``register_network``,
   ``register_threshold_strategy``, ``register_world`` (a world offers its capabilities by the
-  Protocols of :mod:`.data.worlds`); and two that register a name: ``register_purpose(name)`` (a
-  named random stream for your mechanism) and ``register_data(path)`` (a data manifest's world).
+  Protocols of :mod:`.data.worlds`), ``register_release_kind`` (what a release of your kind
+  supplies to the gate's one protocol: :mod:`.release.kinds`); and two that register a name:
+  ``register_purpose(name)`` (a named random stream for your mechanism) and
+  ``register_data(path)`` (a data manifest's world).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ _HOMES = {
     "register_world": "data.worlds",
     "register_data": "data.registry",
     "register_purpose": "randomness",
+    "register_release_kind": "release.kinds",
     "run_pipeline_file": "experiments",
 }
 __all__ = [
@@ -85,6 +88,7 @@ __all__ = [
     "register_mechanism",
     "register_network",
     "register_purpose",
+    "register_release_kind",
     "register_threshold_strategy",
     "register_world",
     "run_audit",
@@ -110,6 +114,7 @@ if TYPE_CHECKING:
     from .optimum import mixmin
     from .problem import Problem
     from .randomness import register_purpose
+    from .release.kinds import register_release_kind
     from .verification.suite import verify
 
 

@@ -76,12 +76,18 @@ def _article(kind: str) -> str:
 
 class Registry(Generic[T]):
     """``name → T`` for one ``kind`` of seam (its plugins in entry-point group
-    ``dpaudit_mix.<group>``), with ``check`` run on every object registered."""
+    ``dpaudit_mix.<group>``), with ``check`` run on every object registered. ``plugins="on-miss"``
+    loads the plugins only when a name is asked that is not registered (a kind whose plugin is
+    heavy, loaded only by the spec that names it); ``"first"`` before every answer."""
 
-    def __init__(self, kind: str, group: str, check: Callable[[str, T], None] | None = None) -> None:
+    def __init__(
+        self, kind: str, group: str, check: Callable[[str, T], None] | None = None, plugins: str = "first"
+    ) -> None:
+        require(plugins in ("first", "on-miss"), f"plugins must be 'first' or 'on-miss', got {plugins!r}")
         self.kind = kind
         self.group = group
         self._check = check
+        self._on_miss = plugins == "on-miss"
         self._entries: dict[str, T] = {}
         self._lock = threading.Lock()
         self._plugins_loaded = False
@@ -126,6 +132,10 @@ class Registry(Generic[T]):
         self._listeners.append(listener)
 
     def get(self, name: str) -> T:
+        if self._on_miss:
+            with self._lock:
+                if isinstance(name, str) and name in self._entries:
+                    return self._entries[name]
         self._load_plugins()
         with self._lock:
             if isinstance(name, str) and name in self._entries:

@@ -75,6 +75,8 @@ def test_every_audit_takes_claim_and_the_keywords_are_its_shorthand() -> None:
         dm.audit_one_run(member, membership, delta=DELTA)
     with pytest.raises(InputError, match="is not what the phases spend"):
         dm.audit_scores(member, other, claim=dm.Claim(claim.epsilon / 2, DELTA, (PHASE,)))
+    with pytest.raises(InputError, match="phases must be a sequence of GaussianPhase or None, got int"):
+        dm.Claim(1.0, DELTA, 10)  # type: ignore[arg-type]
     with pytest.raises(InputError, match=r"claim must be a dpaudit_mix\.Claim"):
         dm.audit_one_run(member, membership, claim=(1.0, DELTA))
 

@@ -329,7 +329,7 @@ def test_a_release_names_a_data_manifest_publicly_and_check_release_rebuilds_it(
     from dpaudit_mix import problem as problem_io
     from dpaudit_mix.cache import sha256_bytes
     from dpaudit_mix.release.check import _released_problem
-    from dpaudit_mix.release.gate import _problem_bytes
+    from dpaudit_mix.release.lambda_kind import _problem_bytes
 
     data = tmp_path / "data"
     data.mkdir()

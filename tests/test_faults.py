@@ -16,7 +16,7 @@ from dpaudit_mix import atomic, cli
 from dpaudit_mix.audit import engine
 from dpaudit_mix.cli import main
 from dpaudit_mix.problem import Problem, save
-from dpaudit_mix.release import check, gate
+from dpaudit_mix.release import check, gate, lambda_kind
 from dpaudit_mix.release.manifest import manifest_digest
 
 from .conftest import random_problem
@@ -123,11 +123,11 @@ def test_a_problem_swapped_during_the_release_is_not_what_is_released(
         save(Problem(small.logp, small.sources, heldout_logp=small.logp[:5], task="t"), problem_file)
         return audited(*args, **kwargs)
 
-    monkeypatch.setattr(gate, "run_audit", swap_then_audit)
+    monkeypatch.setattr(lambda_kind, "run_audit", swap_then_audit)
     out = tmp_path / "r"
     assert main(["release", str(write_spec(tmp_path, problem_file)), "--out", str(out)]) == 0
     manifest = json.loads((out / "release.json").read_text())
-    audit = json.loads((gate.work_folder(manifest["inputs"]) / "audit.json").read_text())
+    audit = json.loads((lambda_kind.work_folder(manifest["inputs"]) / "audit.json").read_text())
     assert audit["problem"]["n_mixing"] == manifest["audit"]["problem"]["n_mixing"] == 60
     import hashlib
 

@@ -18,7 +18,7 @@ from dpaudit_mix.cli import main
 from dpaudit_mix.identity import sensitive_sha256
 from dpaudit_mix.problem import Problem, budget_key, load, save
 from dpaudit_mix.randomness import stream
-from dpaudit_mix.release import gate, ledger, signing
+from dpaudit_mix.release import gate, lambda_kind, ledger, signing
 from dpaudit_mix.release.check import LAMBDA_CHECKS
 from dpaudit_mix.release.manifest import manifest_digest
 from dpaudit_mix.testing import check_mechanism
@@ -439,14 +439,14 @@ def test_an_accountant_that_under_reports_is_refused_before_the_audit(tmp_path: 
     accounting.register_accountant("liar", Scaled("liar", 1 / 1.6))
     accounting.register_accountant("careful", Scaled("careful", 1.5))
     try:
-        audited = gate.run_audit
-        monkeypatch.setattr(gate, "run_audit", lambda *a, **k: pytest.fail("the audit ran"))
+        audited = lambda_kind.run_audit
+        monkeypatch.setattr(lambda_kind, "run_audit", lambda *a, **k: pytest.fail("the audit ran"))
         spec = _lambda_spec(tmp_path / "liar.toml", str(tmp_path / "p.npz"), task="t", accountant="liar")
         assert main(["release", str(spec), "--out", str(tmp_path / "liar")]) == 3
         err = capsys.readouterr().err
         assert "REFUSED (verification)" in err and "under-reports" in err and "PLD gives" in err
         assert ledger.read(tmp_path / "ledger.json") == []
-        monkeypatch.setattr(gate, "run_audit", audited)
+        monkeypatch.setattr(lambda_kind, "run_audit", audited)
         spec = _lambda_spec(  # its larger σ leaves 2000 runs catching σ/4 (σ/3 is flagged 0.90 of the time: the edge)
             tmp_path / "careful.toml", str(tmp_path / "p.npz"), task="t", accountant="careful", detect=4.0
         )

@@ -94,7 +94,11 @@ class Claim:
     accountant: str = accounting.DEFAULT_ACCOUNTANT
 
     def __post_init__(self) -> None:
-        if self.phases is not None and not isinstance(self.phases, tuple):
+        if self.phases is not None and not isinstance(self.phases, tuple):  # a list given: frozen, hashable
+            require(
+                isinstance(self.phases, Sequence) and not isinstance(self.phases, str),
+                f"phases must be a sequence of GaussianPhase or None, got {type(self.phases).__name__}",
+            )
             object.__setattr__(self, "phases", tuple(self.phases))
 
     def check(self) -> None:

@@ -234,33 +234,28 @@ def audit_one_run(
     seed: int | None = None,
     label: str = "canaries",
 ) -> OneRunResult:
-    """Test the claim (ε, δ) (and, with ``phases``, its whole trade-off curve) against one run's
-    canary ``scores`` and their ``membership`` (1 = in the training set, drawn with probability
-    ½ each, independently of everything else). ``profile_bound`` False skips the search for
-    ``epsilon_lower_bound_profile`` (seconds where the phases are subsampled; the verdict does
-    not rest on it): Monte Carlo studies of the verdict run thousands of audits. ``step`` hears
-    of each of :data:`STEPS` as it starts (a progress bar). ``seed`` and ``label`` name the
-    stream whose u ranks tied scores (:func:`.guesses.tie_break`); the result records both. By
-    default the seed is drawn from the OS CSPRNG: a seed known before the rows are written lets
-    whoever writes them lay members on high or low u and steer the verdict (honest randomized
-    response flagged, a leak hidden); give a recorded seed to replay an audit.
+    """Test a claim (with phases, its whole trade-off curve) against one run's canaries; tied
+    scores ranked by a u from the stream ``seed`` and ``label`` name (:func:`.guesses.tie_break`).
 
     Args:
       scores: one finite score per canary (larger: more likely in).
-      membership: 1 where the canary was in the training set, 0 where not.
+      membership: 1 where the canary was in the training set (each with probability ½,
+        independently of everything else), 0 where not.
       claim: the claim tested (:class:`~.claim.Claim`); or state it by the keywords below.
       epsilon: the claimed ε (with ``delta``, ``phases``, ``accountant``: a Claim).
       delta: the claimed δ (0 without phases: a pure-ε claim).
       phases: the Gaussian phases the mechanism ran.
       confidence: the level of the lower bounds.
       accountant: the accountant that calibrated σ (default PLD).
-      profile_bound: whether to search for ``epsilon_lower_bound_profile``.
-      step: told the name of each step as it starts.
-      seed: the tie-break stream's seed; None draws one from the OS CSPRNG.
+      profile_bound: False skips ``epsilon_lower_bound_profile`` (seconds where subsampled; the
+        verdict does not rest on it), for Monte Carlo studies of thousands of audits.
+      step: told each of :data:`STEPS` as it starts (a progress bar).
+      seed: the tie-break stream's seed (a recorded one replays an audit); None: one from the OS
+        CSPRNG, as a seed known before the rows are written lets their writer steer the verdict.
       label: names the tie-break stream.
 
     Returns:
-      The :class:`OneRunResult`.
+      The :class:`OneRunResult` (its ``tie_break`` records the stream).
 
     Raises:
       InputError: bad scores or membership, a claim that is not one thing, a bad setting.
@@ -268,30 +263,16 @@ def audit_one_run(
     tell = step or (lambda name: None)
     s, b = checked_canaries(scores, membership)
     require(is_real(confidence) and 0 < confidence < 1, f"confidence must be in (0, 1), got {confidence!r}")
-    require(
-        seed is None or (isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed >= 0),
-        f"seed must be None or an integer >= 0, got {seed!r}",
-    )
-    drawn = seed is None
-    seed = secure_root() if seed is None else int(seed)
-    require(isinstance(label, str) and label != "", f"label must be a non-empty string, got {label!r}")
+    ties = _tie_break(s, seed, label)
     claim = claim_of(claim, epsilon=epsilon, delta=delta, phases=phases, accountant=accountant)
     require(claim.curve is None, "a one-run audit tests phases or (epsilon, delta); curve='gdp' is many-run only")
-    epsilon, delta, phases, accountant = claim.epsilon, claim.delta, claim.phases, claim.accountant
-    sets = GuessSets.of(s, b, tie_break(len(s), seed, label), one_sided=subsampled(phases))
-    level = 1 - confidence
-    per_set = level / len(sets)
+    epsilon, delta, phases = claim.epsilon, claim.delta, claim.phases
+    sets = GuessSets.of(s, b, tie_break(len(s), ties["seed"], label), one_sided=subsampled(phases))
+    per_set = (1 - confidence) / len(sets)
     tell(STEPS[0])
-    steinke = np.array([largest_rejected(sets.canaries, r, v, delta, per_set) for r, v in sets.pairs()])
-    fdp = largest_rejected_curve(lambda grid: LineCurves.approximate(grid, delta), sets, per_set)
-    best = int(np.argmax(np.maximum(steinke, fdp)))
-    bound = float(max(steinke.max(), fdp.max()))
-    profile_epsilon = profile_violation = None
-    if phases:
-        tell(STEPS[1])
-        profile_violation = _claimed_curve_rejected(phases, sets, per_set)
-        tell(STEPS[2])
-        profile_epsilon = _profile_epsilon(phases, delta, sets, per_set) if profile_bound else None
+    steinke, fdp, best = _bounds(sets, delta, per_set)
+    bound = float(max(steinke, fdp))
+    profile_violation, profile_epsilon = _profile(phases, delta, sets, per_set, profile_bound, tell)
     return OneRunResult(
         canaries=sets.canaries,
         members=int(b.sum()),
@@ -302,7 +283,7 @@ def audit_one_run(
         delta=float(delta),
         confidence=float(confidence),
         epsilon_lower_bound=bound,
-        bounds={"steinke": float(steinke.max()), "fdp": float(fdp.max())},
+        bounds={"steinke": steinke, "fdp": fdp},
         epsilon_violation=bool(bound > epsilon),
         epsilon_lower_bound_profile=profile_epsilon,
         profile_violation=profile_violation,
@@ -310,17 +291,54 @@ def audit_one_run(
         one_sided_sets=bool(sets.one_sided.any()),
         level_per_test=per_set,
         epsilon_estimate=gaussian_pair(s[b == 1], s[b == 0], delta, confidence),
-        tie_break={
-            "stream": "audit-tie-break",
-            "seed": seed,
-            "seed_from": "the OS CSPRNG" if drawn else "the caller",
-            "label": label,
-            "tied": tied(s),
-        },
+        tie_break=ties,
         power_claim=one_run_power_claim(epsilon, delta, phases=phases, canaries=len(s), confidence=confidence),
-        accounted=Accounted.of(epsilon, delta, phases, accountant),
+        accounted=Accounted.of(epsilon, delta, phases, claim.accountant),
         power_unsimulated=one_run_unsimulated(tuple(phases or ())),
     )
+
+
+def _profile(
+    phases: Sequence[accounting.GaussianPhase] | None,
+    delta: float,
+    sets: GuessSets,
+    per_set: float,
+    profile_bound: bool,
+    tell: Callable[[str], None],
+) -> tuple[bool | None, float | None]:
+    """With phases: whether the claimed curve is rejected, and (``profile_bound``) the largest
+    ε of the claimed family it rejects; None for each without."""
+    if not phases:
+        return None, None
+    tell(STEPS[1])
+    violation = _claimed_curve_rejected(phases, sets, per_set)
+    tell(STEPS[2])
+    return violation, _profile_epsilon(phases, delta, sets, per_set) if profile_bound else None
+
+
+def _bounds(sets: GuessSets, delta: float, per_set: float) -> tuple[float, float, int]:
+    """The largest ε each test rejects over the guess sets (Steinke et al.'s, the f-DP line's),
+    and the set where the larger one is reached."""
+    steinke = np.array([largest_rejected(sets.canaries, r, v, delta, per_set) for r, v in sets.pairs()])
+    fdp = largest_rejected_curve(lambda grid: LineCurves.approximate(grid, delta), sets, per_set)
+    return float(steinke.max()), float(fdp.max()), int(np.argmax(np.maximum(steinke, fdp)))
+
+
+def _tie_break(scores: np.ndarray, seed: int | None, label: str) -> dict[str, Any]:
+    """The record of the stream that ranks tied scores: its seed (the caller's, checked, or one
+    from the OS CSPRNG), its label, and how many scores tie."""
+    require(
+        seed is None or (isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed >= 0),
+        f"seed must be None or an integer >= 0, got {seed!r}",
+    )
+    require(isinstance(label, str) and label != "", f"label must be a non-empty string, got {label!r}")
+    return {
+        "stream": "audit-tie-break",
+        "seed": secure_root() if seed is None else int(seed),
+        "seed_from": "the OS CSPRNG" if seed is None else "the caller",
+        "label": label,
+        "tied": tied(scores),
+    }
 
 
 def full_batch_mu(phases: Sequence[accounting.GaussianPhase]) -> float:

@@ -12,12 +12,11 @@ from .common import Parser, add_json, command, emit, finite
 
 
 def cmd_release(args: argparse.Namespace) -> int:
-    from ..pipeline.release import release_model
     from ..release.gate import Refused, release
 
     out = Path(args.out or Path("reports") / f"release-{Path(args.spec).stem}")
     try:
-        published = release(args.spec, out, noise_multiplier=args.noise_multiplier, models=release_model)
+        published = release(args.spec, out, noise_multiplier=args.noise_multiplier)
     except Refused as refusal:
         note = f"; {refusal.private}" if refusal.private else ""
         print(f"dpaudit-mix: release REFUSED ({refusal.stage}): {refusal.reason}{note}", file=sys.stderr)

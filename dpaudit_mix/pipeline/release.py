@@ -1,4 +1,6 @@
-"""`dpaudit-mix release MODEL.toml`: the image pipeline's finetuned model, released through the gate.
+"""The model release kind (`dpaudit-mix release MODEL.toml`): the image pipeline's finetuned
+model, released through the gate's one protocol (:mod:`..release.gate`), which reserves,
+verifies, signs, checks, commits or withdraws; this module supplies the rest.
 
 read both specs once and hash those bytes → the claim, fixed before anything runs: the
 mixture's phase on split A and the finetune's (σ by the pipeline's own calibration; a smaller σ
@@ -11,7 +13,8 @@ the OS CSPRNG, with m Dirac canaries on its optimizer (membership and sampling f
 too) → the one-run audit of that very run against the finetune's phase → ``model.npz`` (the
 model's weights, no canary coordinate) and the card → the manifest, signed, through every check
 of check-release → only then release.json, and the reservation committed. A refusal withdraws
-the reservation and publishes no weights.
+the reservation and publishes no weights. Registered as the kind ``model``, loaded through the
+entry point ``dpaudit_mix.release_kinds`` the first time a spec names a pipeline.
 """
 
 from __future__ import annotations
@@ -24,29 +27,30 @@ from typing import Any
 import numpy as np
 
 from .. import accounting
-from ..atomic import write_json, write_npz
+from ..atomic import write_npz
 from ..audit.gradient_canaries import BYTES_PER_CANARY_STEP, Canaries, attach
 from ..audit.one_run import MIN_CANARIES
 from ..audit.plan import check_detect
 from ..cache import sha256_bytes, user_cache_dir
 from ..data import registry
-from ..errors import InputError, require
+from ..errors import require
 from ..identity import ALL, Partition, example_digests
 from ..models import DEFAULT_NETWORK, cnn
 from ..models.device import resolved
-from ..release import gate, ledger, signing
+from ..release import kinds, signing
 from ..release.accountant_check import check_release_accountant
 from ..release.audit_size import AuditSize, audit_size
 from ..release.check import MODEL_FILES
-from ..release.gate import Refused, now
-from ..release.manifest import Budget, Publication, public_path
+from ..release.kinds import now
+from ..release.lambda_kind import LAMBDA_PARTS
+from ..release.manifest import public_path
 from ..release.model_card import write_model_card
 from ..release.model_manifest import MODEL_FILE, ModelClaim, ModelManifest, composed_epsilon
+from ..release.refused import Refused
 from ..reporting import progress_steps
 from ..resources import require_memory
 from ..specfile import check_fields, parse_spec, read_spec_bytes, spec_table
-from ..verification.suite import verify
-from ..verification.variants import OPACUS
+from ..verification.parts import OPACUS
 from ..version import __version__
 from .methods import Mixture, mix_epsilon, mixing_phase
 from .run import ImageTrack, build_world, image_track
@@ -54,7 +58,7 @@ from .spec import PipelineSpec
 from .stages import Job, StageCache
 
 #: what a model release runs, so what its verification checks: λ's parts and the finetune's Opacus DP-SGD.
-MODEL_PARTS = gate.LAMBDA_PARTS | {OPACUS}
+MODEL_PARTS = LAMBDA_PARTS | {OPACUS}
 
 
 @dataclass(frozen=True)
@@ -220,77 +224,6 @@ def _versions() -> dict[str, str]:
     return {f"{name}_version": version(name) for name in ("torch", "opacus", "dp-accounting")}
 
 
-def release_model(
-    spec_path: Path,
-    spec_bytes: bytes,
-    out: Path,
-    ledger_path: Path | None,
-    noise_multiplier: float | None,
-    progress: bool,
-) -> ModelManifest:
-    """Reserve, verify, train once with canaries, audit that run, publish (the module's order)."""
-    ready = prepare(spec_path, spec_bytes, out, progress)
-    spec = ready.spec
-    calibrated = ready.claim.finetune_phase.noise_multiplier
-    sigma = gate.released_sigma(calibrated, noise_multiplier)
-    claim = ready.claim if sigma == calibrated else _with_sigma(ready.claim, sigma)
-    ready = replace(ready, claim=claim)
-    checked_accountant = check_release_accountant(
-        claim.finetune_accountant, claim.finetune_epsilon, claim.delta, [claim.finetune_phase]
-    )
-    sized = audit_size(  # the canaries this finetune carries, held to the spec's detect before anything is spent
-        claim.finetune_epsilon,
-        claim.delta,
-        [claim.finetune_phase],
-        detect=spec.detect,
-        size=spec.canaries,
-        one_run=True,
-        confidence=spec.confidence,
-        minimum=MIN_CANARIES,
-    )
-    steps = claim.finetune_phase.steps
-    require_memory(sized.size * BYTES_PER_CANARY_STEP * steps, f"{sized.size} canaries over {steps} steps")
-    path = ledger_path or (Path(spec.ledger) if spec.ledger else ledger.default_path())
-    reservation = gate.reserve(
-        path,
-        data_sha256=ready.data["sha256"],
-        problem_sha256=ready.inputs["pipeline_sha256"],
-        epsilon=claim.epsilon,
-        delta=claim.delta,
-        phase=claim.finetune_phase,
-        before=(claim.mixture_phase,) if claim.mixture_phase else (),
-        parts=ready.parts,
-        user_level=False,
-        timestamp=now(),
-        budget=spec.budget_epsilon,
-        aliases=ready.aliases,
-        kind="model",
-        identity=ready.data["identity"],
-    )
-    try:
-        publication = Publication(reservation, ready.data)
-        budget = gate.reserved_budget(path, reservation)
-        manifest = _trained_and_audited(
-            ready,
-            out,
-            sized,
-            progress=progress,
-            budget=budget,
-            publication=publication,
-            accountant_check=checked_accountant,
-        )
-        manifest = gate.signed_and_checked(manifest, out, files=MODEL_FILES, ledger_path=path, reservation=reservation)
-    except BaseException as exc:
-        (out / MODEL_FILE).unlink(missing_ok=True)  # weights go out with their manifest, or not at all
-        if isinstance(exc, (Refused, InputError)):
-            ledger.withdraw(path, reservation)  # refused: nothing published, nothing spent
-        raise  # a crash leaves the reservation counted (the finetune may have run)
-    # Only now is the model published; a crash before the commit leaves the reservation counted.
-    write_json(out / "release.json", manifest.to_dict())
-    ledger.commit(path, reservation, manifest.digest, manifest.budget.spent_epsilon)
-    return manifest
-
-
 def _written_model(weights: dict[str, np.ndarray], out: Path, network: str, task: str) -> dict[str, Any]:
     """``model.npz`` written (no pickle), and the manifest's model section that names it."""
     write_npz(out / MODEL_FILE, **weights)
@@ -327,22 +260,14 @@ MODEL_STEPS = ("verify", "private mixture", "pretrain", "DP finetune with canari
 
 
 def _trained_and_audited(
-    ready: Prepared,
-    out: Path,
-    sized: AuditSize,
-    *,
-    progress: bool,
-    budget: Budget,
-    publication: Publication,
-    accountant_check: dict[str, Any],
+    ready: Prepared, work: kinds.Work, sized: AuditSize, *, accountant_check: dict[str, Any]
 ) -> ModelManifest:
     spec, claim, track, job = ready.spec, ready.claim, ready.track, ready.job
+    out, progress = work.out, work.progress
     sigma = claim.finetune_phase.noise_multiplier
     with progress_steps(len(MODEL_STEPS), "model release", show=progress) as step:
         step(MODEL_STEPS[0])
-        verification = verify(gate.VERIFY_LEVEL, progress=progress, parts=MODEL_PARTS)
-        if verification.failures():
-            raise Refused("verify", "verify-accountant failed: " + "; ".join(verification.failures()))
+        verification = work.verified()
         step(MODEL_STEPS[1])
         choice = track.mixture(job)
         mixture = Mixture(None, None) if choice is None else choice.compute()  # its noise: the OS CSPRNG
@@ -401,11 +326,68 @@ def _trained_and_audited(
             # what the audit cost beside the finetune it rode on (the canaries' steps are in the finetune's)
             "seconds": {"finetune": round(trained - started, 3), "audit": round(audited - trained, 3)},
         },
-        verification={**gate.verification_record(verification), "accountant_check": accountant_check},
-        budget=budget,
+        verification={**kinds.verification_record(verification), "accountant_check": accountant_check},
+        budget=work.budget,
         inputs=ready.inputs,
         timestamp=now(),
-        publication=publication,
+        publication=work.publication,
     )
     write_model_card(manifest.to_dict(), out, signing.signer())
     return manifest
+
+
+class ModelKind:
+    """A model: a release spec that names a pipeline (:class:`ModelReleaseSpec`)."""
+
+    files: tuple[str, ...] = MODEL_FILES
+    parts: frozenset[str] = MODEL_PARTS
+
+    def prepare(
+        self, spec_path: Path, spec_bytes: bytes, out: Path, *, noise_multiplier: float | None, progress: bool
+    ) -> kinds.Prepared:
+        """The claim, its accountant checked, and the canaries this finetune carries, held to the
+        spec's detect before anything is spent."""
+        ready = prepare(spec_path, spec_bytes, out, progress)
+        spec = ready.spec
+        calibrated = ready.claim.finetune_phase.noise_multiplier
+        sigma = kinds.released_sigma(calibrated, noise_multiplier)
+        claim = ready.claim if sigma == calibrated else _with_sigma(ready.claim, sigma)
+        ready = replace(ready, claim=claim)
+        checked_accountant = check_release_accountant(
+            claim.finetune_accountant, claim.finetune_epsilon, claim.delta, [claim.finetune_phase]
+        )
+        sized = audit_size(
+            claim.finetune_epsilon,
+            claim.delta,
+            [claim.finetune_phase],
+            detect=spec.detect,
+            size=spec.canaries,
+            one_run=True,
+            confidence=spec.confidence,
+            minimum=MIN_CANARIES,
+        )
+        steps = claim.finetune_phase.steps
+        require_memory(sized.size * BYTES_PER_CANARY_STEP * steps, f"{sized.size} canaries over {steps} steps")
+        charge = kinds.Charge(
+            data_sha256=ready.data["sha256"],
+            problem_sha256=ready.inputs["pipeline_sha256"],
+            epsilon=claim.epsilon,
+            delta=claim.delta,
+            phase=claim.finetune_phase,
+            user_level=False,
+            budget=spec.budget_epsilon,
+            kind="model",
+            identity=ready.data["identity"],
+            aliases=ready.aliases,
+            before=(claim.mixture_phase,) if claim.mixture_phase else (),
+            parts=ready.parts,
+        )
+        return kinds.Prepared(charge, ready.data, spec.ledger, None, (ready, sized, checked_accountant))
+
+    def work(self, prepared: kinds.Prepared, work: kinds.Work) -> ModelManifest:
+        """Verify, train once with canaries, audit that run: the manifest (the module's order)."""
+        ready, sized, checked_accountant = prepared.state
+        return _trained_and_audited(ready, work, sized, accountant_check=checked_accountant)
+
+
+MODEL_KIND = kinds.register_release_kind("model", ModelKind())

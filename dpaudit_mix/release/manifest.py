@@ -65,9 +65,11 @@ class Publication:
 
 
 class Digested:
-    """A manifest whose release.json is its ``body()``, the digest over it and its signature."""
+    """A manifest whose release.json is its ``body()``, the digest over it and its signature,
+    and the budget the ledger recorded (what the gate's protocol commits)."""
 
     publication: Publication
+    budget: Budget
 
     def body(self) -> dict[str, Any]:
         raise NotImplementedError

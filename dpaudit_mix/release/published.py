@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .manifest import Manifest
+from .manifest import Digested, Manifest
 from .model_manifest import ModelManifest
 
 
@@ -15,7 +15,7 @@ class Published:
     """A published release: its folder and its manifest (release.json, exactly as hashed)."""
 
     out: Path
-    manifest: Manifest | ModelManifest
+    manifest: Digested  # a Manifest (λ) or a ModelManifest
 
     def to_dict(self) -> dict[str, Any]:
         """What the command line says of it."""
@@ -33,6 +33,7 @@ class Published:
                 "manifest_sha256": manifest.digest,
                 **self._common(),
             }
+        assert isinstance(manifest, Manifest), type(manifest).__name__
         return {
             "out": str(self.out),
             "manifest": str(self.out / "release.json"),
@@ -51,6 +52,7 @@ class Published:
         if isinstance(manifest, ModelManifest):  # the image track's finetune: example-level
             what, unit = "the finetuned model", "example-level"
         else:
+            assert isinstance(manifest, Manifest), type(manifest).__name__
             what, unit = f"λ over {len(manifest.sources)} sources", "user" if manifest.claim.user_level else "example"
             unit += "-level"
         budget = manifest.budget

@@ -65,32 +65,28 @@ def check_mechanism(
     curve: str | None = None,
     detect: float | None = None,
 ) -> Report:
-    """Run ``release_fn`` ``runs`` times on each of ``neighbours`` = (D, D′) and audit the claim
-    (ε, δ) (and, with ``phases``, the claimed Gaussian mechanism's curve; with ``curve="gdp"``,
-    the μ-GDP curve of ε the caller states the mechanism has); returns the
-    :class:`~.failure.Report` or raises :class:`~.failure.CheckFailed`. ``release_fn`` draws its
-    own noise (its mechanism's randomness, a CSPRNG in production).
-
-    The report's ``details["detects"]`` is the leak the check catches at its size (σ/c flagged
-    in ≥ 90 % of audits, 95 % confidence; None: no leak up to σ/10, or no power simulated) and
-    ``details["runs"]`` the runs a side. ``detect = c`` sizes the check to catch σ/c: the fewest
-    runs on :data:`RUNS_LADDER`, at least ``runs`` (ValueError where none does).
+    """Run ``release_fn`` ``runs`` times on each of (D, D′) and audit the claim on both
+    directions (D′ releasing larger, and smaller), each at half the level.
 
     Args:
-      release_fn: the mechanism, called on one data set at a time.
+      release_fn: the mechanism, called on one data set at a time; it draws its own noise (a
+        CSPRNG in production).
       neighbours: (D, D′), two neighbouring data sets.
       claim: the claim checked (:class:`~dpaudit_mix.audit.claim.Claim`); or the keywords below.
       epsilon: the claimed ε (with ``delta``, ``phases``, ``curve``: a Claim).
       delta: the claimed δ.
       runs: releases a side, at least 10.
       score: maps a release to a real score (default: the release itself).
-      phases: the Gaussian phases the mechanism runs.
+      phases: the Gaussian phases the mechanism runs (their curve is tested too).
       confidence: the level of the check, shared by its two directions.
       curve: ``"gdp"`` to state a μ-GDP mechanism.
-      detect: c, to size the check to catch σ/c.
+      detect: c, to size the check to catch σ/c: the fewest runs on :data:`RUNS_LADDER`, at
+        least ``runs`` (ValueError where none does).
 
     Returns:
-      The :class:`~.failure.Report` of a passed check.
+      The :class:`~.failure.Report` of a passed check; ``details["detects"]`` is the leak it
+      catches at its size (σ/c flagged in ≥ 90 % of audits, 95 % confidence; None: no leak up to
+      σ/10, or no power simulated), ``details["runs"]`` the runs a side.
 
     Raises:
       CheckFailed: a direction's lower bound is above ε, or a release failed.

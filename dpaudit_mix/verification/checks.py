@@ -15,7 +15,8 @@ from .accountant_checks import calibration_round_trip, cross_accountant, monoton
 from .dpsgd_checks import dpsgd_probe_problem, empirical_dpsgd, one_run_dpsgd
 from .learner_checks import empirical_soundness, noise_conformance, probe_problem
 from .levels import FULL, LEVELS, QUICK, AuditPoint, CheckResult, DPSGDPoint, Level, OneRunPoint
-from .variants import ACCOUNTANT, LEARNER, OPACUS, USER_DPSGD, WIRING, Variant
+from .parts import ACCOUNTANT, LEARNER, OPACUS, USER_DPSGD, WIRING
+from .variants import Variant
 
 __all__ = [
     "CHECKS",

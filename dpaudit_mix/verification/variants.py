@@ -28,10 +28,7 @@ from ..audit.mechanisms.dpsgd import OpacusCollector, OpacusMechanism, UserColle
 from ..audit.mechanisms.once import OpacusCanaryRun, UserCanaryRun
 from ..models import opacus_sgd, userdp
 from ..randomness import RandomSource
-
-#: the parts of a release a check exercises, and a mutant may break.
-ACCOUNTANT, WIRING, LEARNER = "accountant", "wiring", "learner"
-OPACUS, USER_DPSGD = "opacus", "user-dpsgd"  # the pipeline's DP-SGD: its Opacus finetune, its user-level step
+from .parts import ACCOUNTANT, LEARNER, OPACUS, USER_DPSGD, WIRING
 
 #: σ for the claim (ε, δ, q, T) with the variant's calibrating accountant.
 NoiseRule = Callable[[float, float, float, int, str], float]
