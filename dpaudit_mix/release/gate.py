@@ -16,7 +16,7 @@ private work may have run). Only this module reserves, commits and withdraws.
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,7 @@ def _released(
     prepared: Prepared = kind.prepare(spec_path, spec_bytes, out, noise_multiplier=noise_multiplier, progress=progress)
     path = ledger_path or (Path(prepared.ledger) if prepared.ledger else ledger.default_path())
     check_published_folder(out, path)
-    reservation = reserve(path, **asdict(prepared.charge), timestamp=now())
+    reservation = reserve(path, **prepared.charge.request(), timestamp=now())
     try:
         work = Work(
             out,

@@ -18,7 +18,7 @@ so this layer never imports the pipeline and a λ release never loads it. A kind
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -50,6 +50,10 @@ class Charge:
     aliases: tuple[str, ...] = ()  # the keys earlier ledger layouts gave this data
     before: tuple[accounting.GaussianPhase, ...] = ()  # phases run on the data before ``phase``
     parts: tuple[str, ...] = ()  # the part of the data each of (*before, phase) runs on
+
+    def request(self) -> dict[str, Any]:
+        """The charge as :func:`.ledger.reserve`'s keywords (its phases kept as phases)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(frozen=True)
