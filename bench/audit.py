@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dpaudit_mix.audit.engine import run_audit
+from dpaudit_mix.audit.many_run.engine import run_audit
 from dpaudit_mix.audit.spec import AuditSpec
 from dpaudit_mix.problem import Problem, save
 

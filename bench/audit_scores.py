@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from dpaudit_mix import accounting
-from dpaudit_mix.randomness import stream
+from dpaudit_mix.base.randomness import stream
 
 EPSILON, DELTA = 1.0, 1e-5
 

@@ -31,9 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from dpaudit_mix.base.randomness import stream
 from dpaudit_mix.data import registry
 from dpaudit_mix.learner import LearnerConfig, fit
-from dpaudit_mix.randomness import stream
 
 NOISE = stream(0, "learner-noise", bench="budgets")
 ROOT = Path(__file__).resolve().parent.parent

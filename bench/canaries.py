@@ -17,9 +17,9 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from dpaudit_mix import accounting
+from dpaudit_mix.base.randomness import Key, stream
 from dpaudit_mix.canaries import attach
 from dpaudit_mix.models import cnn, opacus_sgd
-from dpaudit_mix.randomness import Key, stream
 
 DELTA, EPSILON, BATCH, CLIP, LEARNING_RATE = 1e-5, 2.0, 256, 1.0, 0.1
 

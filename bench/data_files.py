@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dpaudit_mix.randomness import stream
-from dpaudit_mix.resources import available_bytes
+from dpaudit_mix.base.randomness import stream
+from dpaudit_mix.base.resources import available_bytes
 
 
 def _write(path: Path, count: int, size: int, seed: int) -> None:

@@ -18,13 +18,13 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from dpaudit_mix.base.randomness import Key, stream
 from dpaudit_mix.data import registry
 from dpaudit_mix.lm.run import build_text_world
 from dpaudit_mix.lm.spec import TextPipelineSpec
 from dpaudit_mix.models import chargru, cnn, edm, userdp
 from dpaudit_mix.pipeline.run import build_world
 from dpaudit_mix.pipeline.spec import PipelineSpec
-from dpaudit_mix.randomness import Key, stream
 from dpaudit_mix.synth.spec import WarmSynSpec
 
 

@@ -17,10 +17,10 @@ from opacus import GradSampleModule
 from opacus.optimizers import DPOptimizer
 from threadpoolctl import threadpool_limits
 
+from dpaudit_mix.base.randomness import stream
 from dpaudit_mix.learner import BLOCK, LearnerConfig, default_threads, fit
 from dpaudit_mix.optimum import scaled_likelihoods
 from dpaudit_mix.problem import Problem
-from dpaudit_mix.randomness import stream
 
 N, K, T = 9_000, 14, 100
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dpaudit_mix.cache import user_cache_dir
+from dpaudit_mix.base.cache import user_cache_dir
 from dpaudit_mix.problem import Problem, data_sha256, load, save
 from dpaudit_mix.release import ledger
 

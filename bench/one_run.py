@@ -21,8 +21,8 @@ from scipy.stats import beta
 
 from dpaudit_mix import accounting
 from dpaudit_mix.audit.dirac import dirac_scores, simulated_released
-from dpaudit_mix.audit.one_run import audit_one_run
-from dpaudit_mix.randomness import stream
+from dpaudit_mix.audit.one_run.audit import audit_one_run
+from dpaudit_mix.base.randomness import stream
 
 EPSILON, DELTA = 1.0, 1e-5
 SETTINGS = ((1.0, 1), (0.1, 10))  # (q, T)

@@ -13,8 +13,8 @@ import time
 
 from dpaudit_mix import accounting
 from dpaudit_mix.audit.dirac import dirac_scores, simulated_released
-from dpaudit_mix.audit.one_run import audit_one_run
-from dpaudit_mix.randomness import stream
+from dpaudit_mix.audit.one_run.audit import audit_one_run
+from dpaudit_mix.base.randomness import stream
 
 DELTA = 1e-5
 #: (canaries, q, T, target s)

@@ -21,9 +21,9 @@ import numpy as np
 from scipy.stats import beta
 
 from dpaudit_mix import accounting
-from dpaudit_mix.audit.one_run import audit_one_run
-from dpaudit_mix.audit.one_run_power import one_run_power, one_run_power_claim
-from dpaudit_mix.randomness import stream
+from dpaudit_mix.audit.one_run.audit import audit_one_run
+from dpaudit_mix.audit.one_run.power import one_run_power, one_run_power_claim
+from dpaudit_mix.base.randomness import stream
 
 EPSILON, DELTA = 1.0, 1e-5
 MU = accounting.gdp_mu_of_epsilon(EPSILON, DELTA)

@@ -18,8 +18,8 @@ import numpy as np
 from scipy.special import expit
 from statsmodels.stats.proportion import proportion_confint
 
-from dpaudit_mix.audit import one_run
-from dpaudit_mix.randomness import stream
+from dpaudit_mix.audit.one_run import audit as one_run
+from dpaudit_mix.base.randomness import stream
 
 CLAIM, DELTA = 1.0, 1e-5
 

@@ -1,4 +1,4 @@
-"""The power an audit reports (:mod:`dpaudit_mix.audit.power`, :mod:`dpaudit_mix.audit.one_run_power`)
+"""The power an audit reports (:mod:`dpaudit_mix.audit.power`, :mod:`dpaudit_mix.audit.one_run.power`)
 against independent Monte Carlo: for each claim, the predicted median ε_LB of an exactly-claimed
 mechanism and the promised leak σ/c (flagged in ≥ 90 % of audits with 95 % confidence), beside the
 same quantities from ``--audits`` fresh audits (scores drawn from another stream, audited by
@@ -21,10 +21,10 @@ from statsmodels.stats.proportion import proportion_confint
 from dpaudit_mix import accounting
 from dpaudit_mix.audit import power as audit_power
 from dpaudit_mix.audit.dirac import dirac_scores, simulated_released
-from dpaudit_mix.audit.one_run import audit_one_run
+from dpaudit_mix.audit.many_run.scores import audit_scores
+from dpaudit_mix.audit.one_run.audit import audit_one_run
 from dpaudit_mix.audit.power import Power
-from dpaudit_mix.audit.scores import audit_scores
-from dpaudit_mix.randomness import stream
+from dpaudit_mix.base.randomness import stream
 
 DELTA = 1e-5
 #: (name, ε, phases kind or None, runs per side or canaries, one-run)

@@ -20,11 +20,11 @@ import torch
 from statsmodels.stats.weightstats import DescrStatsW
 from threadpoolctl import threadpool_limits
 
+from dpaudit_mix.base.randomness import Key
 from dpaudit_mix.lm.run import build_text_world
 from dpaudit_mix.lm.spec import load_text_pipeline_spec
 from dpaudit_mix.models import chargru as lm
 from dpaudit_mix.pipeline.stages import mixture_draw
-from dpaudit_mix.randomness import Key
 
 
 def _setting(text: str, windows: int) -> tuple[int, float, float, int, int]:

@@ -1,6 +1,6 @@
 """What `dpaudit-mix audit-scores` holds in memory and how long it takes on large score files,
 against its targets (peak RSS ≤ 2 × the inflated scores + 300 MB; 10⁷ random scores a class in
-≤ 60 s) and against the estimate its input guard uses (:func:`dpaudit_mix.audit.score_file.working_bytes`).
+≤ 60 s) and against the estimate its input guard uses (:func:`dpaudit_mix.audit.many_run.score_file.working_bytes`).
 
 Each case is one `audit-scores` process, as a user runs it; its peak RSS is the child's
 ``ru_maxrss``, its time the wall clock and the child's user + sys CPU. The files are compressed
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from dpaudit_mix import npz
-from dpaudit_mix.audit.score_file import working_bytes
-from dpaudit_mix.randomness import stream
+from dpaudit_mix.audit.many_run.score_file import working_bytes
+from dpaudit_mix.base import npz
+from dpaudit_mix.base.randomness import stream
 
 #: (name, scores a class, how they are drawn)
 CASES = (("zeros", 10**8, "zeros"), ("random", 10**7, "random"))

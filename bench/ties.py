@@ -18,8 +18,8 @@ import numpy as np
 from scipy.stats import ttest_rel
 
 from dpaudit_mix.audit.attack import attack
-from dpaudit_mix.audit.scores import audit_scores
-from dpaudit_mix.randomness import stream
+from dpaudit_mix.audit.many_run.scores import audit_scores
+from dpaudit_mix.base.randomness import stream
 
 DELTA = 1e-5
 

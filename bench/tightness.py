@@ -22,7 +22,7 @@ import numpy as np
 
 from dpaudit_mix import accounting
 from dpaudit_mix.audit.attack import BUILTIN_STRATEGIES, attack
-from dpaudit_mix.audit.engine import run_audit
+from dpaudit_mix.audit.many_run.engine import run_audit
 from dpaudit_mix.audit.profile import GaussianTradeOff
 from dpaudit_mix.audit.spec import AuditSpec, resolve_problem
 

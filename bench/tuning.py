@@ -15,11 +15,11 @@ import numpy as np
 from statsmodels.stats.weightstats import DescrStatsW
 
 from dpaudit_mix import accounting, mix
+from dpaudit_mix.base.randomness import Key, stream
 from dpaudit_mix.data import registry
 from dpaudit_mix.learner import LearnerConfig, fit, fit_losses
 from dpaudit_mix.optimum import mixmin
 from dpaudit_mix.problem import Problem
-from dpaudit_mix.randomness import Key, stream
 from dpaudit_mix.recovery.metrics import cos_similarity
 from dpaudit_mix.tuning import rehearse, rehearse_like
 

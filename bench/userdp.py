@@ -16,11 +16,11 @@ import time
 import numpy as np
 import torch
 
+from dpaudit_mix.base.randomness import Key, stream
 from dpaudit_mix.lm.run import build_text_world
 from dpaudit_mix.lm.spec import TextPipelineSpec
 from dpaudit_mix.models.chargru import new_model
 from dpaudit_mix.models.userdp import per_user_gradients, user_gradient
-from dpaudit_mix.randomness import Key, stream
 
 
 def _seconds(step: object, repeats: int) -> float:

@@ -32,9 +32,76 @@ the command line and ``import dpaudit_mix`` stay fast):
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from .version import __version__ as __version__
+#: modules that moved when the package took its layers' shape (base/, audit's two wings), by
+#: their old name: each stays importable there, as the very module at its new home.
+_MOVED = {
+    "alphabet": "base.alphabet",
+    "atomic": "base.atomic",
+    "backend": "base.backend",
+    "cache": "base.cache",
+    "calibrations": "base.calibrations",
+    "errors": "base.errors",
+    "identity": "base.identity",
+    "npz": "base.npz",
+    "owned": "base.owned",
+    "randomness": "base.randomness",
+    "registry": "base.registry",
+    "reporting": "base.reporting",
+    "resources": "base.resources",
+    "specfile": "base.specfile",
+    "stats": "base.stats",
+    "strict_json": "base.strict_json",
+    "threads": "base.threads",
+    "version": "base.version",
+    "audit.guesses": "audit.one_run.guesses",
+    "audit.fdp": "audit.one_run.fdp",
+    "audit.estimate": "audit.one_run.estimate",
+    "audit.one_run_power": "audit.one_run.power",
+    "audit.one_run_report": "audit.one_run.report",
+    "audit.gradient_canaries": "audit.one_run.gradient_canaries",
+    "audit.scores": "audit.many_run.scores",
+    "audit.ties": "audit.many_run.ties",
+    "audit.sorted_scores": "audit.many_run.sorted_scores",
+    "audit.diagnostics": "audit.many_run.diagnostics",
+    "audit.words": "audit.many_run.words",
+    "audit.result": "audit.many_run.result",
+    "audit.report": "audit.many_run.report",
+    "audit.engine": "audit.many_run.engine",
+    "audit.chunks": "audit.many_run.chunks",
+    "audit.score_file": "audit.many_run.score_file",
+    "audit.canaries": "audit.mixmin_canaries",
+}
+
+
+class _Moved(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports a moved module's old name as the module itself (one object under both names, so
+    an import, an attribute and a test's monkeypatch all reach the same code)."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if not fullname.startswith(f"{__name__}.") or fullname[len(__name__) + 1 :] not in _MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        module = importlib.import_module(f"{__name__}.{_MOVED[spec.name[len(__name__) + 1 :]]}")
+        spec.loader_state = module.__spec__  # restored over the alias's in exec_module
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__spec__ = module.__spec__.loader_state if module.__spec__ else None
+
+
+if not any(isinstance(finder, _Moved) for finder in sys.meta_path):
+    sys.meta_path.insert(0, _Moved())
+
+from .base.version import __version__ as __version__  # noqa: E402
 
 #: each exported name and the module that defines it.
 _HOMES = {
@@ -46,13 +113,13 @@ _HOMES = {
     "epsilon": "accounting",
     "GaussianPhase": "accounting",
     "Claim": "audit.claim",
-    "audit_scores": "audit.scores",
-    "AuditResult": "audit.scores",
+    "audit_scores": "audit.many_run.scores",
+    "AuditResult": "audit.many_run.scores",
     "audit_one_run": "audit.one_run",
     "OneRunResult": "audit.one_run",
     "plan_audit": "audit.plan",
     "Plan": "audit.plan",
-    "run_audit": "audit.engine",
+    "run_audit": "audit.many_run.engine",
     "AuditSpec": "audit.spec",
     "verify": "verification.suite",
     "load_model": "models.networks",
@@ -62,7 +129,7 @@ _HOMES = {
     "register_threshold_strategy": "audit.attack",
     "register_world": "data.worlds",
     "register_data": "data.registry",
-    "register_purpose": "randomness",
+    "register_purpose": "base.randomness",
     "register_release_kind": "release.kinds",
     "run_pipeline_file": "experiments",
 }
@@ -100,12 +167,13 @@ if TYPE_CHECKING:
     from .accounting import GaussianPhase, calibrate, epsilon, register_accountant
     from .audit.attack import register_threshold_strategy
     from .audit.claim import Claim
-    from .audit.engine import run_audit
+    from .audit.many_run.engine import run_audit
+    from .audit.many_run.scores import AuditResult, audit_scores
     from .audit.mechanisms import register_mechanism
-    from .audit.one_run import OneRunResult, audit_one_run
+    from .audit.one_run.audit import OneRunResult, audit_one_run
     from .audit.plan import Plan, plan_audit
-    from .audit.scores import AuditResult, audit_scores
     from .audit.spec import AuditSpec
+    from .base.randomness import register_purpose
     from .data.registry import register_data
     from .data.worlds import register_world
     from .experiments import run_pipeline_file
@@ -113,7 +181,6 @@ if TYPE_CHECKING:
     from .models.networks import load_model, register_network
     from .optimum import mixmin
     from .problem import Problem
-    from .randomness import register_purpose
     from .release.kinds import register_release_kind
     from .verification.suite import verify
 

@@ -2,6 +2,6 @@
 ``PrivacyEngine.make_private``, train unchanged, then ``Canaries.audit`` (the implementation and
 what it certifies: :mod:`.audit.gradient_canaries`)."""
 
-from .audit.gradient_canaries import Canaries, attach
+from .audit.one_run.gradient_canaries import Canaries, attach
 
 __all__ = ["Canaries", "attach"]

@@ -11,16 +11,16 @@ from pathlib import Path
 import numpy as np
 
 from . import accounting
-from .audit.engine import run_audit
-from .audit.report import write_report
-from .audit.result import SettingResult
+from .audit.many_run.engine import run_audit
+from .audit.many_run.report import write_report
+from .audit.many_run.result import SettingResult
 from .audit.spec import load_spec
+from .base.errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VIOLATION
+from .base.randomness import stream
 from .data import registry
-from .errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VIOLATION
 from .learner import LearnerConfig, fit, fit_losses
 from .optimum import mixmin
 from .problem import save
-from .randomness import stream
 from .recovery.metrics import cos_similarity
 from .release.gate import Refused, release
 from .release.manifest import Manifest

@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from .atomic import check_output
-from .backend import Backend
+from .base.atomic import check_output
+from .base.backend import Backend
+from .base.specfile import parse_spec, read_spec_bytes, spec_table
 from .data import registry
 from .models.device import resolved
-from .specfile import parse_spec, read_spec_bytes, spec_table
 
 if TYPE_CHECKING:
     from .pipeline.rows import RowResult
-    from .pipeline.spec import Variant
+    from .pipeline.spec import SpecRow
 
 SpecT = TypeVar("SpecT")
 
@@ -76,7 +76,7 @@ _Prepared = Callable[[Path, Path], tuple["RowResult", dict[str, dict[float, floa
 
 def _prepare(
     spec: Any,
-    variant: Variant[Any],
+    variant: SpecRow[Any],
     *,
     text: bool,
     secure: bool,
@@ -114,7 +114,7 @@ def _prepare(
 
         return run_text
 
-    from .cache import content_key
+    from .base.cache import content_key
     from .pipeline.report import paired_differences, write_pipeline_report
     from .pipeline.run import build_world, image_track, proxy_report, run_pipeline, world_key
 
@@ -160,12 +160,12 @@ def run_pipeline_file(
     ``device`` replaces the spec's."""
     from .lm.spec import TextPipelineSpec
     from .pipeline.rows import write_rows_report
-    from .pipeline.spec import PipelineSpec, Variant, variants
+    from .pipeline.spec import PipelineSpec, SpecRow, variants
 
     content = read_spec_bytes(Path(path))
     text = is_text_world(pipeline_world(spec_table(Path(path), content)))
     spec = with_device(parse_spec(TextPipelineSpec if text else PipelineSpec, Path(path), content), device)
-    rows = variants(spec) or [Variant((), spec)]
+    rows = variants(spec) or [SpecRow((), spec)]
     worlds: dict[str, Any] = {}
     prepared = [
         _prepare(

@@ -24,11 +24,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from .atomic import write_json
-from .cache import json_sha256, sha256, versions
-from .errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VIOLATION
-from .owned import inside
-from .specfile import read_spec_bytes, spec_table
+from .base.atomic import write_json
+from .base.cache import json_sha256, sha256, versions
+from .base.errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_VIOLATION
+from .base.owned import inside
+from .base.specfile import read_spec_bytes, spec_table
 
 #: the libraries whose arithmetic, data or reports a run's output depends on.
 LIBRARIES = (

@@ -21,11 +21,11 @@ from typing import Any, cast
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from .errors import present, require
+from .base.errors import present, require
+from .base.randomness import RandomSource, SecureSource, Stream
+from .base.specfile import check_fields
 from .optimum import mixture_loss, scaled_likelihoods
 from .problem import Problem
-from .randomness import RandomSource, SecureSource, Stream
-from .specfile import check_fields
 
 #: runs per computational block; chunks of an audit are whole numbers of blocks.
 BLOCK = 64

@@ -8,13 +8,13 @@ from typing import Any
 import numpy as np
 
 from . import accounting, learner, tuning
-from .errors import require
-from .identity import META_KEY
+from .base.errors import require
+from .base.identity import META_KEY
+from .base.randomness import Key, secure_root, stream
+from .base.resources import require_memory
 from .learner import LearnerConfig
 from .optimum import mixmin
 from .problem import Problem
-from .randomness import Key, secure_root, stream
-from .resources import require_memory
 
 #: bytes a fitted run costs (λ as float64, then as JSON lists of Python floats and text).
 BYTES_PER_WEIGHT = 100

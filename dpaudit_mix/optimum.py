@@ -12,7 +12,7 @@ from typing import cast
 
 import numpy as np
 
-from .errors import is_real, require
+from .base.errors import is_real, require
 from .problem import checked_logp
 
 #: the adaptive step never grows beyond this (an infinite step would make λ NaN).

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import npz
-from .atomic import write_npz
-from .errors import InputError, present, require
-from .identity import META_KEY, is_digest
+from .base import npz
+from .base.atomic import write_npz
+from .base.errors import InputError, present, require
+from .base.identity import META_KEY, is_digest
 
 #: log-likelihoods may exceed 0 by this much (float round-off of a probability of 1).
 LOGP_TOLERANCE = 1e-6

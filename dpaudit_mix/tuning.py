@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from . import accounting
+from .base.randomness import Key, Stream, stream
 from .learner import LearnerConfig, fit, fit_losses
 from .optimum import mixmin
 from .problem import Problem
-from .randomness import Key, Stream, stream
 
 #: recovery's grid (its reports were measured on it).
 CLIPS = (0.5, 1.0, 2.0, 3.0, 5.0)

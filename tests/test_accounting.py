@@ -12,7 +12,7 @@ from dpaudit_mix.accounting import (
     gdp_epsilon,
     parallel,
 )
-from dpaudit_mix.errors import InputError
+from dpaudit_mix.base.errors import InputError
 
 
 @pytest.mark.parametrize("sigma, steps, delta", [(40.0, 100, 1e-5), (5.0, 10, 1e-6), (1.0, 1, 1e-3)])
@@ -158,7 +158,7 @@ def test_bounded_returns_values_and_refuses_what_overruns() -> None:
 
     import numpy as np
 
-    from dpaudit_mix.resources import bounded
+    from dpaudit_mix.base.resources import bounded
 
     assert bounded(lambda: 2.5, what="x") == 2.5
     grid, values = bounded(lambda: (np.arange(3.0), np.ones(2)), what="x")
@@ -177,7 +177,7 @@ def test_bounded_all_answers_in_order_and_leaves_no_child_behind(monkeypatch) ->
     import os
     import time
 
-    from dpaudit_mix import resources
+    from dpaudit_mix.base import resources
 
     forked: list[int] = []
     real = resources._fork
@@ -223,7 +223,7 @@ def test_bounded_all_starts_the_next_call_when_a_lane_frees(monkeypatch) -> None
     ones takes the long call's time, not two rounds of it (batches of two would wait twice)."""
     import time
 
-    from dpaudit_mix import resources
+    from dpaudit_mix.base import resources
 
     monkeypatch.setattr(resources.os, "sched_getaffinity", lambda _: {0, 1})
 
@@ -328,7 +328,8 @@ def test_a_child_forked_while_a_thread_holds_the_answers_lock_does_not_wait_for_
     child's first lookup until its deadline."""
     import threading
 
-    from dpaudit_mix import accounting, resources
+    from dpaudit_mix import accounting
+    from dpaudit_mix.base import resources
 
     memo, held, done = accounting.answers.EPSILONS, threading.Event(), threading.Event()
 

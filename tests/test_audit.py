@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpaudit_mix.audit.engine import run_audit
+from dpaudit_mix.audit.many_run.engine import run_audit
 from dpaudit_mix.audit.spec import AuditSpec, load_spec
+from dpaudit_mix.base.errors import InputError
 from dpaudit_mix.cli import main
-from dpaudit_mix.errors import InputError
 from dpaudit_mix.problem import Problem, save
 
 from .conftest import random_problem

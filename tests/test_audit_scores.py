@@ -14,14 +14,14 @@ import pytest
 
 import dpaudit_mix
 from dpaudit_mix import accounting
-from dpaudit_mix.audit.engine import run_audit, score_label
-from dpaudit_mix.audit.report import write_report
-from dpaudit_mix.audit.score_file import read_scores
+from dpaudit_mix.audit.many_run.engine import run_audit, score_label
+from dpaudit_mix.audit.many_run.report import write_report
+from dpaudit_mix.audit.many_run.score_file import read_scores
+from dpaudit_mix.audit.many_run.words import verdict_line
 from dpaudit_mix.audit.spec import AuditSpec
-from dpaudit_mix.audit.words import verdict_line
+from dpaudit_mix.base.randomness import stream
 from dpaudit_mix.cli import main
 from dpaudit_mix.problem import Problem, save
-from dpaudit_mix.randomness import stream
 
 from .conftest import random_problem
 

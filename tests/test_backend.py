@@ -9,12 +9,12 @@ import sys
 import time
 from pathlib import Path
 
-from dpaudit_mix import backend
-from dpaudit_mix.backend import Backend
+from dpaudit_mix.base import backend
+from dpaudit_mix.base.backend import Backend
 
 PARENT = """
 import os, sys, time
-from dpaudit_mix.backend import Backend
+from dpaudit_mix.base.backend import Backend
 
 def pid_then_sleep(i):
     print(os.getpid(), flush=True)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dpaudit_mix.base.errors import InputError
 from dpaudit_mix.data import registry
 from dpaudit_mix.data.shift import DISTRACTOR_SIZE, bad_sources
-from dpaudit_mix.errors import InputError
 from dpaudit_mix.pipeline.run import build_world, image_track
 from dpaudit_mix.pipeline.spec import MAX_DISTRACTORS, PipelineSpec
 from dpaudit_mix.pipeline.stages import StageCache

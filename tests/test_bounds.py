@@ -4,7 +4,7 @@ import pytest
 from dpaudit_mix.accounting import gdp_epsilon
 from dpaudit_mix.audit.attack import BUILTIN_STRATEGIES, attack
 from dpaudit_mix.audit.bounds import clopper_pearson_upper, epsilon_lower_bound
-from dpaudit_mix.errors import InputError
+from dpaudit_mix.base.errors import InputError
 
 
 def test_hand_computed_zero_errors() -> None:

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from dpaudit_mix import accounting, demo
+from dpaudit_mix.base.randomness import stream
 from dpaudit_mix.cli import main
-from dpaudit_mix.randomness import stream
 from dpaudit_mix.release import gate
 
 from .test_model_release import BARE, _specs

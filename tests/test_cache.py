@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dpaudit_mix.cache import cached, load_npz, save_npz, sha256
+from dpaudit_mix.base.cache import cached, load_npz, save_npz, sha256
 
 
 def _entry(root: Path, seed: int, calls: list[int]) -> dict[str, np.ndarray]:

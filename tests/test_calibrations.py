@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dpaudit_mix import accounting, calibrations
+from dpaudit_mix import accounting
+from dpaudit_mix.base import calibrations
 from dpaudit_mix.models import cnn
 
 REQUEST = (1.0, 1e-5, 0.1, 50)  # ε, δ, q, T

@@ -12,10 +12,10 @@ from opacus import PrivacyEngine
 from torch.utils.data import DataLoader, TensorDataset
 
 from dpaudit_mix import accounting
-from dpaudit_mix.audit import gradient_canaries
+from dpaudit_mix.audit.one_run import gradient_canaries
+from dpaudit_mix.base.errors import InputError
+from dpaudit_mix.base.randomness import stream, torch_scope
 from dpaudit_mix.canaries import attach
-from dpaudit_mix.errors import InputError
-from dpaudit_mix.randomness import stream, torch_scope
 
 from .conftest import scale_added_noise
 

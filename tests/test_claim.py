@@ -9,8 +9,8 @@ import pytest
 
 import dpaudit_mix as dm
 from dpaudit_mix import accounting
-from dpaudit_mix.errors import InputError
-from dpaudit_mix.randomness import stream
+from dpaudit_mix.base.errors import InputError
+from dpaudit_mix.base.randomness import stream
 from dpaudit_mix.testing import check_mechanism
 
 DELTA = 1e-5

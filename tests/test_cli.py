@@ -95,7 +95,7 @@ def test_mix_tune_on_rehearses_c_and_eta_on_public_rows_and_says_so(capsys, prob
     ],
 )
 def test_mix_tune_on_refuses_what_is_not_a_public_twin(capsys, tmp_path, problem_file, public_file, change, message):
-    from dpaudit_mix.identity import META_KEY
+    from dpaudit_mix.base.identity import META_KEY
     from dpaudit_mix.problem import load
 
     public = load(public_file)

@@ -11,9 +11,9 @@ import pytest
 
 from dpaudit_mix import accounting
 from dpaudit_mix.audit import claim
+from dpaudit_mix.base.version import __version__
 from dpaudit_mix.cli import build_parser, main
 from dpaudit_mix.cli.common import phases_of
-from dpaudit_mix.version import __version__
 
 
 def _commands() -> dict[str, argparse.ArgumentParser]:

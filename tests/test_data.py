@@ -58,8 +58,8 @@ def test_the_mnist_csv_is_parsed_by_rows_of_784_pixels_and_a_label(tmp_path, mon
 
     import pytest
 
+    from dpaudit_mix.base.errors import InputError
     from dpaudit_mix.data import images
-    from dpaudit_mix.errors import InputError
 
     rows = np.zeros((2, 785))
     rows[0, :784], rows[:, 784] = np.arange(784) % 256, [7, 3]
@@ -91,7 +91,7 @@ def test_an_embedded_problem_is_the_same_bytes_on_any_number_of_blas_threads(tmp
     from threadpoolctl import threadpool_limits
 
     from dpaudit_mix import problem as problem_io
-    from dpaudit_mix.cache import sha256_bytes
+    from dpaudit_mix.base.cache import sha256_bytes
 
     digests = []
     try:

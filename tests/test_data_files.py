@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dpaudit_mix import npz
+from dpaudit_mix.base import npz
+from dpaudit_mix.base.errors import InputError
+from dpaudit_mix.base.randomness import stream
 from dpaudit_mix.cli import main
 from dpaudit_mix.data import registry
 from dpaudit_mix.data.export import export_world
-from dpaudit_mix.errors import InputError
 from dpaudit_mix.pipeline.spec import PipelineSpec
-from dpaudit_mix.randomness import stream
 
 
 @pytest.fixture(scope="module")
@@ -327,7 +327,7 @@ def test_a_release_names_a_data_manifest_publicly_and_check_release_rebuilds_it(
     from types import SimpleNamespace
 
     from dpaudit_mix import problem as problem_io
-    from dpaudit_mix.cache import sha256_bytes
+    from dpaudit_mix.base.cache import sha256_bytes
     from dpaudit_mix.release.check import _released_problem
     from dpaudit_mix.release.lambda_kind import _problem_bytes
 

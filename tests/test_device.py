@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from dpaudit_mix.errors import InputError
+from dpaudit_mix.base.errors import InputError
 from dpaudit_mix.models.device import resolve, resolved
 from dpaudit_mix.pipeline.methods import Mixture
 from dpaudit_mix.pipeline.run import build_world, image_track, run_pipeline

@@ -9,10 +9,10 @@ import pytest
 from scipy.stats import ks_2samp
 
 from dpaudit_mix import accounting
-from dpaudit_mix.audit import one_run_power as one_run_power_module
 from dpaudit_mix.audit.dirac import _Component, score_law, simulated_scores
-from dpaudit_mix.audit.one_run_power import one_run_power, one_run_power_claim
-from dpaudit_mix.randomness import stream
+from dpaudit_mix.audit.one_run import power as one_run_power_module
+from dpaudit_mix.audit.one_run.power import one_run_power, one_run_power_claim
+from dpaudit_mix.base.randomness import stream
 
 N = 4000
 DELTA = 1e-5

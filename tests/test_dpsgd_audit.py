@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dpaudit_mix import accounting, cli
-from dpaudit_mix.audit.engine import run_audit
+from dpaudit_mix.audit.many_run.engine import run_audit
 from dpaudit_mix.audit.mechanisms.dpsgd import dirac_score
 from dpaudit_mix.audit.profile import epsilon_lower_bound_profile, profile_tradeoff
 from dpaudit_mix.audit.spec import AuditSpec
@@ -135,8 +135,8 @@ def test_user_level_dpsgd_divides_by_the_public_user_count() -> None:
     import torch
 
     from dpaudit_mix.audit.mechanisms.dpsgd import CANARY_CODE, UserProbe
+    from dpaudit_mix.base.randomness import stream
     from dpaudit_mix.models import userdp
-    from dpaudit_mix.randomness import stream
 
     canary = [torch.full((2, 5), CANARY_CODE, dtype=torch.int64)]  # one user: the canary, two windows
     for users, expected in ((None, -1.0), (10, -0.1)):  # −C / (q U), C = q = 1

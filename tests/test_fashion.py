@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dpaudit_mix.base.errors import EXIT_BAD_INPUT, InputError
 from dpaudit_mix.cli import main
 from dpaudit_mix.data import fashion, registry
-from dpaudit_mix.errors import EXIT_BAD_INPUT, InputError
 
 
 def idx(path: Path, magic: int, shape: tuple[int, ...], payload: bytes | None = None) -> Path:

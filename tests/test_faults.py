@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpaudit_mix import atomic, cli
-from dpaudit_mix.audit import engine
+from dpaudit_mix import cli
+from dpaudit_mix.audit.many_run import engine
+from dpaudit_mix.base import atomic
 from dpaudit_mix.cli import main
 from dpaudit_mix.problem import Problem, save
 from dpaudit_mix.release import check, gate, lambda_kind

@@ -10,12 +10,12 @@ import pytest
 from scipy.stats import binomtest
 
 from dpaudit_mix import accounting
-from dpaudit_mix.audit.estimate import gaussian_pair, pair_delta
-from dpaudit_mix.audit.fdp import GaussianCurves, LineCurves, rejects
-from dpaudit_mix.audit.guesses import GuessSets, tie_break
-from dpaudit_mix.audit.one_run import audit_one_run
-from dpaudit_mix.audit.one_run_power import one_run_power, one_run_power_claim
-from dpaudit_mix.randomness import stream
+from dpaudit_mix.audit.one_run.audit import audit_one_run
+from dpaudit_mix.audit.one_run.estimate import gaussian_pair, pair_delta
+from dpaudit_mix.audit.one_run.fdp import GaussianCurves, LineCurves, rejects
+from dpaudit_mix.audit.one_run.guesses import GuessSets, tie_break
+from dpaudit_mix.audit.one_run.power import one_run_power, one_run_power_claim
+from dpaudit_mix.base.randomness import stream
 
 DELTA = 1e-5
 MU = accounting.gdp_mu_of_epsilon(1.0, DELTA)
@@ -110,7 +110,7 @@ def test_one_run_power_is_reproducible_and_grows_with_the_canaries() -> None:
     assert small is not None and large is not None
     assert large.tight_lower_bound > small.tight_lower_bound
     assert large.detects is not None and (small.detects is None or small.detects > large.detects)
-    from dpaudit_mix.audit import one_run_power as module
+    from dpaudit_mix.audit.one_run import power as module
 
     module._power.cache_clear()  # computed afresh from its named stream: the same answer
     again = one_run_power(one_run_power_claim(1.0, DELTA, phases=None, canaries=5000, confidence=0.95))

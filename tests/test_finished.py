@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dpaudit_mix import finished
-from dpaudit_mix.errors import EXIT_BAD_INPUT, EXIT_VIOLATION
+from dpaudit_mix.base.errors import EXIT_BAD_INPUT, EXIT_VIOLATION
 from dpaudit_mix.problem import save
 
 from .conftest import random_problem

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dpaudit_mix.base.errors import InputError
+from dpaudit_mix.base.randomness import stream, torch_scope
 from dpaudit_mix.cli import main
-from dpaudit_mix.errors import InputError
 from dpaudit_mix.models import cnn
-from dpaudit_mix.randomness import stream, torch_scope
 from tests.test_trust import _world
 
 #: a held-out set of three classes, as in a user's own data.

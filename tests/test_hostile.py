@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpaudit_mix import atomic, reporting
-from dpaudit_mix.audit.chunks import ChunkStore
-from dpaudit_mix.audit.engine import run_audit
+from dpaudit_mix.audit.many_run.chunks import ChunkStore
+from dpaudit_mix.audit.many_run.engine import run_audit
 from dpaudit_mix.audit.spec import AuditSpec, load_spec
+from dpaudit_mix.base import atomic, reporting
+from dpaudit_mix.base.errors import InputError
+from dpaudit_mix.base.randomness import stream
 from dpaudit_mix.cli import EXIT_INCONCLUSIVE, main
-from dpaudit_mix.errors import InputError
 from dpaudit_mix.problem import Problem, save
-from dpaudit_mix.randomness import stream
 from dpaudit_mix.recovery.grid import plan
 from dpaudit_mix.recovery.spec import RecoverySpec
 
@@ -342,7 +342,7 @@ def test_output_paths_fail_before_any_work(capsys, tmp_path: Path, problem_file:
 def test_backends_are_checked_before_anything_is_written(
     capsys, monkeypatch, tmp_path: Path, problem_file: Path
 ) -> None:
-    from dpaudit_mix import backend
+    from dpaudit_mix.base import backend
 
     monkeypatch.setattr(backend, "CONNECT_TIMEOUT_S", 1)
     audit = tmp_path / "a.toml"
@@ -406,7 +406,7 @@ def test_a_listener_that_is_no_dask_scheduler_is_refused_by_the_deadline(
     handshake read had no deadline); now exit 2 once the connect deadline passes."""
     import time
 
-    from dpaudit_mix import backend
+    from dpaudit_mix.base import backend
 
     monkeypatch.setattr(backend, "CONNECT_TIMEOUT_S", 2)
     recovery = tmp_path / "defaults.toml"
@@ -634,7 +634,7 @@ def test_a_fifo_under_the_lock_s_name_does_not_hang_an_audit(tmp_path: Path, pro
 
 
 def test_a_second_command_on_a_folder_in_use_is_refused(capsys, tmp_path: Path) -> None:
-    from dpaudit_mix import owned
+    from dpaudit_mix.base import owned
 
     spec = tmp_path / "a.toml"
     spec.write_text('problem = "mnist"\nrho = 0.05\nsteps = 10\nruns = 128\ncanaries = ["max_clip"]\n')

@@ -22,30 +22,7 @@ DESIGN = Path(__file__).parent.parent / "docs" / "design.md"
 #: the layers, bottom up: (name, what lives there, its modules and subpackages). A subpackage's
 #: modules inherit its layer unless named here.
 LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    (
-        "base",
-        "utilities every layer uses",
-        (
-            "alphabet",
-            "atomic",
-            "backend",
-            "cache",
-            "calibrations",
-            "errors",
-            "identity",
-            "npz",
-            "owned",
-            "randomness",
-            "registry",
-            "reporting",
-            "resources",
-            "specfile",
-            "stats",
-            "strict_json",
-            "threads",
-            "version",
-        ),
-    ),
+    ("base", "utilities every layer uses", ("base",)),
     (
         "core",
         "the mixing problem, λ★, the learner, the accountant, the audit statistics (mypy strict)",
@@ -54,24 +31,21 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "audit.accounted",
             "audit.attack",
             "audit.bounds",
-            "audit.canaries",
-            "audit.chunks",
+            "audit.mixmin_canaries",
+            "audit.many_run.chunks",
             "audit.claim",
-            "audit.diagnostics",
+            "audit.many_run.diagnostics",
             "audit.dirac",
-            "audit.estimate",
-            "audit.fdp",
-            "audit.guesses",
             "audit.one_run",
-            "audit.one_run_power",
+            "audit.many_run",
             "audit.plan",
             "audit.profile",
             "audit.power",
-            "audit.result",
-            "audit.scores",
-            "audit.sorted_scores",
-            "audit.ties",
-            "audit.words",
+            "audit.many_run.result",
+            "audit.many_run.scores",
+            "audit.many_run.sorted_scores",
+            "audit.many_run.ties",
+            "audit.many_run.words",
             "learner",
             "optimum",
             "problem",
@@ -83,7 +57,19 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "engines",
         "audit, recovery, release, verification, the user-facing checks and mixes",
-        ("audit", "canaries", "finished", "mix", "recovery", "release", "testing", "verification"),
+        (
+            "audit",
+            "audit.many_run.engine",
+            "audit.many_run.report",
+            "audit.many_run.score_file",
+            "canaries",
+            "finished",
+            "mix",
+            "recovery",
+            "release",
+            "testing",
+            "verification",
+        ),
     ),
     ("tracks", "the pipeline's image and text tracks and WarmSyn", ("lm", "pipeline", "synth")),
     (
@@ -282,7 +268,7 @@ def test_no_cycle_between_subpackages() -> None:
 def test_the_core_imports_nothing_above_it() -> None:
     edges = graph()
     core = [m for m in edges if layer(m) <= CORE]
-    assert {"problem", "optimum", "learner", "accounting", "randomness", "audit.bounds"} <= set(core)
+    assert {"problem", "optimum", "learner", "accounting", "base.randomness", "audit.bounds"} <= set(core)
     assert [f"{m} → {t}" for m in core for t in edges[m] if layer(t) > CORE] == []
 
 

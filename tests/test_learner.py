@@ -6,11 +6,11 @@ import torch
 from opacus import GradSampleModule
 from opacus.optimizers import DPOptimizer
 
-from dpaudit_mix.errors import InputError
+from dpaudit_mix.base.errors import InputError
+from dpaudit_mix.base.randomness import stream
 from dpaudit_mix.learner import BLOCK, Canary, LearnerConfig, clipped_gradient_sum, fit
 from dpaudit_mix.optimum import mixmin, scaled_likelihoods
 from dpaudit_mix.problem import Problem
-from dpaudit_mix.randomness import stream
 
 from .conftest import random_problem
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from dpaudit_mix import accounting
-from dpaudit_mix.audit.result import AuditSummary
+from dpaudit_mix.audit.many_run.result import AuditSummary
 from dpaudit_mix.audit.run_once import OneRunSummary
 from dpaudit_mix.audit.spec import AuditSpec
 from dpaudit_mix.audit.verdict import SUMMARY_FIELDS, summary_fields

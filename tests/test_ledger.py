@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dpaudit_mix import accounting
-from dpaudit_mix.errors import InputError
+from dpaudit_mix.base.errors import InputError
 from dpaudit_mix.problem import Problem, data_sha256, dumps, loads
 from dpaudit_mix.release import ledger
 

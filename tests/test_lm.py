@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from dpaudit_mix.alphabet import V
+from dpaudit_mix.base.alphabet import V
+from dpaudit_mix.base.errors import InputError
+from dpaudit_mix.base.randomness import Key, stream
 from dpaudit_mix.cli import main
-from dpaudit_mix.errors import InputError
 from dpaudit_mix.lm.run import TextTrack, build_text_world
 from dpaudit_mix.lm.spec import TextPipelineSpec, load_text_pipeline_spec
 from dpaudit_mix.models import chargru as lm
@@ -20,7 +21,6 @@ from dpaudit_mix.models.cnn import state_arrays
 from dpaudit_mix.models.userdp import UserLevelSGD, clip_rows, noisy_mean, released_step, train, user_gradient
 from dpaudit_mix.pipeline.methods import Mixture
 from dpaudit_mix.pipeline.stages import KINDS, Job
-from dpaudit_mix.randomness import Key, stream
 
 KEY = Key(0).child(test="lm")
 
@@ -54,7 +54,7 @@ def test_all_windows_lays_out_each_text_as_its_own_windows() -> None:
     (start code, codes, −1 padding; windows of WINDOW + 1 codes overlapping by one), for texts
     of no character, one, exactly a window, one more, and with characters whose lower case is
     longer (İ) or depends on the next one (Σ)."""
-    from dpaudit_mix.alphabet import encode
+    from dpaudit_mix.base.alphabet import encode
 
     texts = ["", "a", "b" * lm.WINDOW, "c" * (lm.WINDOW + 1), "İstanbul ΟΔΟΣ", "to be, or not to be" * 9]
     each = []

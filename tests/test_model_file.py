@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpaudit_mix.errors import InputError
+from dpaudit_mix.base.errors import InputError
+from dpaudit_mix.base.randomness import Key
 from dpaudit_mix.models import cnn, networks
-from dpaudit_mix.randomness import Key
 
 
 def weights() -> dict[str, np.ndarray]:

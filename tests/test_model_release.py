@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from dpaudit_mix import accounting
+from dpaudit_mix.base.npz import load
 from dpaudit_mix.cli import main
 from dpaudit_mix.models import cnn
-from dpaudit_mix.npz import load
 from dpaudit_mix.release import gate, ledger, model_check
 from dpaudit_mix.release.manifest import manifest_digest
 
@@ -193,9 +193,9 @@ def test_a_model_release_spec_the_pipeline_does_not_run_exits_2(
 
 
 def test_the_shipped_model_release_spec_names_what_its_pipeline_runs() -> None:
+    from dpaudit_mix.base.specfile import load_spec_file
     from dpaudit_mix.pipeline.release import ModelReleaseSpec, pipeline_path
     from dpaudit_mix.pipeline.spec import load_pipeline_spec
-    from dpaudit_mix.specfile import load_spec_file
 
     path = Path(__file__).parent.parent / "releases" / "model.toml"
     spec = load_spec_file(ModelReleaseSpec, path)

@@ -11,8 +11,8 @@ import pytest
 from torch import nn
 
 from dpaudit_mix import load_model, register_network, run_pipeline_file
+from dpaudit_mix.base.errors import InputError
 from dpaudit_mix.cli import main
-from dpaudit_mix.errors import InputError
 from dpaudit_mix.models import cnn
 from dpaudit_mix.models.networks import NETWORKS
 from dpaudit_mix.pipeline.run import build_world

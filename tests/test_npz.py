@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpaudit_mix import npz
 from dpaudit_mix import problem as problem_io
-from dpaudit_mix.audit import score_file
-from dpaudit_mix.audit.score_file import read_scores
-from dpaudit_mix.cache import load_npz
-from dpaudit_mix.errors import InputError
+from dpaudit_mix.audit.many_run import score_file
+from dpaudit_mix.audit.many_run.score_file import read_scores
+from dpaudit_mix.base import npz
+from dpaudit_mix.base.cache import load_npz
+from dpaudit_mix.base.errors import InputError
 
 
 def bomb(path: Path, values: int, names: tuple[str, ...] = ("in_scores", "out_scores")) -> Path:

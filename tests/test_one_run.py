@@ -9,10 +9,10 @@ from scipy.stats import binom, binomtest
 
 from dpaudit_mix import accounting
 from dpaudit_mix.audit.dirac import dirac_scores, simulated_released
-from dpaudit_mix.audit.guesses import guess_sizes, p_value, p_values
-from dpaudit_mix.audit.one_run import audit_one_run
-from dpaudit_mix.errors import InputError
-from dpaudit_mix.randomness import stream
+from dpaudit_mix.audit.one_run.audit import audit_one_run
+from dpaudit_mix.audit.one_run.guesses import guess_sizes, p_value, p_values
+from dpaudit_mix.base.errors import InputError
+from dpaudit_mix.base.randomness import stream
 
 DELTA = 1e-5
 

@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 from scipy.special import expit
 from scipy.stats import binom
 
-from dpaudit_mix.audit.guesses import GuessSets, tie_break
-from dpaudit_mix.audit.one_run import audit_one_run
+from dpaudit_mix.audit.one_run.audit import audit_one_run
+from dpaudit_mix.audit.one_run.guesses import GuessSets, tie_break
+from dpaudit_mix.base.randomness import stream
 from dpaudit_mix.cli import main
-from dpaudit_mix.randomness import stream
 
 EPSILON, DELTA, LEVEL = 1.0, 1e-5, 0.05
 ORDERS = ("out-first", "in-first", "random")

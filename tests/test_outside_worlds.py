@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import dpaudit_mix as dm
+from dpaudit_mix.base.randomness import stream
 from dpaudit_mix.cli import main
 from dpaudit_mix.data import registry, worlds
 from dpaudit_mix.data.ngram import text_arrays
@@ -22,7 +23,6 @@ from dpaudit_mix.data.proxies import TASKS, ProxySpec
 from dpaudit_mix.data.sources import PublicSource, SensitiveData
 from dpaudit_mix.data.text_files import TextSet
 from dpaudit_mix.problem import Problem
-from dpaudit_mix.randomness import stream
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,14 @@ import pandas as pd
 import pytest
 
 from dpaudit_mix import accounting
-from dpaudit_mix.backend import Backend
+from dpaudit_mix.base.backend import Backend
+from dpaudit_mix.base.randomness import Key, stream
+from dpaudit_mix.base.specfile import load_spec_file
 from dpaudit_mix.cli import main
 from dpaudit_mix.models import cnn, networks
 from dpaudit_mix.pipeline.methods import LOSS_BOUND, _candidate_losses, choose
 from dpaudit_mix.pipeline.run import build_world, run_pipeline
 from dpaudit_mix.pipeline.spec import DEFAULT_METHODS, PipelineSpec
-from dpaudit_mix.randomness import Key, stream
-from dpaudit_mix.specfile import load_spec_file
 
 from .conftest import TINY_PIPELINE as TINY
 from .conftest import random_problem
@@ -271,7 +271,7 @@ def test_rows_are_the_product_of_the_list_keys_and_each_a_valid_spec() -> None:
 def test_a_per_task_model_starts_from_the_pretrained_head() -> None:
     """digit-d versus rest: p(d) of the binary model equals the 10-class model's when the other
     digits' logits are equal (and is close otherwise); no pretraining gives a fresh binary head."""
-    from dpaudit_mix.randomness import Key
+    from dpaudit_mix.base.randomness import Key
 
     arrays = cnn.state_arrays(cnn.from_arrays(None, Key(0)))
     rng = stream(1, "synthetic-inputs", test="binary-head").numpy()

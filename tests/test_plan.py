@@ -8,7 +8,7 @@ import json
 import pytest
 
 from dpaudit_mix import accounting, plan_audit
-from dpaudit_mix.audit.one_run_power import MAX_DIRAC_DRAWS, one_run_power, one_run_power_claim
+from dpaudit_mix.audit.one_run.power import MAX_DIRAC_DRAWS, one_run_power, one_run_power_claim
 from dpaudit_mix.audit.plan import CANARY_LADDER
 from dpaudit_mix.cli import main
 from dpaudit_mix.release.audit_size import audit_size

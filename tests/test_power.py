@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from dpaudit_mix import accounting
+from dpaudit_mix.audit.many_run.scores import audit_scores
+from dpaudit_mix.audit.many_run.words import power_line
 from dpaudit_mix.audit.power import (
     DETECTS_WITH,
     LEAKS,
@@ -19,9 +21,7 @@ from dpaudit_mix.audit.power import (
     unsimulated,
 )
 from dpaudit_mix.audit.profile import GaussianTradeOff
-from dpaudit_mix.audit.scores import audit_scores
-from dpaudit_mix.audit.words import power_line
-from dpaudit_mix.randomness import stream
+from dpaudit_mix.base.randomness import stream
 
 EPSILON, DELTA, RUNS = 1.0, 1e-5, 1000
 MU = accounting.gdp_mu_of_epsilon(EPSILON, DELTA)
@@ -110,7 +110,7 @@ def test_a_subsampled_audit_past_the_step_by_step_cap_has_power() -> None:
 
 
 def test_the_demo_says_what_a_private_row_could_have_shown() -> None:
-    from dpaudit_mix.audit.result import SettingResult
+    from dpaudit_mix.audit.many_run.result import SettingResult
     from dpaudit_mix.demo import _power
 
     rng = stream(0, "simulated-scores", test="power", case="demo").numpy()

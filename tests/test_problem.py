@@ -3,7 +3,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpaudit_mix.errors import InputError
+from dpaudit_mix.base.errors import InputError
 from dpaudit_mix.problem import Problem, load, save
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dpaudit_mix.base.errors import InputError
+from dpaudit_mix.base.randomness import Key, stream
 from dpaudit_mix.data import registry
 from dpaudit_mix.data.proxies import CLASSES, MAX_EPOCHS, PATIENCE, SMOOTHING, ProxySpec, train_proxy
 from dpaudit_mix.data.sources import PublicSource
-from dpaudit_mix.errors import InputError
-from dpaudit_mix.randomness import Key, stream
 
 
 def _digits(n: int, seed: int, noise: float) -> PublicSource:

@@ -11,10 +11,10 @@ from scipy.special import expit
 from scipy.stats import binom
 
 from dpaudit_mix import accounting, audit_scores
-from dpaudit_mix.audit.one_run import audit_one_run
-from dpaudit_mix.audit.one_run_power import one_run_power, one_run_power_claim
-from dpaudit_mix.errors import InputError
-from dpaudit_mix.randomness import stream
+from dpaudit_mix.audit.one_run.audit import audit_one_run
+from dpaudit_mix.audit.one_run.power import one_run_power, one_run_power_claim
+from dpaudit_mix.base.errors import InputError
+from dpaudit_mix.base.randomness import stream
 
 EPSILON, LEVEL = 1.0, 0.05
 
@@ -113,7 +113,7 @@ def test_claims_that_state_nothing_or_a_pure_gaussian_are_refused(call: str, mes
 def test_a_pure_claims_audit_json_and_report_hold_no_infinity(tmp_path, capsys) -> None:
     """δ = 0: the μ-GDP readings have no finite ε; audit.json (parsed strictly) holds them as None
     under diagnostics, never Infinity at the top, and the report prints "—", never "inf"."""
-    from dpaudit_mix import strict_json
+    from dpaudit_mix.base import strict_json
     from dpaudit_mix.cli import main
 
     scores_in, scores_out = _many_run("laplace", 2000, 0)

@@ -10,16 +10,17 @@ import pytest
 import torch
 from scipy.stats import pearsonr
 
-from dpaudit_mix import accounting, randomness
-from dpaudit_mix.audit.engine import run_audit
+from dpaudit_mix import accounting
+from dpaudit_mix.audit.many_run.engine import run_audit
 from dpaudit_mix.audit.spec import AuditSpec
-from dpaudit_mix.errors import InputError
+from dpaudit_mix.base import randomness
+from dpaudit_mix.base.errors import InputError
+from dpaudit_mix.base.randomness import Key, recording, stream, torch_scope
 from dpaudit_mix.learner import LearnerConfig, fit
 from dpaudit_mix.pipeline import methods
 from dpaudit_mix.pipeline.run import run_pipeline
 from dpaudit_mix.pipeline.spec import PipelineSpec
 from dpaudit_mix.problem import Problem, save
-from dpaudit_mix.randomness import Key, recording, stream, torch_scope
 from dpaudit_mix.recovery.grid import run_recovery
 from dpaudit_mix.recovery.spec import RecoverySpec
 

@@ -6,9 +6,9 @@ import pytest
 from scipy.stats import linregress
 from scipy.stats import t as t_dist
 
-from dpaudit_mix.backend import Backend
+from dpaudit_mix.base.backend import Backend
+from dpaudit_mix.base.errors import InputError
 from dpaudit_mix.cli import main
-from dpaudit_mix.errors import InputError
 from dpaudit_mix.problem import Problem, save
 from dpaudit_mix.recovery.grid import run_recovery
 from dpaudit_mix.recovery.spec import RecoverySpec, load_recovery_spec

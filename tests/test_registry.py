@@ -15,16 +15,16 @@ import pytest
 from dpaudit_mix import accounting
 from dpaudit_mix.accounting import GaussianPhase
 from dpaudit_mix.audit import attack as attacks
-from dpaudit_mix.audit.engine import run_audit
+from dpaudit_mix.audit.many_run.engine import run_audit
 from dpaudit_mix.audit.mechanisms import MECHANISMS, register_mechanism
-from dpaudit_mix.audit.mechanisms.base import Plan, Setting
+from dpaudit_mix.audit.mechanisms.base import RunPlan, Setting
 from dpaudit_mix.audit.spec import AuditSpec
+from dpaudit_mix.base.errors import InputError
+from dpaudit_mix.base.randomness import register_purpose, stream
 from dpaudit_mix.cli import main
 from dpaudit_mix.data import registry as worlds
 from dpaudit_mix.data.proxies import ProxySpec
-from dpaudit_mix.errors import InputError
 from dpaudit_mix.problem import Problem
-from dpaudit_mix.randomness import register_purpose, stream
 
 from .conftest import random_problem
 
@@ -64,9 +64,9 @@ class GaussianMechanism:
         if spec.canaries != ("max_clip",):
             raise ValueError("a Dirac canary only")
 
-    def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> Plan:
+    def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> RunPlan:
         sigma = accounting.calibrate(spec.epsilon, spec.delta, 1.0, 1, accountant="toy-gdp")
-        return Plan(
+        return RunPlan(
             collect=GaussianCollector(sigma if noise_multiplier is None else noise_multiplier, spec.seed),
             claimed_phases=(GaussianPhase(sigma, 1.0, 1),),
             noise_multiplier=sigma if noise_multiplier is None else noise_multiplier,
@@ -213,7 +213,7 @@ def test_unknown_names_and_bad_registrations_are_value_errors(call, message) -> 
 def test_entry_point_plugins_load_once_and_a_broken_one_is_one_line(monkeypatch) -> None:
     from importlib.metadata import EntryPoint
 
-    from dpaudit_mix import registry
+    from dpaudit_mix.base import registry
 
     loaded: list[str] = []
     fresh: registry.Registry[object] = registry.Registry("gadget", "gadgets")

@@ -75,7 +75,7 @@ def test_honest_release_passes_and_checks(tmp_path: Path, problem_file: Path, ca
 def test_the_release_audit_runs_alongside_the_verification(tmp_path: Path, problem_file: Path, monkeypatch) -> None:
     """A child computes the audit's runs while the verification runs: once the verification has
     passed, the audit in this process finds every chunk done and computes none itself."""
-    from dpaudit_mix.audit import engine
+    from dpaudit_mix.audit.many_run import engine
 
     verify = gate.verify
 

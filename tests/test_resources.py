@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dpaudit_mix import resources
+from dpaudit_mix.base import resources
 
 
 def _wait_for(path: Path, seconds: float) -> bool:

@@ -11,10 +11,10 @@ import pytest
 
 from dpaudit_mix import accounting, cli
 from dpaudit_mix.audit.mechanisms import MECHANISMS, register_mechanism
-from dpaudit_mix.audit.mechanisms.base import Plan, Setting
+from dpaudit_mix.audit.mechanisms.base import RunPlan, Setting
 from dpaudit_mix.audit.run_once import membership, run_one_run_audit
 from dpaudit_mix.audit.spec import AuditSpec
-from dpaudit_mix.errors import InputError
+from dpaudit_mix.base.errors import InputError
 from dpaudit_mix.problem import save
 from dpaudit_mix.verification.checks import dpsgd_probe_problem
 
@@ -55,10 +55,10 @@ def _user_spec(**overrides: object) -> AuditSpec:
     return AuditSpec(**{**keys, **overrides})  # type: ignore[arg-type]
 
 
-def _plan(collect: object, spec: AuditSpec) -> Plan:
+def _plan(collect: object, spec: AuditSpec) -> RunPlan:
     """A one-run plan whose claim is full-batch Gaussian noise calibrated to the spec's ε."""
     sigma = accounting.calibrate(spec.epsilon, spec.delta, 1.0, 1)
-    return Plan(collect, (accounting.GaussianPhase(sigma, 1.0, 1),), sigma, {"name": "x", "task": "y"}, {}, False)
+    return RunPlan(collect, (accounting.GaussianPhase(sigma, 1.0, 1),), sigma, {"name": "x", "task": "y"}, {}, False)
 
 
 def test_the_smallcnn_finetune_audited_in_one_run_passes_and_its_control_sees(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from dpaudit_mix import accounting
+from dpaudit_mix.base.randomness import Key
 from dpaudit_mix.pipeline.methods import Mixture
 from dpaudit_mix.pipeline.stages import (
     Job,
@@ -23,7 +24,6 @@ from dpaudit_mix.pipeline.stages import (
     release_privacy,
     run_stages,
 )
-from dpaudit_mix.randomness import Key
 
 MIX = accounting.GaussianPhase(4.0, 1.0, 10)
 TUNE = accounting.GaussianPhase(2.0, 0.1, 50)

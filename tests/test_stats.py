@@ -10,8 +10,8 @@ import numpy as np
 from scipy.stats import ttest_1samp
 from statsmodels.stats.multitest import multipletests
 
-from dpaudit_mix.randomness import stream
-from dpaudit_mix.stats import paired_tests
+from dpaudit_mix.base.randomness import stream
+from dpaudit_mix.base.stats import paired_tests
 
 
 def test_paired_tests_are_the_t_tests_holm_corrected_across_eps() -> None:

@@ -69,7 +69,7 @@ def test_trailing_parameters_are_keyword_only() -> None:
 )
 def test_the_crowded_signatures_name_their_values(name: str, value: str) -> None:
     from dpaudit_mix import accounting, learner
-    from dpaudit_mix.audit import score_file, scores
+    from dpaudit_mix.audit.many_run import score_file, scores
     from dpaudit_mix.models import cnn
 
     homes = {"audit_score_file": score_file, "dp_finetune": cnn, "analyse": scores, "calibrate": accounting}
@@ -103,3 +103,43 @@ def test_the_type_hints_ship_with_the_package() -> None:
     assert (PACKAGE / "py.typed").is_file()
     pyproject = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8"))
     assert "py.typed" in pyproject["tool"]["setuptools"]["package-data"]["dpaudit_mix"]
+
+
+def test_no_public_class_name_is_defined_twice() -> None:
+    """One name, one thing: a reader who meets a class name knows which class it is."""
+    homes: dict[str, list[str]] = {}
+    for path, tree in _modules():
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                homes.setdefault(node.name, []).append(str(path.relative_to(PACKAGE)))
+    assert {name: where for name, where in homes.items() if len(where) > 1} == {}
+
+
+def test_the_root_and_the_audit_floor_stay_small() -> None:
+    """A newcomer sees problem → optimum → learner at the root (at most 12 modules), and the
+    audit's shared floor (at most 15) under its two wings."""
+    assert len(list(PACKAGE.glob("*.py"))) <= 12
+    assert len(list((PACKAGE / "audit").glob("*.py"))) <= 15
+    assert {p.name for p in (PACKAGE / "audit").iterdir() if p.is_dir() and p.name != "__pycache__"} == {
+        "mechanisms",
+        "many_run",
+        "one_run",
+    }
+
+
+def test_a_moved_module_is_importable_by_its_old_name_as_itself() -> None:
+    """Every module the layout moved answers to its old name: the same object, so an import, an
+    attribute and a monkeypatch reach the same code."""
+    import importlib
+
+    import dpaudit_mix
+
+    for old, new in dpaudit_mix._MOVED.items():
+        before = importlib.import_module(f"dpaudit_mix.{old}")
+        assert before is importlib.import_module(f"dpaudit_mix.{new}"), old
+        assert before.__name__ == before.__spec__.name == f"dpaudit_mix.{new}"
+    from dpaudit_mix.audit.scores import audit_scores  # an old path, through the alias
+
+    from dpaudit_mix.audit.one_run import audit_one_run
+
+    assert audit_scores is dpaudit_mix.audit_scores and audit_one_run is dpaudit_mix.audit_one_run

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from dpaudit_mix.base.randomness import Key, stream, torch_scope
 from dpaudit_mix.cli import main
 from dpaudit_mix.models import edm
 from dpaudit_mix.models.warmup import CUTOUT, SAM, augment
-from dpaudit_mix.randomness import Key, stream, torch_scope
 from dpaudit_mix.synth import quality
 
 from .conftest import TINY_PIPELINE

@@ -17,10 +17,10 @@ from statsmodels.stats.proportion import proportion_confint
 from torch.utils.data import DataLoader, WeightedRandomSampler
 
 from dpaudit_mix import accounting
-from dpaudit_mix.randomness import stream, torch_scope
+from dpaudit_mix.base.randomness import stream, torch_scope
 from dpaudit_mix.testing import CheckFailed, Point, check_accountant, check_dpsgd, check_mechanism
 from dpaudit_mix.testing.accountant import DEFAULT_GRID
-from dpaudit_mix.testing.dpsgd import Recorded, Run, SignalTest, _runs_to_detect, _signal_test
+from dpaudit_mix.testing.dpsgd import ProbeRun, Recorded, SignalTest, _runs_to_detect, _signal_test
 
 from .conftest import scale_added_noise
 
@@ -88,11 +88,11 @@ def test_detect_sizes_check_dpsgd_to_catch_it() -> None:
     within MAX_RUNS is a ValueError naming the way out."""
     report = _dpsgd(USER.my_setup, "sized", **{**SMALL, "runs": 1}, detect=1.5)
     assert report.passed and report.details["runs"] == 2 and report.details["detects"] <= 1.5
-    first = Run(Recorded(1.0, 0.1, 10, 1.0), np.zeros((10, 2002)), np.zeros(1000, bool), 10)
+    first = ProbeRun(Recorded(1.0, 0.1, 10, 1.0), np.zeros((10, 2002)), np.zeros(1000, bool), 10)
     count = _runs_to_detect(first, 1, 1000, 1e-3 / 3, 1.25)  # the fewest runs that catch σ/1.25
     assert _signal_test(first.claim, count, 1000, 10, 1e-3 / 3).detects() == 1.25
     assert _signal_test(first.claim, count - 1, 1000, 10, 1e-3 / 3).detects() == 1.5
-    noisy = Run(Recorded(10.0, 0.1, 10, 1.0), first.released, first.membership, 10)  # signal/noise 0.01 a step
+    noisy = ProbeRun(Recorded(10.0, 0.1, 10, 1.0), first.released, first.membership, 10)  # signal/noise 0.01 a step
     with pytest.raises(ValueError, match=r"cannot catch σ/1.1 within 100 runs of 1000 canaries"):
         _runs_to_detect(noisy, 1, 1000, 1e-3 / 3, 1.1)
 

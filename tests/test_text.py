@@ -5,19 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpaudit_mix.alphabet import ALPHABET, OTHER, V, encode
-from dpaudit_mix.audit.canaries import black_box_scores, natural_canary, natural_canary_index
-from dpaudit_mix.audit.engine import run_audit
+from dpaudit_mix.audit.many_run.engine import run_audit
+from dpaudit_mix.audit.mixmin_canaries import black_box_scores, natural_canary, natural_canary_index
 from dpaudit_mix.audit.spec import AuditSpec
+from dpaudit_mix.base.alphabet import ALPHABET, OTHER, V, encode
+from dpaudit_mix.base.errors import InputError
+from dpaudit_mix.base.randomness import stream
 from dpaudit_mix.data import registry
 from dpaudit_mix.data.ngram import CharNGram
 from dpaudit_mix.data.text import text_world
-from dpaudit_mix.errors import InputError
 from dpaudit_mix.learner import SHIPPED, LearnerConfig, _canary_gradient, clipped_gradient_sum, fit
 from dpaudit_mix.optimum import mixmin
 from dpaudit_mix.pipeline.methods import _candidate_losses
 from dpaudit_mix.problem import Problem
-from dpaudit_mix.randomness import stream
 
 
 def test_witten_bell_probabilities_sum_to_one_in_every_context() -> None:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from dpaudit_mix.audit.attack import attack, candidates
-from dpaudit_mix.audit.scores import audit_scores
-from dpaudit_mix.audit.sorted_scores import SortedScores
-from dpaudit_mix.audit.ties import tie_broken, tie_broken_misses
-from dpaudit_mix.randomness import stream
+from dpaudit_mix.audit.many_run.scores import audit_scores
+from dpaudit_mix.audit.many_run.sorted_scores import SortedScores
+from dpaudit_mix.audit.many_run.ties import tie_broken, tie_broken_misses
+from dpaudit_mix.base.randomness import stream
 
 DELTA = 1e-5
 

@@ -9,16 +9,16 @@ from dp_accounting.pld.privacy_loss_mechanism import GaussianPrivacyLoss
 from scipy.stats import binom, norm
 
 from dpaudit_mix import accounting
-from dpaudit_mix.audit import engine
 from dpaudit_mix.audit.attack import BUILTIN_STRATEGIES, attack, rank_grid
 from dpaudit_mix.audit.bounds import epsilon_lower_bound, gdp_mu
-from dpaudit_mix.audit.diagnostics import auroc_interval, diagnose, tpr_at_fpr
-from dpaudit_mix.audit.engine import run_audit
+from dpaudit_mix.audit.many_run import engine
+from dpaudit_mix.audit.many_run.diagnostics import auroc_interval, diagnose, tpr_at_fpr
+from dpaudit_mix.audit.many_run.engine import run_audit
+from dpaudit_mix.audit.many_run.sorted_scores import SortedScores
 from dpaudit_mix.audit.profile import GaussianTradeOff, ProfileTradeOff, claimed_tradeoff
-from dpaudit_mix.audit.sorted_scores import SortedScores
 from dpaudit_mix.audit.spec import AuditSpec
+from dpaudit_mix.base.randomness import stream
 from dpaudit_mix.problem import Problem, save
-from dpaudit_mix.randomness import stream
 
 from .conftest import random_problem
 

@@ -14,10 +14,10 @@ from scipy.stats import binom
 
 import dpaudit_mix
 from dpaudit_mix import accounting
+from dpaudit_mix.base.identity import sensitive_sha256
+from dpaudit_mix.base.randomness import stream
 from dpaudit_mix.cli import main
-from dpaudit_mix.identity import sensitive_sha256
 from dpaudit_mix.problem import Problem, budget_key, load, save
-from dpaudit_mix.randomness import stream
 from dpaudit_mix.release import gate, lambda_kind, ledger, signing
 from dpaudit_mix.release.check import LAMBDA_CHECKS
 from dpaudit_mix.release.manifest import manifest_digest

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from dpaudit_mix.base.randomness import stream
 from dpaudit_mix.data import registry
 from dpaudit_mix.learner import LearnerConfig, fit
 from dpaudit_mix.optimum import mixmin
-from dpaudit_mix.randomness import stream
 from dpaudit_mix.recovery.metrics import cos_similarity
 from dpaudit_mix.tuning import rehearse
 
@@ -65,8 +65,8 @@ def test_mix_tune_on_a_worlds_public_problem_reaches_lambda_star_at_high_epsilon
 
     import numpy as np
 
+    from dpaudit_mix.base.identity import META_KEY
     from dpaudit_mix.cli import main
-    from dpaudit_mix.identity import META_KEY
     from dpaudit_mix.problem import load
 
     paths = {split: tmp_path / f"{split}.npz" for split in ("public", "sensitive")}

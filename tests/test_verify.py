@@ -72,7 +72,7 @@ def test_broken_learner_in_the_package_fails_verification(capsys, monkeypatch, t
 def test_a_learner_mutant_changes_what_the_learner_releases_and_nothing_else() -> None:
     """The self-test's premise: a learner mutant's DP step releases another λ from the same seeded
     fit, while the shipped fit (the package, untouched) releases what it always did."""
-    from dpaudit_mix.randomness import stream
+    from dpaudit_mix.base.randomness import stream
 
     from .conftest import random_problem
 

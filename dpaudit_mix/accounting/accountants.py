@@ -11,8 +11,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Protocol, runtime_checkable
 
-from ..errors import InputError, is_real, require
-from ..registry import Registry
+from ..base.errors import InputError, is_real, require
+from ..base.registry import Registry
 from . import libraries, profiles
 from .answers import EPSILONS, SIGMAS
 from .libraries import LibraryAccountant, replace_one_epsilon

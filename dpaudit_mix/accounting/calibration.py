@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import calibrations
-from ..errors import InputError, is_real, require
-from ..resources import BOUNDED_SECONDS, bounded_all
+from ..base import calibrations
+from ..base.errors import InputError, is_real, require
+from ..base.resources import BOUNDED_SECONDS, bounded_all
 from .accountants import ACCOUNTANTS, check_accountant, epsilon, epsilon_each, known_epsilon
 from .answers import EPSILONS, SIGMAS
 from .gdp import gdp_mu_of_epsilon

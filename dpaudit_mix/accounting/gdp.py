@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import is_real, require
+from ..base.errors import is_real, require
 from .phases import check_delta, check_epsilon
 
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import InputError
-from ..resources import bounded, bounded_all
+from ..base.errors import InputError
+from ..base.resources import bounded, bounded_all
 from .gdp import gdp_epsilon_of_mu
 from .phases import MAX_EPSILON, GaussianPhase, check_delta, check_phases, describe, pld_event
 

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import is_real, require
-from ..specfile import check_fields
+from ..base.errors import is_real, require
+from ..base.specfile import check_fields
 
 if TYPE_CHECKING:
     import dp_accounting

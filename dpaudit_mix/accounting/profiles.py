@@ -8,8 +8,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..errors import require
-from ..resources import bounded
+from ..base.errors import require
+from ..base.resources import bounded
 from .libraries import DEGENERATE_DELTA, DegenerateRequest, pld_accountant, refuse_degenerate
 from .phases import GaussianPhase, check_phases, describe, request
 

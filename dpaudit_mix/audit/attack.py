@@ -32,8 +32,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..accounting import gdp_epsilon_of_mu
-from ..errors import require
-from ..registry import Registry
+from ..base.errors import require
+from ..base.registry import Registry
 from .bounds import cp_upper, gdp_mu, strict_epsilon
 from .profile import TradeOff
 

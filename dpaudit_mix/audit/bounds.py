@@ -25,7 +25,7 @@ import numpy.typing as npt
 from scipy.special import betainccinv, ndtri  # scipy.stats' beta.isf and norm.ppf, without its import
 
 from ..accounting import gdp_epsilon_of_mu
-from ..errors import require
+from ..base.errors import require
 
 
 def clopper_pearson_upper(errors: np.ndarray | int, total: np.ndarray | int, alpha: float) -> np.ndarray:

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..errors import InputError, require
-from ..registry import Registry
+from ..base.errors import InputError, require
+from ..base.registry import Registry
 
 #: the canaries a DP-SGD mechanism is audited with: the Dirac ("max_clip") canary only.
 DPSGD_CANARIES = ("max_clip",)

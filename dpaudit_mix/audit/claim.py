@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import accounting
-from ..errors import InputError, is_real, require
+from ..base.errors import InputError, is_real, require
 from .attack import THRESHOLDS
 from .profile import TradeOff, claimed_tradeoff
 

@@ -21,7 +21,7 @@ from scipy.fft import irfft, next_fast_len, rfft
 from scipy.integrate import quad
 from scipy.special import ndtr
 
-from ..randomness import RandomSource
+from ..base.randomness import RandomSource
 
 
 def dirac_scores(released: np.ndarray, sigma: float, sample_rate: float) -> np.ndarray:

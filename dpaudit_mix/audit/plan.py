@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import accounting
-from ..errors import is_real, require
+from ..base.errors import is_real, require
 from .claim import Claim, checked_claim, claim_of, claimed_curve
-from .one_run_power import one_run_power, one_run_power_claim, one_run_unsimulated
+from .one_run.power import one_run_power, one_run_power_claim, one_run_unsimulated
 from .power import LEAKS, Power, power_claim, power_of, unsimulated
 
 #: the sizes tried, smallest first: runs a side (many-run), canaries (one-run).

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from .. import accounting
-from ..randomness import stream
+from ..base.randomness import stream
 from .attack import (
     RANKS_PER_SIDE,
     THRESHOLDS,

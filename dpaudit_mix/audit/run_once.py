@@ -18,19 +18,19 @@ from typing import Any
 
 import numpy as np
 
-from .. import owned
-from ..atomic import write_json, write_npz
-from ..errors import present
+from ..base import owned
+from ..base.atomic import write_json, write_npz
+from ..base.errors import present
+from ..base.randomness import stream
+from ..base.reporting import Block, write_pages
 from ..problem import Problem
-from ..randomness import stream
-from ..reporting import Block, write_pages
-from .chunks import ChunkStore
-from .engine import score_label, spec_hash
+from .many_run.chunks import ChunkStore
+from .many_run.engine import score_label, spec_hash
+from .many_run.result import summary_json
 from .mechanisms import mechanism
-from .mechanisms.base import CanaryCollector, Plan, Setting
-from .one_run import OneRunResult, audit_one_run
-from .one_run_report import canary_figure, one_run_power_line
-from .result import summary_json
+from .mechanisms.base import CanaryCollector, RunPlan, Setting
+from .one_run.audit import OneRunResult, audit_one_run
+from .one_run.report import canary_figure, one_run_power_line
 from .sizing import sized
 from .spec import THREATS, AuditSpec, mixing_data, resolve_problem
 from .verdict import result_confidence, summary_fields
@@ -100,7 +100,7 @@ def run_one_run_audit(
     the run uses (the claim stays the calibrated one)."""
     owned.require_free(out)  # a folder in use: refused before the problem is built
     full = problem if problem is not None else resolve_problem(spec)
-    plan: Plan[CanaryCollector] = mechanism(spec.mechanism).one_run(  # type: ignore[attr-defined]
+    plan: RunPlan[CanaryCollector] = mechanism(spec.mechanism).one_run(  # type: ignore[attr-defined]
         spec, full, mixing_data(full, spec), noise_multiplier
     )
     settings = [Setting("max_clip", noise) for noise in ((True, False) if spec.controls else (True,))]
@@ -127,7 +127,7 @@ def run_one_run_audit(
 
 
 def _analyse(
-    spec: AuditSpec, plan: Plan[CanaryCollector], member: np.ndarray, scores: dict[tuple[str, bool], np.ndarray]
+    spec: AuditSpec, plan: RunPlan[CanaryCollector], member: np.ndarray, scores: dict[tuple[str, bool], np.ndarray]
 ) -> OneRunOutcome:
     private = sum(noise for _, noise in scores)
     per_result = result_confidence(spec.confidence, private)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from .. import accounting
-from ..errors import require
+from ..base.errors import require
 from .plan import plan_audit
 from .spec import AuditSpec
 from .verdict import result_confidence

@@ -17,16 +17,16 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .. import accounting
+from ..base.errors import require
+from ..base.randomness import stream
+from ..base.specfile import Seed, check_fields, load_spec_file
 from ..data import registry
-from ..errors import require
 from ..learner import LearnerConfig, learner_config
 from ..problem import Problem, load
-from ..randomness import stream
-from ..specfile import Seed, check_fields, load_spec_file
 from .attack import THRESHOLDS
-from .canaries import CANARY_KINDS, NATURAL_POLICIES, check_canary_kinds
 from .catalog import check_spec, supports_one_run
-from .one_run import MIN_CANARIES
+from .mixmin_canaries import CANARY_KINDS, NATURAL_POLICIES, check_canary_kinds
+from .one_run.audit import MIN_CANARIES
 from .plan import check_detect
 
 THREATS = ("black_box", "white_box")

@@ -9,18 +9,20 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from .mechanisms.base import Plan
+from .mechanisms.base import RunPlan
 from .spec import AuditSpec
 
 
-class Setting(Protocol):
+class OfSetting(Protocol):
+    """A result of one setting (its canary kind, with noise or as the σ = 0 control)."""
+
     @property
     def name(self) -> str: ...
     @property
     def noise(self) -> bool: ...
 
 
-R = TypeVar("R", bound=Setting)
+R = TypeVar("R", bound=OfSetting)
 
 #: the fields :func:`summary_fields` fills, in audit.json's order.
 SUMMARY_FIELDS = (
@@ -49,7 +51,7 @@ def result_confidence(confidence: float, verdicts: int) -> float:
 
 
 def summary_fields(
-    spec: AuditSpec, plan: Plan[Any], results: Sequence[R], exceeds: Callable[[R], bool], per_result: float
+    spec: AuditSpec, plan: RunPlan[Any], results: Sequence[R], exceeds: Callable[[R], bool], per_result: float
 ) -> dict[str, Any]:
     """The shared fields of a summary of ``results``, each of which ``exceeds`` its claim or not:
     a private one that does is a violation; a control that does not is blind."""

@@ -20,9 +20,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ..errors import EXIT_BAD_INPUT, EXIT_FAULT, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_VIOLATION, InputError
-from ..registry import user_code
-from ..version import __version__
+from ..base.errors import EXIT_BAD_INPUT, EXIT_FAULT, EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_VIOLATION, InputError
+from ..base.registry import user_code
+from ..base.version import __version__
 from . import audits, experiments, mixing, planning, releases, verify
 from .common import PATH_ERRORS, Parser
 

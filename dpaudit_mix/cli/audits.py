@@ -10,20 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import accounting
-from ..atomic import check_output
-from ..backend import BACKENDS
-from ..errors import EXIT_INCONCLUSIVE, EXIT_VIOLATION, require
-from .common import (
-    CONFIDENCE_HELP,
-    Parser,
-    add_claim,
-    add_json,
-    command,
-    finite,
-    phases_of,
-    positive_int,
-    seed_number,
-)
+from ..base.atomic import check_output
+from ..base.backend import BACKENDS
+from ..base.errors import EXIT_INCONCLUSIVE, EXIT_VIOLATION, require
+from .common import CONFIDENCE_HELP, Parser, add_claim, add_json, command, finite, phases_of, positive_int, seed_number
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -43,8 +33,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def _many_run_audit(args: argparse.Namespace, spec: Any, out: Path) -> int:
     """``audit`` of a spec's neighbouring runs (``runs`` trainings, half with the canary)."""
-    from ..audit.engine import run_audit
-    from ..audit.report import summary_verdict, write_report
+    from ..audit.many_run.engine import run_audit
+    from ..audit.many_run.report import summary_verdict, write_report
 
     outcome = run_audit(
         spec,
@@ -63,7 +53,7 @@ def _many_run_audit(args: argparse.Namespace, spec: Any, out: Path) -> int:
 
 def _one_run_audit(args: argparse.Namespace, spec: Any, out: Path) -> int:
     """``audit`` of a spec with ``one_run = true``: one training run, many canaries."""
-    from ..audit.one_run_report import one_run_power_line
+    from ..audit.one_run.report import one_run_power_line
     from ..audit.run_once import run_one_run_audit, write_one_run_report
 
     outcome = run_one_run_audit(spec, out, noise_multiplier=args.noise_multiplier, report=write_one_run_report)
@@ -91,8 +81,8 @@ def _inconclusive(summary: Any, epsilon: float, out: Path) -> int:
 
 
 def cmd_audit_scores(args: argparse.Namespace) -> int:
-    from ..audit.score_file import audit_score_file, read_scores
-    from ..audit.words import verdict_line
+    from ..audit.many_run.score_file import audit_score_file, read_scores
+    from ..audit.many_run.words import verdict_line
 
     phases = phases_of(args)
     path = Path(args.file)
@@ -128,8 +118,8 @@ def cmd_audit_scores(args: argparse.Namespace) -> int:
 
 def _one_run_scores(args: argparse.Namespace, path: Path, claim: dict[str, Any]) -> int:
     """``audit-scores --one-run``: one training run's canaries (scores, membership), exit 3 on a violation."""
-    from ..audit.one_run_report import one_run_power_line
-    from ..audit.score_file import audit_canary_file, read_canaries
+    from ..audit.many_run.score_file import audit_canary_file, read_canaries
+    from ..audit.one_run.report import one_run_power_line
 
     require(args.threshold == "bonferroni", "--one-run chooses its guesses by its own fixed grid: drop --threshold")
     require(

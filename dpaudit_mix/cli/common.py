@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import accounting
-from ..atomic import write_json
-from ..backend import BACKENDS, Backend
-from ..errors import InputError, require
+from ..base.atomic import write_json
+from ..base.backend import BACKENDS, Backend
+from ..base.errors import InputError, require
 from ..models.device import DEVICES
 
 # Each command imports what it needs when it runs: torch, opacus, pandas and seaborn take seconds

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..atomic import check_output
+from ..base.atomic import check_output
 from .common import Parser, add_backend, add_device, add_json, command, connected_backend
 
 
@@ -37,8 +37,8 @@ def cmd_recovery(args: argparse.Namespace) -> int:
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
     from .. import finished
+    from ..base.specfile import read_spec_bytes, spec_table
     from ..experiments import pipeline_folder, pipeline_world, run_pipeline_file
-    from ..specfile import read_spec_bytes, spec_table
 
     out = pipeline_folder(args.spec, args.out)
     world = pipeline_world(spec_table(Path(args.spec), read_spec_bytes(Path(args.spec))))

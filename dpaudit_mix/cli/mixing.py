@@ -9,10 +9,10 @@ from typing import Any
 
 from .. import accounting
 from .. import problem as problem_io
-from ..atomic import check_output
+from ..base.atomic import check_output
+from ..base.errors import require
 from ..data import registry
 from ..data.proxies import PROXIES
-from ..errors import require
 from ..learner import LearnerConfig, learner_config
 from .common import (
     ACCOUNTANT_HELP,

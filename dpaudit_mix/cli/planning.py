@@ -6,16 +6,8 @@ import argparse
 import json
 import sys
 
-from ..errors import EXIT_VIOLATION
-from .common import (
-    CONFIDENCE_HELP,
-    Parser,
-    add_claim,
-    add_json,
-    command,
-    finite,
-    phases_of,
-)
+from ..base.errors import EXIT_VIOLATION
+from .common import CONFIDENCE_HELP, Parser, add_claim, add_json, command, finite, phases_of
 
 
 def cmd_plan_audit(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..errors import EXIT_INCONCLUSIVE, EXIT_VIOLATION, require
+from ..base.errors import EXIT_INCONCLUSIVE, EXIT_VIOLATION, require
 from .common import Parser, add_json, command, emit, finite
 
 
@@ -45,7 +45,7 @@ def cmd_check_release(args: argparse.Namespace) -> int:
 def cmd_signing_key(args: argparse.Namespace) -> None:
     """The public key this machine signs releases with (made now if it has none): what a reader
     passes to ``check-release --public-key``."""
-    from ..atomic import check_output, write_text
+    from ..base.atomic import check_output, write_text
     from ..release import signing
 
     out = None if args.out is None else check_output(args.out, folder=False)  # before a key is made

@@ -8,8 +8,8 @@ import json
 import sys
 from pathlib import Path
 
-from ..atomic import check_output, write_text
-from ..errors import EXIT_VIOLATION
+from ..base.atomic import check_output, write_text
+from ..base.errors import EXIT_VIOLATION
 from .common import Parser, command
 
 

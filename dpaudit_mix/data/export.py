@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..atomic import write_npz, write_text
-from ..errors import require
+from ..base.atomic import write_npz, write_text
+from ..base.errors import require
 from . import registry
 from .text import REHEARSAL_GENRE, speeches, text_world
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError, require
-from ..randomness import world_layout
+from ..base.errors import InputError, require
+from ..base.randomness import world_layout
 from . import images as im
 from .shift import DISTRACTOR_SIZE, VALIDATION_SIZE, shifted_sources
 from .sources import PublicSource, SensitiveData
@@ -59,7 +59,7 @@ def missing() -> str | None:
 
 def digest() -> str:
     """The sha256 of the four IDX files (as found now), for cache keys."""
-    from ..cache import json_sha256, sha256
+    from ..base.cache import json_sha256, sha256
 
     line = missing()
     if line is not None:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import require
+from ..base.errors import require
+from ..base.randomness import world_layout
 from ..problem import Problem
-from ..randomness import world_layout
 from .image_files import SIZE, ImageSet, read_images
 from .manifest import DataManifest, load_manifest
 from .ngram import text_arrays

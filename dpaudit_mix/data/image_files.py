@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import npz
-from ..errors import InputError, require
+from ..base import npz
+from ..base.errors import InputError, require
 
 SIZE = 28
 #: pixel values converted at once (float32: 32 MiB), so a chunk is never more than that however large its images.

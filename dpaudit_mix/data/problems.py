@@ -12,12 +12,12 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 
-from ..atomic import write_npz
-from ..cache import cached, json_sha256, load_npz, save_npz, user_cache_dir
-from ..errors import require
+from ..base.atomic import write_npz
+from ..base.cache import cached, json_sha256, load_npz, save_npz, user_cache_dir
+from ..base.errors import require
+from ..base.randomness import Key, stream
+from ..base.threads import one_thread
 from ..problem import Problem
-from ..randomness import Key, stream
-from ..threads import one_thread
 from .proxies import LOGISTIC, ProxySpec, accuracies, probabilities, task_log_likelihood, train_proxies
 from .sources import PublicSource, SensitiveData
 from .worlds import TEXT_TASK, WORLDS, ImageSources, content_of, identity_of, registered

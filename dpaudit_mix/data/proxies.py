@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from ..errors import require
+from ..base.errors import require
+from ..base.randomness import Key
 from ..models import DEFAULT_NETWORK
-from ..randomness import Key
 from .images import features
 from .sources import PublicSource
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import require
-from ..identity import META_KEY, sensitive_sha256
+from ..base.errors import require
+from ..base.identity import META_KEY, sensitive_sha256
 from ..models import DEFAULT_NETWORK
 from ..problem import Problem
 from . import fashion

@@ -26,8 +26,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..errors import require
-from ..randomness import world_layout
+from ..base.errors import require
+from ..base.randomness import world_layout
 from . import images as im
 from .sources import PublicSource, SensitiveData, split_pool
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..randomness import world_layout
+from ..base.randomness import world_layout
 from . import images as im
 
 

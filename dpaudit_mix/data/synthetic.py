@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..cache import cached, content_key, load_npz, save_npz, sha256, user_cache_dir
+from ..base.cache import cached, content_key, load_npz, save_npz, sha256, user_cache_dir
+from ..base.randomness import Key
 from ..models import edm
-from ..randomness import Key
 from .sources import PublicSource
 
 #: the public images the EDM learns from, its training steps, and the samples drawn.

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import present
-from ..randomness import world_layout
+from ..base.errors import present
+from ..base.randomness import world_layout
 
 GENRES = ("comedies", "histories", "problems", "roman", "romances", "tragedies")
 SENSITIVE_GENRE = "comedies"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import npz, strict_json
-from ..errors import InputError, require
+from ..base import npz, strict_json
+from ..base.errors import InputError, require
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import require
+from ..base.errors import require
+from ..base.registry import Registry
 from ..problem import Problem
-from ..registry import Registry
 from .proxies import ProxySpec
 from .sources import PublicSource, SensitiveData
 from .text_files import TextSet

@@ -13,9 +13,9 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.ticker import NullLocator
 
-from ..atomic import atomic_path
-from ..reporting import Block, save_figure, subplots, write_pages
-from ..stats import COLUMNS, finding, mean_std, paired_tests
+from ..base.atomic import atomic_path
+from ..base.reporting import Block, save_figure, subplots, write_pages
+from ..base.stats import COLUMNS, finding, mean_std, paired_tests
 from .spec import TextPipelineSpec
 
 COMPARED = (

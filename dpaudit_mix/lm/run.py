@@ -17,14 +17,15 @@ from typing import Any
 import numpy as np
 
 from .. import accounting
-from ..alphabet import V
-from ..backend import Backend
-from ..cache import content_key
+from ..base.alphabet import V
+from ..base.backend import Backend
+from ..base.cache import content_key
+from ..base.errors import InputError, present, require
+from ..base.randomness import Key, stream
 from ..data import registry
 from ..data.text import speeches, text_world
 from ..data.text_files import TextSet
 from ..data.worlds import TextDocuments
-from ..errors import InputError, present, require
 from ..models import chargru as lm
 from ..models import device
 from ..models.cnn import state_arrays
@@ -44,7 +45,6 @@ from ..pipeline.stages import (
     run_stages,
 )
 from ..problem import Problem
-from ..randomness import Key, stream
 from .spec import TextPipelineSpec
 
 #: the pretraining batch every stage key before ``pretrain_batch`` existed was trained with.
@@ -56,7 +56,7 @@ TEXT_LOSS_BOUND = float(np.log(V - 1))
 
 
 @dataclass(frozen=True)
-class TextWorld:
+class TextTrackData:
     """The data every stage reads; users are dense ids 0..U−1 of the training speakers."""
 
     sources: tuple[str, ...]
@@ -70,7 +70,7 @@ class TextWorld:
     rehearsal_test: np.ndarray  # the genre's other speakers' windows: rehearsals are scored here
 
 
-def build_text_world(spec: TextPipelineSpec) -> TextWorld:
+def build_text_world(spec: TextPipelineSpec) -> TextTrackData:
     """The embedded world's or a text manifest's data, cut into windows and split by users."""
     if registry.canonical(spec.world) == registry.TEXT_WORLD:
         sources, sensitive, test = text_world(spec.seed)
@@ -102,7 +102,7 @@ def build_text_world(spec: TextPipelineSpec) -> TextWorld:
     world_id = registry.identity(spec.world)
     order = stream(spec.seed, "pipeline-split", world=world_id, rho=spec.rho, n=count).numpy().permutation(count)
     by_row = np.array(texts, dtype=object)
-    return TextWorld(
+    return TextTrackData(
         tuple(name for name, _ in named),
         tuple(lm.all_windows(list(t)) for _, t in named),
         problem,
@@ -148,12 +148,12 @@ def _rows(problem: Problem, users: np.ndarray) -> Problem:
     return problem.subset(np.flatnonzero(np.isin(present(problem.users, "user ids"), users)))
 
 
-def finetune_users(spec: TextPipelineSpec, world: TextWorld) -> np.ndarray:
+def finetune_users(spec: TextPipelineSpec, world: TextTrackData) -> np.ndarray:
     """The users the private finetune trains on: all of them after the mixture (sequential), else split B."""
     return np.arange(len(world.user_windows)) if spec.composition == "sequential" else world.split_b
 
 
-def user_counts(spec: TextPipelineSpec, world: TextWorld) -> dict[str, int]:
+def user_counts(spec: TextPipelineSpec, world: TextTrackData) -> dict[str, int]:
     """How many users each part of the run sees (for the report)."""
     return {
         "split_a": len(world.split_a),
@@ -169,7 +169,7 @@ REHEARSAL = Rehearsal("rehearsal_perplexity", "perplexity", higher_is_better=Fal
 class TextTrack(MixingTrack):
     """The character GRU on the text world: user-level DP-SGD, scored by held-out-user perplexity."""
 
-    def __init__(self, spec: TextPipelineSpec, world: TextWorld, secure: bool) -> None:
+    def __init__(self, spec: TextPipelineSpec, world: TextTrackData, secure: bool) -> None:
         data_key = content_key(world=registry.identity(spec.world), seed=spec.seed, rho=spec.rho)
         super().__init__(
             spec,
@@ -307,7 +307,7 @@ def run_text_pipeline(
     spec: TextPipelineSpec,
     out: Path,
     *,
-    world: TextWorld | None = None,
+    world: TextTrackData | None = None,
     progress: bool = True,
     secure: bool = False,
     cache: Path | None = None,

@@ -7,14 +7,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..alphabet import WINDOW
+from ..base.alphabet import WINDOW
+from ..base.errors import require
+from ..base.resources import BYTES_PER_WINDOW, require_memory
+from ..base.specfile import Seed, check_fields, load_spec_file
 from ..data import registry
 from ..data.text import GENRES, REHEARSAL_GENRE, SENSITIVE_GENRE
-from ..errors import require
 from ..learner import LearnerConfig
 from ..pipeline.spec import DEFAULT_METHODS, check_shared_keys, variants
-from ..resources import BYTES_PER_WINDOW, require_memory
-from ..specfile import Seed, check_fields, load_spec_file
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..alphabet import WINDOW, V, codes
-from ..errors import require
-from ..randomness import Key, torch_scope
+from ..base.alphabet import WINDOW, V, codes
+from ..base.errors import require
+from ..base.randomness import Key, torch_scope
 
 
 class CharGRU(nn.Module):

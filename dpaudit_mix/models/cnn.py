@@ -22,10 +22,11 @@ from sklearn.metrics import roc_auc_score
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from .. import accounting, calibrations, npz
-from ..errors import InputError, require
-from ..randomness import Key, torch_scope
-from ..resources import bounded
+from .. import accounting
+from ..base import calibrations, npz
+from ..base.errors import InputError, require
+from ..base.randomness import Key, torch_scope
+from ..base.resources import bounded
 from . import opacus_sgd
 
 CLASSES = 10

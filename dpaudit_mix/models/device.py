@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TypeVar
 
-from ..errors import require
+from ..base.errors import require
 
 SpecT = TypeVar("SpecT")
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..randomness import Key, torch_scope
+from ..base.randomness import Key, torch_scope
 
 SIGMA_DATA = 0.5
 P_MEAN, P_STD = -1.2, 1.2

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 from torch import nn
 
-from ..errors import InputError, require
-from ..randomness import Key
-from ..registry import Registry
+from ..base.errors import InputError, require
+from ..base.randomness import Key
+from ..base.registry import Registry
 from . import DEFAULT_NETWORK
 from .cnn import Factory, SmallCNN, from_arrays, load_state
 

@@ -22,7 +22,7 @@ from opacus import PrivacyEngine
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from ..randomness import Key, RandomSource, source
+from ..base.randomness import Key, RandomSource, source
 from .nonfinite import guard_nonfinite
 
 #: a batch's mean loss, given the private module and the batch's tensors.

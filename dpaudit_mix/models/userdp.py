@@ -22,9 +22,9 @@ import torch
 from torch import nn
 
 from .. import accounting
-from ..alphabet import V
-from ..errors import require
-from ..randomness import Key, RandomSource, source
+from ..base.alphabet import V
+from ..base.errors import require
+from ..base.randomness import Key, RandomSource, source
 from .chargru import WINDOW, CharGRU, window_nll
 
 

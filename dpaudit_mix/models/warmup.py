@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..randomness import Key
+from ..base.randomness import Key
 from .cnn import from_arrays
 
 SHIFT, ROTATION, SCALE, CUTOUT = 2 / 14, np.pi / 18, 0.1, 8  # shift in [−1, 1] grid units: 2 px of 28

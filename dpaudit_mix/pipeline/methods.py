@@ -23,12 +23,12 @@ from typing import Any, Protocol
 import numpy as np
 
 from .. import accounting
+from ..base.errors import present
+from ..base.randomness import source, stream
 from ..data.proxies import CLASSES, SMOOTHING
-from ..errors import present
 from ..learner import LearnerConfig, fit, learner_config
 from ..optimum import mixmin
 from ..problem import Problem
-from ..randomness import source, stream
 
 
 class MixingSpec(Protocol):

@@ -7,22 +7,13 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .. import accounting
-from ..cache import content_key
-from ..errors import InputError, present
+from ..base.cache import content_key
+from ..base.errors import InputError, present
+from ..base.randomness import Key
 from ..models import device
 from ..problem import Problem
-from ..randomness import Key
 from ..tuning import rehearse_like
-from .methods import (
-    LOSS_BOUND,
-    PRIVATE_METHODS,
-    MixingSpec,
-    Mixture,
-    choose,
-    mix_epsilon,
-    mixing_phase,
-    mixing_request,
-)
+from .methods import LOSS_BOUND, PRIVATE_METHODS, MixingSpec, Mixture, choose, mix_epsilon, mixing_phase, mixing_request
 from .stage_cache import Arrays, Job, Stage
 
 

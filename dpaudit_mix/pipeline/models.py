@@ -16,9 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .. import owned
-from ..atomic import write_json, write_npz
-from ..cache import sha256
+from ..base import owned
+from ..base.atomic import write_json, write_npz
+from ..base.cache import sha256
 from .stages import Run
 
 FOLDER = "models"

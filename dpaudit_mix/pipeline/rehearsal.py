@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..randomness import Key
+from ..base.randomness import Key
 
 #: the stream identifier each rehearsed setting adds to the finetune's key.
 REHEARSAL_IDS = {"learning_rate": "rehearsal_lr", "epochs": "rehearsal_epochs"}

@@ -27,14 +27,18 @@ from typing import Any
 import numpy as np
 
 from .. import accounting
-from ..atomic import write_npz
-from ..audit.gradient_canaries import BYTES_PER_CANARY_STEP, Canaries, attach
-from ..audit.one_run import MIN_CANARIES
+from ..audit.one_run.audit import MIN_CANARIES
+from ..audit.one_run.gradient_canaries import BYTES_PER_CANARY_STEP, Canaries, attach
 from ..audit.plan import check_detect
-from ..cache import sha256_bytes, user_cache_dir
+from ..base.atomic import write_npz
+from ..base.cache import sha256_bytes, user_cache_dir
+from ..base.errors import require
+from ..base.identity import ALL, Partition, example_digests
+from ..base.reporting import progress_steps
+from ..base.resources import require_memory
+from ..base.specfile import check_fields, parse_spec, read_spec_bytes, spec_table
+from ..base.version import __version__
 from ..data import registry
-from ..errors import require
-from ..identity import ALL, Partition, example_digests
 from ..models import DEFAULT_NETWORK, cnn
 from ..models.device import resolved
 from ..release import kinds, signing
@@ -47,11 +51,7 @@ from ..release.manifest import public_path
 from ..release.model_card import write_model_card
 from ..release.model_manifest import MODEL_FILE, ModelClaim, ModelManifest, composed_epsilon
 from ..release.refused import Refused
-from ..reporting import progress_steps
-from ..resources import require_memory
-from ..specfile import check_fields, parse_spec, read_spec_bytes, spec_table
 from ..verification.parts import OPACUS
-from ..version import __version__
 from .methods import Mixture, mix_epsilon, mixing_phase
 from .run import ImageTrack, build_world, image_track
 from .spec import PipelineSpec
@@ -98,7 +98,7 @@ def _finetune_accountant(sequential: bool, mixture: accounting.GaussianPhase | N
 
 
 @dataclass(frozen=True)
-class Prepared:
+class PreparedModel:
     """Everything fixed before the first private step: the specs, the track, the job, the claim."""
 
     spec: ModelReleaseSpec
@@ -119,7 +119,7 @@ def pipeline_path(spec_path: Path, pipeline: str) -> Path:
     return path if path.is_absolute() else spec_path.parent / path
 
 
-def prepare(spec_path: Path, spec_bytes: bytes, out: Path, progress: bool) -> Prepared:
+def prepare(spec_path: Path, spec_bytes: bytes, out: Path, progress: bool) -> PreparedModel:
     """The release's specs, world, track and claim; every input error is raised here."""
     spec = parse_spec(ModelReleaseSpec, spec_path, spec_bytes)
     path = pipeline_path(spec_path, spec.pipeline)
@@ -195,7 +195,7 @@ def prepare(spec_path: Path, spec_bytes: bytes, out: Path, progress: bool) -> Pr
     }
     job = Job(spec.method, spec.epsilon, 0, spec.task)
     aliases = () if data["sha256"] == cut else (cut,)
-    return Prepared(spec, pipe, track, cache, job, claim, inputs, data, aliases, _parts(world, claim))
+    return PreparedModel(spec, pipe, track, cache, job, claim, inputs, data, aliases, _parts(world, claim))
 
 
 def _parts(world: Any, claim: ModelClaim) -> tuple[str, ...]:
@@ -260,7 +260,7 @@ MODEL_STEPS = ("verify", "private mixture", "pretrain", "DP finetune with canari
 
 
 def _trained_and_audited(
-    ready: Prepared, work: kinds.Work, sized: AuditSize, *, accountant_check: dict[str, Any]
+    ready: PreparedModel, work: kinds.Work, sized: AuditSize, *, accountant_check: dict[str, Any]
 ) -> ModelManifest:
     spec, claim, track, job = ready.spec, ready.claim, ready.track, ready.job
     out, progress = work.out, work.progress

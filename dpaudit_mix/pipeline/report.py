@@ -16,10 +16,10 @@ import seaborn as sns
 from matplotlib.ticker import FuncFormatter, NullLocator
 
 from .. import accounting
-from ..atomic import atomic_path
+from ..base.atomic import atomic_path
+from ..base.reporting import Block, save_figure, subplots, write_pages
+from ..base.stats import COLUMNS, finding, mean_std, paired_tests
 from ..models.cnn import CLASSES
-from ..reporting import Block, save_figure, subplots, write_pages
-from ..stats import COLUMNS, finding, mean_std, paired_tests
 from .methods import Mixture
 from .run import ProxyReport
 from .spec import PipelineSpec

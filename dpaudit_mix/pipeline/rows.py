@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..atomic import atomic_path, write_json
+from ..base.atomic import atomic_path, write_json
+from ..base.reporting import Block, save_figure, subplots, write_pages
+from ..base.stats import ALPHA, mean_std, paired_tests
 from ..recovery.metrics import cos_similarity
-from ..reporting import Block, save_figure, subplots, write_pages
-from ..stats import ALPHA, mean_std, paired_tests
-from .spec import MAP_KEYS, Variant
+from .spec import MAP_KEYS, SpecRow
 
 #: endpoint → (method, minus method).
 ENDPOINTS = {
@@ -46,7 +46,7 @@ class RowResult:
     """One row's run: its records (one per run, as ``Run.to_dict``), its headline score per
     (method, ε, seed) (macro over tasks) and its proxies' mean public validation accuracy."""
 
-    variant: Variant[Any]
+    variant: SpecRow[Any]
     records: list[dict[str, Any]]
     scores: pd.DataFrame  # columns method, epsilon, seed, value
     proxy_accuracy: float | None

@@ -17,23 +17,16 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import accounting
-from ..backend import Backend
-from ..cache import content_key
+from ..base.backend import Backend
+from ..base.cache import content_key
+from ..base.errors import require
+from ..base.randomness import Key, stream
 from ..data import registry
-from ..data.proxies import (
-    DIGIT_TASKS,
-    ProxySpec,
-    accuracies,
-    probabilities,
-    task_log_likelihood,
-    train_proxies,
-)
+from ..data.proxies import DIGIT_TASKS, ProxySpec, accuracies, probabilities, task_log_likelihood, train_proxies
 from ..data.shift import bad_sources
 from ..data.sources import PublicSource
-from ..errors import require
 from ..models import DEFAULT_NETWORK, cnn, device
 from ..problem import Problem
-from ..randomness import Key, stream
 from .methods import Mixture
 from .spec import PipelineSpec
 from .stages import (
@@ -52,7 +45,7 @@ from .stages import (
 
 
 @dataclass(frozen=True)
-class World:
+class ImageTrackData:
     """The data every stage reads, already cut to the spec's fractions and split into A and B."""
 
     sources: tuple[PublicSource, ...]
@@ -65,7 +58,7 @@ class World:
     validation: PublicSource  # clean public images drawn like the sensitive data: choices here are free
 
 
-def build_world(spec: PipelineSpec) -> World:
+def build_world(spec: PipelineSpec) -> ImageTrackData:
     """Load and cut the data; every empty source or split is an input error, raised before any output."""
     public, sensitive = registry.world_sources(spec.world, spec.seed, synthetic=spec.synthetic_source)
     public = [*public, *bad_sources(public, spec.permuted_sources, spec.distractor_sources, spec.seed)]
@@ -83,7 +76,7 @@ def build_world(spec: PipelineSpec) -> World:
         .numpy()
         .permutation(n)
     )
-    return World(
+    return ImageTrackData(
         tuple(sources),
         sensitive.train_images[:n],
         sensitive.train_labels[:n],
@@ -109,7 +102,7 @@ def world_key(spec: PipelineSpec) -> str:
 
 
 def _images(
-    world: World, weights: list[float] | None, examples: int, rng: np.random.Generator
+    world: ImageTrackData, weights: list[float] | None, examples: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
     """``examples`` public images drawn by λ, or (``weights`` None) from the half of the public
     validation slice that the finetune rehearsals train on (the other half, which scores them,
@@ -134,7 +127,7 @@ class ImageTrack(MixingTrack):
     def __init__(
         self,
         spec: PipelineSpec,
-        world: World,
+        world: ImageTrackData,
         problems: Callable[[str], tuple[Problem, Problem]],
         secure: bool,
         public: Callable[[str], Problem] | None = None,
@@ -283,7 +276,7 @@ def split_key(spec: PipelineSpec) -> str:
     return content_key(data=world_key(spec), rho=spec.rho, **spec.proxy_spec.ids)
 
 
-def proxies_stage(spec: PipelineSpec, world: World, progress: bool) -> Stage[Arrays]:
+def proxies_stage(spec: PipelineSpec, world: ImageTrackData, progress: bool) -> Stage[Arrays]:
     """Every source's proxy, trained once: its class probabilities on the sensitive training set
     ("train", (k, n, 10)) and on the public validation slice ("validation"), its accuracy there
     and its epochs."""
@@ -315,7 +308,7 @@ class ProxyReport:
     epochs: np.ndarray
 
 
-def proxy_report(spec: PipelineSpec, world: World, cache_root: Path) -> ProxyReport:
+def proxy_report(spec: PipelineSpec, world: ImageTrackData, cache_root: Path) -> ProxyReport:
     """The run's proxies, from its stage cache (trained if no stage needed them)."""
     arrays = StageCache(cache_root, registry.content(spec.world)).arrays(
         "proxies", proxies_stage(spec, world, progress=False)
@@ -324,7 +317,9 @@ def proxy_report(spec: PipelineSpec, world: World, cache_root: Path) -> ProxyRep
     return ProxyReport(spec.proxy_spec, names, arrays["validation_accuracy"], arrays["epochs"])
 
 
-def image_track(spec: PipelineSpec, world: World, cache: StageCache, progress: bool, secure: bool) -> ImageTrack:
+def image_track(
+    spec: PipelineSpec, world: ImageTrackData, cache: StageCache, progress: bool, secure: bool
+) -> ImageTrack:
     """The track; its proxies' probabilities and split A's problem per task are cached stages of
     their own, computed when the first mixture needs them."""
     names = tuple(s.name for s in world.sources)
@@ -361,7 +356,7 @@ def run_pipeline(
     out: Path,
     *,
     progress: bool = True,
-    world: World | None = None,
+    world: ImageTrackData | None = None,
     secure: bool = False,
     cache_root: Path | None = None,
     backend: Backend | None = None,

@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 from .. import accounting
+from ..base.errors import require
+from ..base.resources import BYTES_PER_IMAGE, require_memory
+from ..base.specfile import Seed, check_fields, load_spec_file
 from ..data import registry
 from ..data.proxies import ProxySpec
-from ..errors import require
 from ..learner import LearnerConfig
 from ..models import DEFAULT_NETWORK, device
-from ..resources import BYTES_PER_IMAGE, require_memory
-from ..specfile import Seed, check_fields, load_spec_file
 from .methods import mix_learner
 
 #: every method; a spec runs DEFAULT_METHODS unless it names others.
@@ -213,7 +213,7 @@ SpecT = TypeVar("SpecT")
 
 
 @dataclass(frozen=True)
-class Variant(Generic[SpecT]):
+class SpecRow(Generic[SpecT]):
     """One row of a spec with list keys: the values it sets and the spec that runs it."""
 
     settings: tuple[tuple[str, Any], ...]
@@ -228,7 +228,7 @@ class Variant(Generic[SpecT]):
         return "_".join(f"{key}-{value}" for key, value in self.settings)
 
 
-def variants(spec: SpecT) -> list[Variant[SpecT]]:
+def variants(spec: SpecT) -> list[SpecRow[SpecT]]:
     """The rows of ``spec``: one per combination of its given list keys ([] when none is given).
     A row is the spec with those single keys set and no list keys, validated like any spec;
     ``proxy_epochs`` belongs to the CNN rows of ``proxies`` (a logistic row leaves it out)."""
@@ -243,7 +243,7 @@ def variants(spec: SpecT) -> list[Variant[SpecT]]:
     for values in itertools.product(*(getattr(spec, key) for key, _ in given)):
         settings = tuple((single, value) for (_, single), value in zip(given, values, strict=True))
         implied = {"proxy_epochs": None} if dict(settings).get("proxy") == "logistic" and not epochs_vary else {}
-        rows.append(Variant(settings, replace(spec, **cleared, **dict(settings), **implied)))  # type: ignore[type-var]
+        rows.append(SpecRow(settings, replace(spec, **cleared, **dict(settings), **implied)))  # type: ignore[type-var]
     return rows
 
 

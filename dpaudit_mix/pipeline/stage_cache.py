@@ -15,8 +15,8 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from .. import problem as problem_io
-from ..atomic import write_json
-from ..cache import cached, content_key, load_json, load_npz, save_npz, verified
+from ..base.atomic import write_json
+from ..base.cache import cached, content_key, load_json, load_npz, save_npz, verified
 
 T = TypeVar("T")
 Arrays = dict[str, np.ndarray]

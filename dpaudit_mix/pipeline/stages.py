@@ -18,11 +18,9 @@ from typing import Any, Protocol, TypeVar
 from tqdm import tqdm
 
 from .. import accounting
-from ..backend import Backend
-from ..threads import one_thread
-from .methods import (
-    Mixture,
-)
+from ..base.backend import Backend
+from ..base.threads import one_thread
+from .methods import Mixture
 from .mixing_track import MixingTrack, mixture_draw
 from .rehearsal import REHEARSAL_IDS, Rehearsal, choose_by_rehearsal
 from .stage_cache import KINDS, LAYOUT, Arrays, Job, Stage, StageCache

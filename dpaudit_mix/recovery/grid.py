@@ -18,15 +18,15 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from ..backend import Backend
+from ..base.backend import Backend
+from ..base.errors import present, require
+from ..base.randomness import stream
+from ..base.resources import require_memory
+from ..base.stats import sample_std
 from ..data import registry
-from ..errors import present, require
 from ..learner import fit, fit_losses
 from ..optimum import mixmin
 from ..problem import Problem, load
-from ..randomness import stream
-from ..resources import require_memory
-from ..stats import sample_std
 from ..tuning import tune
 from .metrics import cos_similarity, l1_distance
 from .spec import RecoverySpec

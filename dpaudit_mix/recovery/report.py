@@ -14,9 +14,9 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.ticker import NullLocator
 
-from ..atomic import write_json
-from ..reporting import Block, save_figure, subplots, write_pages
-from ..stats import sample_std
+from ..base.atomic import write_json
+from ..base.reporting import Block, save_figure, subplots, write_pages
+from ..base.stats import sample_std
 from .grid import RecoveryResult
 
 BEATS = "▲"

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import accounting
+from ..base.errors import require
+from ..base.specfile import Seed, check_fields, load_spec_file
 from ..data import registry
 from ..data.proxies import ProxySpec
-from ..errors import require
 from ..learner import LearnerConfig, learner_config
-from ..specfile import Seed, check_fields, load_spec_file
 
 
 @dataclass(frozen=True)

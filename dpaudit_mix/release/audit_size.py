@@ -18,7 +18,7 @@ from typing import Any
 from .. import accounting
 from ..audit.plan import catches, check_detect, plan_audit, power_at, unsimulated_at
 from ..audit.power import LEAKS, Power
-from ..errors import InputError
+from ..base.errors import InputError
 from .refused import Refused
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..reporting import save_figure, subplots, write_pages
+from ..base.reporting import save_figure, subplots, write_pages
 from .audit_size import power_sentence
 
 #: the card's files (it shows λ: only a published release may keep them).

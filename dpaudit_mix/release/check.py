@@ -13,11 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from .. import accounting, strict_json
+from .. import accounting
 from .. import problem as problem_io
-from ..cache import sha256_bytes
+from ..base import strict_json
+from ..base.cache import sha256_bytes
+from ..base.errors import InputError, is_real, require
 from ..data import registry
-from ..errors import InputError, is_real, require
 from ..problem import Problem
 from .audit_size import power_problems
 from .card import CARD

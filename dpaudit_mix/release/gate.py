@@ -20,9 +20,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..atomic import check_output, write_json
-from ..errors import EXIT_BAD_INPUT, InputError, require
-from ..specfile import read_spec_bytes
+from ..base.atomic import check_output, write_json
+from ..base.errors import EXIT_BAD_INPUT, InputError, require
+from ..base.specfile import read_spec_bytes
 from ..verification.checks import QUICK
 from ..verification.suite import Verification, verify
 from . import ledger, signing

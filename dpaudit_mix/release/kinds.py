@@ -26,9 +26,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from .. import accounting
-from ..errors import require
-from ..registry import Registry
-from ..specfile import spec_table
+from ..base.errors import require
+from ..base.registry import Registry
+from ..base.specfile import spec_table
 from ..verification.suite import Verification
 from .manifest import Budget, Digested, Publication
 from .refused import Refused

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import problem as problem_io
-from ..audit.result import AuditSummary
+from ..audit.many_run.result import AuditSummary
 from ..audit.spec import AuditSpec
 from ..data import registry
 from ..learner import learner_settings

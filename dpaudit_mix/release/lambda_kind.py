@@ -19,22 +19,22 @@ from typing import Any
 
 from .. import accounting
 from .. import problem as problem_io
-from ..atomic import write_bytes
-from ..audit.engine import run_audit
+from ..audit.many_run.engine import run_audit
+from ..audit.many_run.report import summary_verdict, write_report
 from ..audit.mechanisms import mechanism
-from ..audit.report import summary_verdict, write_report
 from ..audit.spec import AuditSpec, mixing_data
 from ..audit.verdict import result_confidence
-from ..cache import sha256_bytes, user_cache_dir
+from ..base.atomic import write_bytes
+from ..base.cache import sha256_bytes, user_cache_dir
+from ..base.errors import require
+from ..base.resources import alongside
+from ..base.specfile import parse_spec
+from ..base.version import __version__
 from ..data import registry
 from ..data.manifest import is_manifest
-from ..errors import require
 from ..learner import fit
 from ..problem import Problem
-from ..resources import alongside
-from ..specfile import parse_spec
 from ..verification.parts import ACCOUNTANT, LEARNER, WIRING
-from ..version import __version__
 from . import signing
 from .accountant_check import check_release_accountant
 from .audit_size import AuditSize, audit_size

@@ -39,10 +39,10 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from .. import accounting
-from ..atomic import write_bytes
-from ..cache import sha256_bytes, user_state_dir
-from ..errors import InputError, require
-from ..identity import ALL, is_part
+from ..base.atomic import write_bytes
+from ..base.cache import sha256_bytes, user_state_dir
+from ..base.errors import InputError, require
+from ..base.identity import ALL, is_part
 from .ledger_records import FORMAT, IDENTITIES, MAX_PARTITIONS, STATUSES, Conflict, Dataset, Entry, parse
 from .ledger_spend import Charge, composed, spent
 

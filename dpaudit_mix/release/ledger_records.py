@@ -9,9 +9,10 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .. import accounting, strict_json
-from ..errors import InputError, require
-from ..identity import ALL, is_part
+from .. import accounting
+from ..base import strict_json
+from ..base.errors import InputError, require
+from ..base.identity import ALL, is_part
 
 FORMAT = "dpaudit-mix privacy ledger v5"
 STATUSES = ("reserved", "released")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from itertools import product
 
 from .. import accounting
-from ..identity import ALL, split_part
+from ..base.identity import ALL, split_part
 from .ledger_records import MAX_PARTITIONS, Entry
 
 #: a phase and the part of the data it ran on (:data:`..identity.ALL`, or one side of a partition).

@@ -12,8 +12,8 @@ from typing import Any
 
 from .. import accounting
 from ..audit.claim import Claim
-from ..cache import json_sha256, sha256_bytes
-from ..errors import require
+from ..base.cache import json_sha256, sha256_bytes
+from ..base.errors import require
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..reporting import Block, save_figure, subplots, write_pages
+from ..base.reporting import Block, save_figure, subplots, write_pages
 from .audit_size import power_sentence
 from .card import lambda_bars, provenance
 

@@ -11,10 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import accounting, npz
-from ..audit.one_run import MIN_CANARIES
-from ..cache import sha256_bytes
-from ..errors import InputError
+from .. import accounting
+from ..audit.one_run.audit import MIN_CANARIES
+from ..base import npz
+from ..base.cache import sha256_bytes
+from ..base.errors import InputError
 from .audit_size import power_problems
 from .model_manifest import ModelClaim, composed_epsilon
 from .publication import field_of as _field

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import accounting
-from ..specfile import spec_table
+from ..base.specfile import spec_table
 from .manifest import Budget, Digested, Publication
 
 #: the released weights' file, beside release.json.

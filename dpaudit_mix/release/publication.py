@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ..cache import sha256_bytes
-from ..errors import InputError, require
-from ..identity import is_digest
+from ..base.cache import sha256_bytes
+from ..base.errors import InputError, require
+from ..base.identity import is_digest
 from . import ledger, signing
 from .manifest import manifest_digest
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import EXIT_VIOLATION
+from ..base.errors import EXIT_VIOLATION
 
 
 class Refused(Exception):

@@ -30,8 +30,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from ..cache import user_state_dir
-from ..errors import InputError, require
+from ..base.cache import user_state_dir
+from ..base.errors import InputError, require
 
 ALGORITHM = "ed25519"
 #: the field of release.json that holds the signature (every other field is signed).

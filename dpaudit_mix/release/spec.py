@@ -6,12 +6,12 @@ from dataclasses import dataclass
 
 from .. import accounting
 from ..audit.attack import THRESHOLDS
-from ..audit.canaries import CANARY_KINDS, NATURAL_POLICIES, check_canary_kinds
+from ..audit.mixmin_canaries import CANARY_KINDS, NATURAL_POLICIES, check_canary_kinds
 from ..audit.plan import check_detect
+from ..base.errors import require
+from ..base.specfile import Seed, check_fields
 from ..data import registry
-from ..errors import require
 from ..learner import LearnerConfig, learner_config
-from ..specfile import Seed, check_fields
 
 #: the fewest runs per canary a release's audit may take (check-release holds a manifest to it).
 MIN_AUDIT_RUNS = 1000

@@ -9,9 +9,9 @@ from typing import Any
 import pandas as pd
 import seaborn as sns
 
-from ..atomic import write_json
-from ..reporting import Block, save_figure, subplots, write_pages
-from ..stats import mean_std, paired_tests, verdict
+from ..base.atomic import write_json
+from ..base.reporting import Block, save_figure, subplots, write_pages
+from ..base.stats import mean_std, paired_tests, verdict
 from .spec import ROWS
 
 LABELS = {

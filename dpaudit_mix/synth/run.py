@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 
 from .. import accounting
-from ..cache import content_key
+from ..base.cache import content_key
+from ..base.randomness import Key
 from ..data import registry
 from ..models import cnn, device, edm
 from ..models.warmup import WarmUp, warm_up
 from ..pipeline.methods import Mixture
 from ..pipeline.stages import Arrays, Job, Stage, StageCache, preflight, run_stages
-from ..randomness import Key
 from . import quality
 from .spec import ROWS, WarmSynSpec
 

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import accounting
+from ..base.errors import require
+from ..base.resources import BYTES_PER_SYNTHETIC, require_memory
+from ..base.specfile import Seed, check_fields, load_spec_file
 from ..data import registry
-from ..errors import require
 from ..models import device
-from ..resources import BYTES_PER_SYNTHETIC, require_memory
-from ..specfile import Seed, check_fields, load_spec_file
 
 #: the seed paper's ablation, in order; each row adds one thing to the one before.
 ROWS = ("cold", "warm", "warmsyn", "augment", "sam")

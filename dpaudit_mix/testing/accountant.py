@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import accounting
-from ..errors import InputError, is_real, require
-from ..resources import bounded
+from ..base.errors import InputError, is_real, require
+from ..base.resources import bounded
 from .failure import Case, Report
 
 #: the user's accountant: ε at δ of T steps of the Poisson-subsampled Gaussian (σ, q).

@@ -44,11 +44,11 @@ import numpy as np
 from .. import accounting
 from ..audit.claim import Claim
 from ..audit.dirac import dirac_scores
-from ..audit.one_run import audit_one_run
+from ..audit.one_run.audit import audit_one_run
 from ..audit.power import DETECTS_WITH, LEAKS
-from ..errors import InputError, is_real, require
-from ..randomness import RandomSource, SecureSource
-from ..resources import bounded
+from ..base.errors import InputError, is_real, require
+from ..base.randomness import RandomSource, SecureSource
+from ..base.resources import bounded
 from .accountant import POINT_SECONDS, TOLERANCE
 from .failure import Case, Report
 
@@ -81,7 +81,7 @@ class Recorded:
 
 
 @dataclass(frozen=True)
-class Run:
+class ProbeRun:
     """One training run of the probe: the claim, each step's released rows, and each canary's membership."""
 
     claim: Recorded
@@ -155,7 +155,7 @@ def _checked_setup(result: Any) -> tuple[Any, Any, Any, Any]:
 
 def _train(
     setup: Setup, canaries: int, examples: int, membership: np.ndarray, *, epochs: int, delta: float, poison: int = 0
-) -> Run:
+) -> ProbeRun:
     """One run of the user's setup on the probe; each step's released rows."""
     import torch
 
@@ -181,10 +181,10 @@ def _train(
                 grad = weight.grad if weight.grad is not None else torch.zeros_like(weight)
                 released.append(grad.detach().reshape(-1).double().cpu().numpy().copy())
     require(len(released) >= 1, "the setup's loader yielded no batch: no step to audit")
-    return Run(_claim(engine, delta), np.stack(released), membership, len(released))
+    return ProbeRun(_claim(engine, delta), np.stack(released), membership, len(released))
 
 
-def _noise_scale(run: Run, canaries: int) -> np.ndarray:
+def _noise_scale(run: ProbeRun, canaries: int) -> np.ndarray:
     """Each step's noise scale, the RMS of the rows no example touches (mean 0 under any normaliser)."""
     untouched = run.released[:, canaries : 2 * canaries]
     return np.sqrt(np.mean(untouched**2, axis=1))
@@ -238,7 +238,7 @@ def _signal_test(claim: Recorded, runs: int, canaries: int, steps: int, alpha: f
     return SignalTest(claim, max(1, runs * canaries * steps // 2), runs * steps, canaries, alpha)
 
 
-def _signal_case(runs: list[Run], canaries: int, alpha: float) -> tuple[Case, dict[str, Any]]:
+def _signal_case(runs: list[ProbeRun], canaries: int, alpha: float) -> tuple[Case, dict[str, Any]]:
     """Test 2: members' released value over the noise scale has mean q/σ under the claim."""
     claim = runs[0].claim
     values = np.concatenate(
@@ -260,7 +260,7 @@ def _signal_case(runs: list[Run], canaries: int, alpha: float) -> tuple[Case, di
     return Case("signal to noise", z <= critical, why), {"signal_ratio": ratio, "signal_z": z, "detects": detects}
 
 
-def _normaliser_case(runs: list[Run], canaries: int, alpha: float) -> tuple[Case, dict[str, float]]:
+def _normaliser_case(runs: list[ProbeRun], canaries: int, alpha: float) -> tuple[Case, dict[str, float]]:
     """Test 3: one noise scale in every step of a run (Bartlett's test of equal variances)."""
     from scipy.stats import bartlett
 
@@ -280,7 +280,7 @@ def _normaliser_case(runs: list[Run], canaries: int, alpha: float) -> tuple[Case
     return Case("normaliser", worst_p >= threshold, why), {"normaliser_spread": spread, "normaliser_p": worst_p}
 
 
-def _steps_case(runs: list[Run]) -> Case:
+def _steps_case(runs: list[ProbeRun]) -> Case:
     wrong = [(r.claim.steps, r.taken) for r in runs if r.claim.steps != r.taken]
     if wrong:
         counted, taken = wrong[0]
@@ -288,7 +288,7 @@ def _steps_case(runs: list[Run]) -> Case:
     return Case("steps", True, f"the accountant counted the {runs[0].taken} steps taken")
 
 
-def _audit_case(runs: list[Run], canaries: int, delta: float, confidence: float) -> tuple[Case, dict[str, float]]:
+def _audit_case(runs: list[ProbeRun], canaries: int, delta: float, confidence: float) -> tuple[Case, dict[str, float]]:
     """Test 1: the one-run audit of the claimed profile, pooled over the runs."""
     claim = runs[0].claim
     released = np.concatenate([r.released[:, :canaries].T / _noise_scale(r, canaries) for r in runs])
@@ -317,7 +317,7 @@ def _audit_case(runs: list[Run], canaries: int, delta: float, confidence: float)
     }
 
 
-def _claim_case(runs: list[Run], delta: float) -> Case:
+def _claim_case(runs: list[ProbeRun], delta: float) -> Case:
     """The accountant's own ε is not below PLD's for the history it recorded (check_accountant's tolerance)."""
     claim = runs[0].claim
     pld = accounting.epsilon([claim.phase], delta, "pld")
@@ -326,7 +326,7 @@ def _claim_case(runs: list[Run], delta: float) -> Case:
     return Case("accountant's ε", not low, why + (": it under-reports" if low else ""))
 
 
-def _finite_case(run: Run) -> Case:
+def _finite_case(run: ProbeRun) -> Case:
     bad = np.flatnonzero(~np.all(np.isfinite(run.released), axis=1))
     if len(bad):
         return Case(
@@ -351,7 +351,7 @@ def _normal_quantile(p: float) -> float:
 MAX_RUNS = 100
 
 
-def _runs_to_detect(first: Run, runs: int, canaries: int, alpha: float, detect: float) -> int:
+def _runs_to_detect(first: ProbeRun, runs: int, canaries: int, alpha: float, detect: float) -> int:
     """The fewest runs (at least ``runs``) whose signal test catches σ/``detect`` with 90 %, the
     claim and steps read from the ``first`` run."""
     for count in range(runs, MAX_RUNS + 1):
@@ -410,7 +410,7 @@ def check_dpsgd(
     )
     statistical = 3  # one-run audit, signal, normaliser share alpha
 
-    def train() -> Run:
+    def train() -> ProbeRun:
         return _train(setup, canaries, examples, draws.random(canaries) < 0.5, epochs=epochs, delta=delta)
 
     done = [train()]

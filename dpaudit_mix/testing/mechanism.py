@@ -22,10 +22,10 @@ import numpy as np
 
 from .. import accounting
 from ..audit.claim import Claim, claim_of
+from ..audit.many_run.scores import audit_scores
 from ..audit.plan import catches, check_detect, power_at
 from ..audit.power import Power
-from ..audit.scores import audit_scores
-from ..errors import InputError, is_real, require
+from ..base.errors import InputError, is_real, require
 from .failure import Case, Report
 
 #: runs a side a ``detect`` may size the check to (a release function is cheap to call: the

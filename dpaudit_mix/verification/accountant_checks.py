@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from .. import accounting
-from ..errors import InputError
+from ..base.errors import InputError
 from .levels import (
     CALIBRATION_UNDERSHOOT,
     DELTA,

@@ -10,15 +10,15 @@ from typing import Any
 import numpy as np
 
 from .. import accounting
-from ..audit.engine import run_audit
+from ..audit.many_run.engine import run_audit
 from ..audit.mechanisms.base import CanaryCollector, Setting
 from ..audit.mechanisms.dpsgd import user_windows
 from ..audit.mechanisms.once import OpacusCanaryRun
-from ..audit.one_run import audit_one_run
+from ..audit.one_run.audit import audit_one_run
 from ..audit.spec import AuditSpec
+from ..base.randomness import stream
 from ..models import cnn, userdp
 from ..problem import Problem
-from ..randomness import stream
 from .levels import CLIP, DELTA, CheckResult, Level, OneRunPoint, result_of
 from .variants import Variant
 

@@ -13,11 +13,11 @@ from scipy.linalg import helmert
 from scipy.stats import chi2
 
 from .. import accounting
-from ..audit.engine import run_audit
+from ..audit.many_run.engine import run_audit
 from ..audit.spec import AuditSpec
+from ..base.randomness import stream
 from ..learner import LearnerConfig, fit
 from ..problem import Problem
-from ..randomness import stream
 from .levels import CLIP, DELTA, FALSE_ALARM, OUTLIER_LOGP, PROBE_K, PROBE_N, CheckResult, Level, result_of
 from .variants import Variant
 

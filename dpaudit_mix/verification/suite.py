@@ -15,8 +15,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ..atomic import write_json, write_text
-from ..errors import require
+from ..base.atomic import write_json, write_text
+from ..base.errors import require
 from .checks import CHECKS, LEVELS, Check, CheckResult, Level
 from .variants import HONEST, MUTANTS, Variant
 

@@ -26,8 +26,8 @@ from ..audit.mechanisms import register_mechanism
 from ..audit.mechanisms.dpmixmin import DPMixMin
 from ..audit.mechanisms.dpsgd import OpacusCollector, OpacusMechanism, UserCollector, UserDPSGDMechanism
 from ..audit.mechanisms.once import OpacusCanaryRun, UserCanaryRun
+from ..base.randomness import RandomSource
 from ..models import opacus_sgd, userdp
-from ..randomness import RandomSource
 from .parts import ACCOUNTANT, LEARNER, OPACUS, USER_DPSGD, WIRING
 
 #: σ for the claim (ε, δ, q, T) with the variant's calibrating accountant.

@@ -1,9 +1,9 @@
 """Audited mechanisms: a user extends the catalogue (:mod:`..catalog`) with
 :func:`register_mechanism`, and an audit builds what a spec names with :func:`mechanism`.
 
-A mechanism has ``plan(spec, full, data, noise_multiplier) -> Plan`` (:mod:`.base`) and may have
+A mechanism has ``plan(spec, full, data, noise_multiplier) -> RunPlan`` (:mod:`.base`) and may have
 ``check(spec)``: its rules on an audit spec, run when the spec is read, before anything is
-written, and ``one_run(spec, full, data, noise_multiplier) -> Plan`` of a
+written, and ``one_run(spec, full, data, noise_multiplier) -> RunPlan`` of a
 :class:`.base.CanaryCollector`: its audit from one training run with many canaries. The
 built-ins are :class:`~..catalog.Lazy` entries of the catalogue: the DP-SGD ones import torch and
 Opacus, so each module is imported here, only when an audit plans with it.
@@ -14,14 +14,14 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any, cast
 
-from ...errors import require
+from ...base.errors import require
 from ..catalog import DPSGD_CANARIES, MECHANISMS, Lazy, supports_one_run
 from .base import Mechanism
 
 if TYPE_CHECKING:
     from ...problem import Problem
     from ..spec import AuditSpec
-    from .base import CanaryCollector, Collector, Plan
+    from .base import CanaryCollector, Collector, RunPlan
 
 __all__ = ["DPSGD_CANARIES", "MECHANISMS", "Lazy", "mechanism", "register_mechanism", "supports_one_run"]
 
@@ -47,15 +47,15 @@ class _LazyMechanism:
     def check(self, spec: AuditSpec) -> None:
         self.entry.check(spec)
 
-    def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> Plan[Collector]:
-        plan: Plan[Collector] = _built(self.entry.target).plan(spec, full, data, noise_multiplier)
+    def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> RunPlan[Collector]:
+        plan: RunPlan[Collector] = _built(self.entry.target).plan(spec, full, data, noise_multiplier)
         return plan
 
     def one_run(
         self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None
-    ) -> Plan[CanaryCollector]:
+    ) -> RunPlan[CanaryCollector]:
         require(bool(self.entry.one_run_target), f"mechanism {spec.mechanism} has no one-run mode")
-        plan: Plan[CanaryCollector] = _built(self.entry.one_run_target).one_run(spec, full, data, noise_multiplier)
+        plan: RunPlan[CanaryCollector] = _built(self.entry.one_run_target).one_run(spec, full, data, noise_multiplier)
         return plan
 
 

@@ -1,4 +1,4 @@
-"""What the engine needs from an audited mechanism: a :class:`Plan`, made before anything is
+"""What the engine needs from an audited mechanism: a :class:`RunPlan`, made before anything is
 written, whose ``collect`` turns run ids, their membership and a setting into both threat
 models' scores. The engine persists and resumes chunks and analyses the scores; a mechanism
 only knows how to run itself with and without a canary. A one-run plan's ``collect`` is a
@@ -49,7 +49,7 @@ C = TypeVar("C", Collector, CanaryCollector)
 
 
 @dataclass(frozen=True)
-class Plan(Generic[C]):
+class RunPlan(Generic[C]):
     """A mechanism's audit, fixed before any run: what it collects and what it claims."""
 
     collect: C
@@ -66,7 +66,7 @@ class Plan(Generic[C]):
 
 
 class Mechanism(Protocol):
-    def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> Plan[Collector]:
+    def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> RunPlan[Collector]:
         """The audit of ``spec`` on D = ``data`` (drawn from ``full``); ``noise_multiplier``
         overrides the calibrated σ. Every input error is raised here, before anything is written."""
         ...

@@ -11,13 +11,13 @@ from typing import Any
 import numpy as np
 
 from ... import accounting
-from ...errors import present
+from ...base.errors import present
+from ...base.randomness import Stream, stream
 from ...learner import Canary, LearnerConfig, Privatiser, fit
 from ...problem import Problem
-from ...randomness import Stream, stream
-from ..canaries import black_box_scores, max_clip_canary, natural_canary, natural_canary_index
+from ..mixmin_canaries import black_box_scores, max_clip_canary, natural_canary, natural_canary_index
 from ..spec import AuditSpec
-from .base import Collector, Plan, Setting
+from .base import Collector, RunPlan, Setting
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class DPMixMin:
 
     privatiser: Privatiser | None = None
 
-    def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> Plan[Collector]:
+    def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> RunPlan[Collector]:
         calibrated = accounting.calibrate(spec.epsilon, spec.delta, spec.sample_rate, spec.steps)
         sigma = calibrated if noise_multiplier is None else noise_multiplier
         canaries: dict[str, Canary] = {}
@@ -79,7 +79,7 @@ class DPMixMin:
             direction = present(canaries["max_clip"].gradient, "a max-clip canary has a direction")
             info["max_clip"] = {"norm": spec.clip, "direction": direction.tolist()}
         config = spec.learner(sigma)
-        return Plan(
+        return RunPlan(
             collect=MixMinCollector(data, config, canaries, spec.seed, self.privatiser),
             claimed_phases=(accounting.GaussianPhase(calibrated, spec.sample_rate, spec.steps),),
             noise_multiplier=sigma,

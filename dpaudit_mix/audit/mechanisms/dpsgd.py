@@ -20,14 +20,14 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from ... import accounting
-from ...alphabet import V
-from ...errors import present, require
+from ...base.alphabet import V
+from ...base.errors import present, require
+from ...base.randomness import Key, RandomSource
 from ...models import cnn, opacus_sgd, userdp
 from ...problem import Problem
-from ...randomness import Key, RandomSource
 from ..dirac import dirac_scores
 from ..spec import AuditSpec
-from .base import Collector, Plan, Setting
+from .base import Collector, RunPlan, Setting
 
 #: the canary's raw gradient on w is CANARY_PULL · C: clipping scales it to exactly C.
 CANARY_PULL = 4.0
@@ -173,7 +173,7 @@ class OpacusMechanism:
 
     collector: type[OpacusCollector] = OpacusCollector
 
-    def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> Plan[Collector]:
+    def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> RunPlan[Collector]:
         batches = round(1 / spec.sample_rate)
         batch = -(-data.n // batches)
         require(
@@ -190,7 +190,7 @@ class OpacusMechanism:
         calibrated = cnn.finetune_sigma(spec.epsilon, spec.delta, batches, epochs)
         sigma = calibrated if noise_multiplier is None else noise_multiplier
         collector = self.collector(dataset, batch, epochs, sigma, spec.clip, spec.learning_rate, spec.seed)
-        return Plan(
+        return RunPlan(
             collect=collector,
             claimed_phases=(accounting.GaussianPhase(calibrated, spec.sample_rate, spec.steps),),
             noise_multiplier=sigma,
@@ -300,7 +300,7 @@ class UserDPSGDMechanism:
 
     collector: type[UserCollector] = UserCollector
 
-    def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> Plan[Collector]:
+    def plan(self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None) -> RunPlan[Collector]:
         require(
             data.users is not None,
             f"mechanism user-dpsgd needs a problem with users (e.g. shakespeare-users); {spec.problem} has none",
@@ -318,7 +318,7 @@ class UserDPSGDMechanism:
         config = userdp.UserLevelSGD(
             spec.sample_rate, spec.steps, sigma, spec.clip, spec.learning_rate, users=len(users)
         )
-        return Plan(
+        return RunPlan(
             collect=self.collector(tuple(users), config, spec.seed),
             claimed_phases=(accounting.GaussianPhase(calibrated, spec.sample_rate, spec.steps),),
             noise_multiplier=sigma,

@@ -24,17 +24,17 @@ import torch
 from torch import nn
 
 from ... import accounting
-from ...alphabet import V
+from ...base.alphabet import V
+from ...base.errors import require
+from ...base.randomness import Key, RandomSource
+from ...base.resources import require_memory
 from ...data import registry
-from ...errors import require
 from ...models import cnn, opacus_sgd, userdp
 from ...problem import Problem
-from ...randomness import Key, RandomSource
-from ...resources import require_memory
 from ..dirac import dirac_scores
-from ..gradient_canaries import attach
+from ..one_run.gradient_canaries import attach
 from ..spec import AuditSpec, mixing_rows
-from .base import CanaryCollector, Plan, Setting
+from .base import CanaryCollector, RunPlan, Setting
 from .dpsgd import CANARY_PULL, OpacusSteps, UserProbe, _dirac_info, isolated_canary, user_windows
 
 
@@ -103,7 +103,7 @@ class OpacusOneRun:
 
     def one_run(
         self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None
-    ) -> Plan[CanaryCollector]:
+    ) -> RunPlan[CanaryCollector]:
         images, labels = _image_data(spec, full)
         batches = round(1 / spec.sample_rate)
         batch = -(-len(labels) // batches)
@@ -118,7 +118,7 @@ class OpacusOneRun:
         calibrated = cnn.finetune_sigma(spec.epsilon, spec.delta, batches, epochs)
         sigma = calibrated if noise_multiplier is None else noise_multiplier
         run = self.run(images, labels, spec.task, batch, epochs, sigma, spec.clip, spec.learning_rate, spec.seed)
-        return Plan(
+        return RunPlan(
             collect=run,
             claimed_phases=(accounting.GaussianPhase(calibrated, spec.sample_rate, spec.steps),),
             noise_multiplier=sigma,
@@ -189,7 +189,7 @@ class UserOneRun:
 
     def one_run(
         self, spec: AuditSpec, full: Problem, data: Problem, noise_multiplier: float | None
-    ) -> Plan[CanaryCollector]:
+    ) -> RunPlan[CanaryCollector]:
         require(data.users is not None, f"mechanism user-dpsgd needs a problem with users; {spec.problem} has none")
         users = user_windows(data)
         isolated_canary(users)
@@ -200,7 +200,7 @@ class UserOneRun:
         config = userdp.UserLevelSGD(
             spec.sample_rate, spec.steps, sigma, spec.clip, spec.learning_rate, users=len(users)
         )
-        return Plan(
+        return RunPlan(
             collect=UserCanaryRun(tuple(users), config, spec.seed),
             claimed_phases=(accounting.GaussianPhase(calibrated, spec.sample_rate, spec.steps),),
             noise_multiplier=sigma,

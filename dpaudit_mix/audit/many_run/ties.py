@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..randomness import stream
-from .attack import THRESHOLDS, AttackResult, CPPoint, attack, attack_result, bonferroni, bonferroni_tests, candidates
+from ...base.randomness import stream
+from ..attack import THRESHOLDS, AttackResult, CPPoint, attack, attack_result, bonferroni, bonferroni_tests, candidates
 from .sorted_scores import SortedScores
 
 

@@ -31,13 +31,13 @@ from hashlib import sha256
 
 import numpy as np
 
-from .. import accounting
-from ..randomness import stream
-from .claim import Claim
-from .dirac import simulated_scores
+from ... import accounting
+from ...base.randomness import stream
+from ..claim import Claim
+from ..dirac import simulated_scores
+from ..power import Power, simulated_power, subsampled_unsimulated
 from .fdp import PROFILE_FLOOR, PROFILE_GRID, Curves, GaussianCurves, LineCurves, rejects
 from .guesses import EPSILON_MAX, GuessSets, largest_rejected, p_value
-from .power import Power, simulated_power, subsampled_unsimulated
 
 #: simulated runs per answer (one-run audits cost more than many-run ones: fewer runs).
 SIMULATIONS = 20

@@ -17,15 +17,16 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import accounting, npz
-from ..atomic import check_output, write_json
-from ..errors import InputError, require
-from ..reporting import Block, progress_steps, save_figure, write_pages
-from .attack import AttackResult
-from .claim import checked_claim, claimed_curve
-from .one_run import OneRunResult, audit_one_run, checked_canaries
-from .one_run_report import write_canary_report
-from .profile import TradeOff
+from ... import accounting
+from ...base import npz
+from ...base.atomic import check_output, write_json
+from ...base.errors import InputError, require
+from ...base.reporting import Block, progress_steps, save_figure, write_pages
+from ..attack import AttackResult
+from ..claim import checked_claim, claimed_curve
+from ..one_run.audit import OneRunResult, audit_one_run, checked_canaries
+from ..one_run.report import write_canary_report
+from ..profile import TradeOff
 from .report import tradeoff_figure
 from .scores import STEPS, Audited, AuditResult, checked_scores
 from .words import power_line, verdict_line

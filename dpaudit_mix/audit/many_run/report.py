@@ -10,12 +10,12 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from .. import owned
-from ..atomic import write_json, write_npz
-from ..reporting import Block, save_figure, subplots, write_pages
-from .attack import AttackResult
+from ...base import owned
+from ...base.atomic import write_json, write_npz
+from ...base.reporting import Block, save_figure, subplots, write_pages
+from ..attack import AttackResult
+from ..profile import TradeOff
 from .engine import AuditOutcome, score_label
-from .profile import TradeOff
 from .result import AuditSummary
 from .words import power_line
 

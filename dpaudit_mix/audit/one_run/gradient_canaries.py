@@ -35,17 +35,17 @@ from typing import Any
 
 import numpy as np
 
-from .. import accounting
-from ..atomic import check_output
-from ..errors import InputError, is_real, present, require
-from ..randomness import RandomSource, SecureSource
-from ..reporting import progress_steps
-from ..resources import require_memory
-from .accounted import Accounted
-from .claim import Claim, claim_of
-from .dirac import dirac_scores
-from .one_run import MIN_CANARIES, STEPS, OneRunResult, audit_one_run
-from .one_run_report import write_canary_report
+from ... import accounting
+from ...base.atomic import check_output
+from ...base.errors import InputError, is_real, present, require
+from ...base.randomness import RandomSource, SecureSource
+from ...base.reporting import progress_steps
+from ...base.resources import require_memory
+from ..accounted import Accounted
+from ..claim import Claim, claim_of
+from ..dirac import dirac_scores
+from .audit import MIN_CANARIES, STEPS, OneRunResult, audit_one_run
+from .report import write_canary_report
 
 #: seconds an audit call runs before its progress bar shows (the quick ones stay silent).
 PROGRESS_AFTER = 2.0

@@ -36,7 +36,7 @@ import numpy as np
 from scipy.special import expit
 from scipy.stats import binom
 
-from ..randomness import stream
+from ...base.randomness import stream
 
 #: the fewest canaries a one-run audit takes (its smallest guess set has MIN_GUESSES per side).
 MIN_CANARIES = 20

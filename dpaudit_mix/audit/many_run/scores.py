@@ -22,15 +22,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .. import accounting, npz
-from ..errors import InputError, require
-from .accounted import Accounted
-from .attack import AttackResult
-from .bounds import strict_epsilon
-from .claim import Claim, checked_claim, claim_of, claimed_curve
+from ... import accounting
+from ...base import npz
+from ...base.errors import InputError, require
+from ..accounted import Accounted
+from ..attack import AttackResult
+from ..bounds import strict_epsilon
+from ..claim import Claim, checked_claim, claim_of, claimed_curve
+from ..power import Power, PowerClaim, caught, power_claim, power_of, unsimulated
+from ..profile import GaussianTradeOff, TradeOff, epsilon_lower_bound_profile
 from .diagnostics import diagnose
-from .power import Power, PowerClaim, caught, power_claim, power_of, unsimulated
-from .profile import GaussianTradeOff, TradeOff, epsilon_lower_bound_profile
 from .ties import attacked
 
 #: why the Gaussian reading of a result is a diagnostic: its curve is assumed, not claimed.
@@ -399,17 +400,12 @@ def audit_scores(
 ) -> AuditResult:
     """Audit a claimed (ε, δ) from membership scores (larger = canary more likely in).
 
-    ``in_scores`` come from runs trained with the canary, ``out_scores`` from runs without it.
-    ``phases`` are the mechanism's Gaussian phases (σ, q, T) as its accountant calibrated them,
-    and ``epsilon`` must be what they spend under ``accountant`` (the one that calibrated σ):
-    the claimed trade-off curve is then their PLD
-    profile (μ-GDP when every q = 1). Without phases the claim is (ε, δ) alone: the verdict rests
-    on the strict bound, and the μ-GDP curve of ε is reported as ``gdp_comparison`` only, unless
-    ``curve="gdp"`` states that the mechanism is μ-GDP (then it is tested; ``gdp_is_bound`` stays
-    False: the package cannot know it). ``control_in`` and
-    ``control_out`` are the same attack's scores on σ = 0 runs: given, a control that stays
-    within the claim makes the result ``inconclusive``. ``seed`` and ``label`` name the stream
-    the split strategy draws from (same inputs, same result).
+    With phases (σ, q, T as their accountant calibrated them) the claimed trade-off curve is
+    their PLD profile (μ-GDP when every q = 1). Without, the verdict rests on the strict bound
+    and the μ-GDP curve of ε is reported as ``gdp_comparison`` only, unless ``curve="gdp"``
+    states the mechanism is μ-GDP (then it is tested; ``gdp_is_bound`` stays False: the package
+    cannot know it). A control (σ = 0 runs) that stays within the claim makes the result
+    ``inconclusive``.
 
     Args:
       in_scores: one score per run trained with the canary (finite reals).
@@ -420,7 +416,7 @@ def audit_scores(
       phases: the Gaussian phases the mechanism ran.
       confidence: the level of the lower bound.
       threshold: the threshold strategy (``bonferroni``, ``split`` or one registered).
-      seed: names the stream the split strategy draws from.
+      seed: names the stream the split strategy draws from (same inputs, same result).
       label: names the audit (and its stream).
       control_in: the same attack's in-scores on σ = 0 runs (with ``control_out``).
       control_out: its out-scores on σ = 0 runs.

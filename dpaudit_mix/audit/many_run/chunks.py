@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import npz
-from ..atomic import write_npz
-from ..cache import sha256
-from ..errors import InputError, require
+from ...base import npz
+from ...base.atomic import write_npz
+from ...base.cache import sha256
+from ...base.errors import InputError, require
 
 FORMAT = "dpaudit-mix audit chunks v2: one npz per chunk (runs, scores, audit_id); manifest.jsonl lines"
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import accounting
-from ..atomic import write_json
-from ..reporting import Block, save_figure, subplots, write_pages
-from .one_run import OneRunResult, checked_canaries
+from ... import accounting
+from ...base.atomic import write_json
+from ...base.reporting import Block, save_figure, subplots, write_pages
+from .audit import OneRunResult, checked_canaries
 
 
 def write_canary_report(

@@ -33,17 +33,17 @@ from typing import Any
 
 import numpy as np
 
-from .. import accounting
-from ..errors import is_real, require
-from ..randomness import secure_root
-from .accounted import Accounted
-from .claim import Claim, claim_of
+from ... import accounting
+from ...base.errors import is_real, require
+from ...base.randomness import secure_root
+from ..accounted import Accounted
+from ..claim import Claim, claim_of
+from ..power import caught
+from ..profile import BISECTION_INTERVAL, BISECTION_MIN_SIGMA, BISECTION_RATIO, scale_threshold
 from .estimate import Estimate, gaussian_pair
 from .fdp import PROFILE_FLOOR, PROFILE_GRID, Curves, GaussianCurves, LineCurves, rejects
 from .guesses import EPSILON_MAX, MIN_CANARIES, GuessSets, largest_rejected, p_values, tie_break, tied
-from .one_run_power import OneRunPowerClaim, Power, one_run_power, one_run_power_claim, one_run_unsimulated
-from .power import caught
-from .profile import BISECTION_INTERVAL, BISECTION_MIN_SIGMA, BISECTION_RATIO, scale_threshold
+from .power import OneRunPowerClaim, Power, one_run_power, one_run_power_claim, one_run_unsimulated
 
 __all__ = ["MIN_CANARIES", "OneRunResult", "audit_one_run", "checked_canaries", "subsampled"]
 

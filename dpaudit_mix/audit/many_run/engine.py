@@ -1,6 +1,6 @@
 """The audit run as plan → collect → analyse.
 
-*Plan*: the spec's mechanism (:mod:`.mechanisms`) fixes, before anything is written, what its
+*RunPlan*: the spec's mechanism (:mod:`.mechanisms`) fixes, before anything is written, what its
 runs collect and what it claims. *Collect*: half the runs train with the canary, half without
 (assignment from the seed), everything else identical; per (canary, noise) setting, chunks of
 runs yield both threat models' scores and go to disk as they complete (see :mod:`.chunks`), so
@@ -20,25 +20,25 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from .. import owned, randomness
-from ..backend import Backend
-from ..cache import json_sha256
-from ..errors import present, require
-from ..learner import BLOCK, default_threads
-from ..problem import Problem
-from ..resources import require_memory
-from .accounted import Accounted
-from .attack import AttackResult
+from ...base import owned, randomness
+from ...base.backend import Backend
+from ...base.cache import json_sha256
+from ...base.errors import present, require
+from ...base.resources import require_memory
+from ...learner import BLOCK, default_threads
+from ...problem import Problem
+from ..accounted import Accounted
+from ..attack import AttackResult
+from ..claim import check_claim
+from ..mechanisms import mechanism
+from ..mechanisms.base import Collector, RunPlan, Setting
+from ..profile import TradeOff, claimed_tradeoff
+from ..sizing import sized
+from ..spec import THREATS, AuditSpec, assignments, mixing_data, resolve_problem
+from ..verdict import result_confidence, summary_fields
 from .chunks import ChunkStore
-from .claim import check_claim
-from .mechanisms import mechanism
-from .mechanisms.base import Collector, Plan, Setting
-from .profile import TradeOff, claimed_tradeoff
 from .result import AuditSummary, SettingResult
 from .scores import analyse
-from .sizing import sized
-from .spec import THREATS, AuditSpec, assignments, mixing_data, resolve_problem
-from .verdict import result_confidence, summary_fields
 
 
 def spec_hash(spec: AuditSpec, sigma: float, problem: Problem) -> str:
@@ -157,7 +157,7 @@ def run_audit(
 def _collect(
     spec: AuditSpec,
     out: Path,
-    plan: Plan[Collector],
+    plan: RunPlan[Collector],
     *,
     full: Problem,
     include: np.ndarray,
@@ -192,7 +192,7 @@ def _collect(
 
 def _analyse(
     spec: AuditSpec,
-    plan: Plan[Collector],
+    plan: RunPlan[Collector],
     settings: list[Setting],
     include: np.ndarray,
     scores: dict[Setting, dict[str, np.ndarray]],

@@ -12,11 +12,11 @@ from typing import cast
 
 import numpy as np
 
-from ..errors import present, require
+from ..base.errors import present, require
+from ..base.randomness import stream
 from ..learner import Canary
 from ..optimum import scaled_likelihoods
 from ..problem import Problem
-from ..randomness import stream
 
 NATURAL_POLICIES = ("index", "random", "most_influential")
 CANARY_KINDS = ("natural", "max_clip")

@@ -30,7 +30,7 @@ import numpy as np
 from scipy.special import ndtr
 from scipy.stats import levene, normaltest
 
-from ..randomness import stream
+from ...base.randomness import stream
 
 #: resamples behind the interval; the normality test's level per side.
 RESAMPLES, NORMALITY_LEVEL = 400, 0.01
