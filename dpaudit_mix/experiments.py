@@ -154,10 +154,23 @@ def run_pipeline_file(
     device: str | None = None,
 ) -> PipelineSummary:
     """The pipeline of the spec at ``path`` on its world's track (image or text), then its report.
+
     A spec with list keys (``rhos`` …) runs once per row into ``OUT/rows/<row>/``, sharing one
-    stage cache, and ``OUT`` gets the rows' report. Every input error (of any row) is raised
-    before anything is written. ``backend`` runs the seeds side by side (the same results);
-    ``device`` replaces the spec's."""
+    stage cache, and ``OUT`` gets the rows' report.
+
+    Args:
+      path: the pipeline spec.
+      out: the report's folder (default: under ``reports/``).
+      secure: draw every private value from the OS CSPRNG (not the named streams).
+      progress: show progress bars.
+      backend: runs the seeds side by side (the same results).
+      device: replaces the spec's ``device``.
+
+    Returns:
+      The ``PipelineSummary`` of the run.
+
+    Raises:
+      InputError: any input error, of any row, before anything is written."""
     from .lm.spec import TextPipelineSpec
     from .pipeline.rows import write_rows_report
     from .pipeline.spec import PipelineSpec, SpecRow, variants

@@ -33,7 +33,17 @@ BLOCK = 64
 
 @dataclass(frozen=True)
 class LearnerConfig:
-    """Hyper-parameters of DP-MixMin; ``noise_multiplier`` σ comes from the accountant."""
+    """Hyper-parameters of DP-MixMin; ``noise_multiplier`` σ comes from the accountant.
+
+    Attributes:
+      steps: T, the exponentiated-gradient steps.
+      clip: C, the clipping norm of each example's (or user's) gradient.
+      noise_multiplier: σ (0: no noise, the non-private learner).
+      sample_rate: q, the Poisson rate of each step's batch.
+      learning_rate: η of the exponentiated-gradient step.
+      user_level: clip and sample users (the problem's ``users``), not examples.
+      secure: every noise draw from the OS CSPRNG (a release), not a named stream.
+    """
 
     steps: int = 100
     clip: float = 3.0
@@ -289,6 +299,26 @@ def default_threads() -> int:
     return max(1, len(os.sched_getaffinity(0)))
 
 
+def _checked_canary(
+    problem: Problem, config: LearnerConfig, canary: Canary | None, include: np.ndarray | None, run_ids: np.ndarray
+) -> np.ndarray | None:
+    """``include`` checked against the canary and the runs (all False for a canary without it)."""
+    if include is not None:
+        require(canary is not None, "include was given without a canary")
+        require(include.shape == run_ids.shape, "include needs one flag per run")
+    if canary is None:
+        return include
+    vec = present(
+        canary.gradient if canary.gradient is not None else canary.logp, "a canary needs a gradient or log-likelihoods"
+    )
+    require(
+        vec.shape[-1:] == (problem.k,) and vec.ndim <= 2 and len(vec) >= 1,
+        f"canary must have k = {problem.k} entries per row",
+    )
+    require(vec.ndim == 1 or config.user_level, "a canary of several examples (a user) needs user-level DP")
+    return np.zeros(len(run_ids), dtype=bool) if include is None else include
+
+
 def fit(
     problem: Problem,
     config: LearnerConfig,
@@ -300,14 +330,27 @@ def fit(
     threads: int | None = None,
     privatiser: Privatiser | None = None,
 ) -> FitResult:
-    """Run the DP-MixMin fits with run ids ``runs`` (an int R means 0..R−1) in one call; each step
-    privatised by ``privatiser`` (None: :data:`SHIPPED`, the mechanism as released).
+    """Run the DP-MixMin fits with run ids ``runs`` in one call (blocks of runs spread over
+    threads, as numpy releases the GIL, each with a single-threaded BLAS).
 
-    Run r draws its noise (and Poisson masks) from ``noise.run(r)``; with
-    ``config.secure`` (and only then) ``noise`` is None and every draw comes from the OS CSPRNG.
+    Args:
+      problem: the mixing problem fitted.
+      config: the learner's hyper-parameters.
+      runs: run ids (an int R means 0..R−1).
+      noise: the stream run r draws its noise and Poisson masks from (``noise.run(r)``); None
+        exactly when ``config.secure``, and then every draw comes from the OS CSPRNG.
+      canary: a canary added to the runs ``include`` marks.
+      include: per run, whether its dataset contains ``canary``.
+      threads: threads to use (default: the cores).
+      privatiser: each step's privatisation (None: ``SHIPPED``, the mechanism as released).
 
-    ``include[r]`` marks the runs whose dataset contains ``canary``. Blocks of runs are spread
-    over ``threads`` threads (numpy releases the GIL), each with a single-threaded BLAS.
+    Returns:
+      The ``FitResult``: each run's λ (and what an audit reads of it).
+
+    Raises:
+      InputError: no runs, a noise stream given with ``config.secure`` (or none without it),
+        ``include`` without a canary or of another length, or a canary of several examples
+        without user-level DP.
     """
     run_ids = np.arange(runs) if isinstance(runs, (int, np.integer)) else np.asarray(runs)
     require(run_ids.ndim == 1 and len(run_ids) >= 1, "need at least one run")
@@ -315,21 +358,7 @@ def fit(
         config.secure == (noise is None),
         "a fit draws from a named stream, or from the OS CSPRNG when config.secure; give exactly one",
     )
-    if include is not None:
-        require(canary is not None, "include was given without a canary")
-        require(include.shape == run_ids.shape, "include needs one flag per run")
-    if canary is not None:
-        vec = present(
-            canary.gradient if canary.gradient is not None else canary.logp,
-            "a canary needs a gradient or log-likelihoods",
-        )
-        require(
-            vec.shape[-1:] == (problem.k,) and vec.ndim <= 2 and len(vec) >= 1,
-            f"canary must have k = {problem.k} entries per row",
-        )
-        require(vec.ndim == 1 or config.user_level, "a canary of several examples (a user) needs user-level DP")
-        if include is None:
-            include = np.zeros(len(run_ids), dtype=bool)
+    include = _checked_canary(problem, config, canary, include, run_ids)
     prep = _prepare(problem, config.user_level)
     step = SHIPPED if privatiser is None else privatiser
     # Group runs by block id, padding each block to BLOCK runs so float results are chunk-free.

@@ -65,11 +65,23 @@ def mixmin(
 ) -> MixMinResult:
     """λ★ by exponentiated gradient from uniform, until the duality gap is ≤ ``tol``.
 
-    ``adaptive`` grows the step by 1.5 after each step that lowers L and halves it (retrying)
-    after one that does not, down to ``learning_rate``, whose step is always taken: plain EG
-    needs ~10⁵ steps when λ★ sits near a vertex of the simplex, since the small weights then
-    decay only like 1/t. ``adaptive=False`` is plain EG with step ``learning_rate`` (the DP
-    learner's update without noise).
+    Plain EG needs ~10⁵ steps when λ★ sits near a vertex of the simplex, since the small
+    weights then decay only like 1/t; hence the adaptive step.
+
+    Args:
+      logp: ``logp[j, i] = log p_i(y_j | x_j)``, n examples by k sources.
+      tol: the duality gap that certifies λ★.
+      max_iter: the most steps.
+      learning_rate: the smallest step, always taken.
+      adaptive: grow the step by 1.5 after each step that lowers L and halve it (retrying)
+        after one that does not; False is plain EG with step ``learning_rate`` (the DP
+        learner's update without noise).
+
+    Returns:
+      The ``MixMinResult``: λ★, its loss, the gap reached and the steps taken.
+
+    Raises:
+      InputError: a ``logp`` that is not a finite n × k array, or a bad setting.
     """
     from scipy.special import logsumexp
 

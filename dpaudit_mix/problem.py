@@ -25,7 +25,17 @@ LOGP_TOLERANCE = 1e-6
 
 @dataclass(frozen=True)
 class Problem:
-    """A mixing problem: ``logp[j, i] = log p_i(y_j | x_j)`` for n examples and k sources."""
+    """A mixing problem: ``logp[j, i] = log p_i(y_j | x_j)`` for n examples and k sources.
+
+    Attributes:
+      logp: the n × k log-likelihoods of the sensitive examples under each source's proxy.
+      sources: the k sources' names.
+      users: each example's user (user-level DP), or None.
+      heldout_logp: held-out examples' log-likelihoods (the canary pool), or None.
+      task: the task the proxies predict.
+      meta: what the file records of its making (its data's identity among it).
+      heldout_users: the held-out examples' users, or None.
+    """
 
     logp: np.ndarray
     sources: tuple[str, ...]

@@ -143,3 +143,40 @@ def test_a_moved_module_is_importable_by_its_old_name_as_itself() -> None:
     from dpaudit_mix.audit.one_run import audit_one_run
 
     assert audit_scores is dpaudit_mix.audit_scores and audit_one_run is dpaudit_mix.audit_one_run
+
+
+def _public_names() -> list[tuple[str, object]]:
+    import importlib
+
+    found = []
+    for module_name in ("dpaudit_mix", "dpaudit_mix.canaries", "dpaudit_mix.testing"):
+        module = importlib.import_module(module_name)
+        found += [(f"{module_name}.{name}", getattr(module, name)) for name in module.__all__]
+    return found
+
+
+def test_every_public_name_says_its_arguments_returns_and_raises() -> None:
+    """The API reference renders google-style sections as tables: each public function names every
+    parameter under ``Args:`` and has ``Returns:`` (unless it returns None) and ``Raises:``; each
+    public class has ``Attributes:`` (or ``Args:``)."""
+    import inspect
+
+    missing = []
+    for name, obj in _public_names():
+        doc = inspect.getdoc(obj) or ""
+        if inspect.isclass(obj):
+            if "Attributes:" not in doc and "Args:" not in doc:
+                missing.append(f"{name}: no Attributes:")
+        elif inspect.isfunction(obj):
+            signature = inspect.signature(obj)
+            args = doc.split("Args:", 1)[1] if "Args:" in doc else ""
+            missing += [
+                f"{name}: {p} not under Args:"
+                for p in signature.parameters
+                if f"\n{p}:" not in f"\n{args}".replace("\n  ", "\n")
+            ]
+            if signature.return_annotation not in (None, "None") and "Returns:" not in doc:
+                missing.append(f"{name}: no Returns:")
+            if "Raises:" not in doc:
+                missing.append(f"{name}: no Raises:")
+    assert missing == []

@@ -20,7 +20,8 @@ from dpaudit_mix import accounting
 from dpaudit_mix.base.randomness import stream, torch_scope
 from dpaudit_mix.testing import CheckFailed, Point, check_accountant, check_dpsgd, check_mechanism
 from dpaudit_mix.testing.accountant import DEFAULT_GRID
-from dpaudit_mix.testing.dpsgd import ProbeRun, Recorded, SignalTest, _runs_to_detect, _signal_test
+from dpaudit_mix.testing.dpsgd import ProbeRun, _runs_to_detect
+from dpaudit_mix.testing.signal import Recorded, SignalTest, signal_test
 
 from .conftest import scale_added_noise
 
@@ -90,8 +91,8 @@ def test_detect_sizes_check_dpsgd_to_catch_it() -> None:
     assert report.passed and report.details["runs"] == 2 and report.details["detects"] <= 1.5
     first = ProbeRun(Recorded(1.0, 0.1, 10, 1.0), np.zeros((10, 2002)), np.zeros(1000, bool), 10)
     count = _runs_to_detect(first, 1, 1000, 1e-3 / 3, 1.25)  # the fewest runs that catch σ/1.25
-    assert _signal_test(first.claim, count, 1000, 10, 1e-3 / 3).detects() == 1.25
-    assert _signal_test(first.claim, count - 1, 1000, 10, 1e-3 / 3).detects() == 1.5
+    assert signal_test(first.claim, count, 1000, 10, 1e-3 / 3).detects() == 1.25
+    assert signal_test(first.claim, count - 1, 1000, 10, 1e-3 / 3).detects() == 1.5
     noisy = ProbeRun(Recorded(10.0, 0.1, 10, 1.0), first.released, first.membership, 10)  # signal/noise 0.01 a step
     with pytest.raises(ValueError, match=r"cannot catch σ/1.1 within 100 runs of 1000 canaries"):
         _runs_to_detect(noisy, 1, 1000, 1e-3 / 3, 1.1)

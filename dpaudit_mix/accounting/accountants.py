@@ -46,8 +46,19 @@ ACCOUNTANTS: Registry[Accountant] = Registry("accountant", "accountants", _check
 
 
 def register_accountant(name: str, accountant: Accountant, *, replace: bool = False) -> Accountant:
-    """Make ``accountant`` (``.name`` = ``name``, ``.epsilon(phases, delta)``) an accountant every
-    command and call accepts by ``name``; ``replace`` replaces one already registered under it."""
+    """Make ``accountant`` an accountant every command and call accepts by ``name``.
+
+    Args:
+      name: the name specs and calls give (lowercase letters, digits, ``-``, ``_``, ``.``).
+      accountant: an object with ``.name`` (= ``name``) and ``.epsilon(phases, delta) -> float``.
+      replace: whether it may replace an accountant already registered under ``name``.
+
+    Returns:
+      ``accountant``.
+
+    Raises:
+      InputError: a bad name, an object without that shape, or a name taken (without ``replace``).
+    """
     return ACCOUNTANTS.register(name, accountant, replace=replace)
 
 
@@ -57,7 +68,19 @@ def check_accountant(name: str) -> None:
 
 
 def epsilon(phases: Sequence[GaussianPhase], delta: float, accountant: str = DEFAULT_ACCOUNTANT) -> float:
-    """ε at ``delta`` of the sequential composition of ``phases`` under ``accountant``."""
+    """ε at ``delta`` of the sequential composition of ``phases`` under ``accountant``.
+
+    Args:
+      phases: the Gaussian phases, run one after another on the same data (at least one).
+      delta: δ, in (0, 1).
+      accountant: the accountant asked (default PLD; a registered name).
+
+    Returns:
+      ε.
+
+    Raises:
+      InputError: no phases, a bad δ or accountant, or a library's own numeric failure.
+    """
     check_delta(delta)
     check_accountant(accountant)
     require(len(phases) >= 1, "nothing to account")

@@ -45,10 +45,24 @@ def calibrate(
 ) -> float:
     """The smallest σ (to ``rel_tol``) with ε(σ) ≤ target: the returned σ never overshoots ε.
 
-    ``prior`` phases run first on the same data (sequential composition): σ is then for the
-    last phase, so that all of them together spend at most the target. Each answer is kept
-    (experiments and verification ask for the same σ again and again; a PLD calibration under
-    Poisson sampling takes seconds) until the registered accountants change.
+    Each answer is kept (experiments and verification ask for the same σ again and again; a PLD
+    calibration under Poisson sampling takes seconds) until the registered accountants change.
+
+    Args:
+      target_epsilon: the ε the phases may spend, in (0, 100].
+      delta: δ, in (0, 1).
+      sample_rate: q of the calibrated phase.
+      steps: T of the calibrated phase.
+      accountant: the accountant asked (default PLD; a registered name).
+      rel_tol: how close to the smallest such σ the search stops.
+      prior: phases run first on the same data (sequential composition): σ is then for the
+        last phase, so that all of them together spend at most the target.
+
+    Returns:
+      σ for the last phase.
+
+    Raises:
+      InputError: a request out of range, or an accountant's own failure (one line naming it).
     """
     return calibrate_each([(target_epsilon, delta, sample_rate, steps, accountant)], rel_tol=rel_tol, prior=prior)[0]
 

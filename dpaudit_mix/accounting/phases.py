@@ -34,7 +34,16 @@ DEFAULT_ACCOUNTANT = "pld"
 
 @dataclass(frozen=True)
 class GaussianPhase:
-    """T steps of the (Poisson-subsampled, rate q) Gaussian mechanism with multiplier σ."""
+    """T steps of the (Poisson-subsampled, rate q) Gaussian mechanism with multiplier σ.
+
+    Attributes:
+      noise_multiplier: σ, the noise's standard deviation over the clipping norm, in (0, 10⁶].
+      sample_rate: q, each example's probability of being in a step's batch, in [10⁻⁶, 1].
+      steps: T, in [1, 10⁶].
+
+    Raises:
+      InputError: a field out of its range (at construction).
+    """
 
     noise_multiplier: float
     sample_rate: float

@@ -214,8 +214,19 @@ THRESHOLDS: Registry[Strategy] = Registry("threshold strategy", "thresholds", _c
 
 
 def register_threshold_strategy(name: str, strategy: Strategy, *, replace: bool = False) -> Strategy:
-    """Make ``strategy`` an audit's ``threshold = "name"``; it must keep the CP level (see
-    :class:`Strategy`), since every bound an audit reports rests on it."""
+    """Make ``strategy`` an audit's ``threshold = "name"``.
+
+    Args:
+      name: the name an audit's ``threshold`` gives.
+      strategy: a ``Strategy``; it must keep the Clopper–Pearson level, since every bound an
+        audit reports rests on it.
+      replace: whether it may replace a strategy already registered under ``name``.
+
+    Returns:
+      ``strategy``.
+
+    Raises:
+      InputError: a bad name or a name taken (without ``replace``)."""
     return THRESHOLDS.register(name, strategy, replace=replace)
 
 

@@ -26,7 +26,18 @@ CANARY_LADDER = (1000, 2000, 5000, 10_000, 20_000, 50_000, 100_000)
 
 @dataclass(frozen=True)
 class Plan:
-    """The size that meets ``detect`` (None: no size on the ladder does) and its power."""
+    """The size that meets ``detect`` (None: no size on the ladder does) and its power.
+
+    Attributes:
+      one_run: a one-run audit (canaries) rather than a many-run one (runs).
+      detect: c, the leak σ/c planned for.
+      runs: the runs a side that meet it (many-run), else None.
+      canaries: the canaries that meet it (one-run), else None.
+      training_runs: the trainings it takes (2 × runs, or 1).
+      power: the power at that size (or at the largest tried).
+      tried: each size tried, with the leak it detects.
+      unsimulated: why no power is simulated for this claim, where none is.
+    """
 
     one_run: bool
     detect: float

@@ -34,7 +34,17 @@ THREATS = ("black_box", "white_box")
 
 @dataclass(frozen=True)
 class AuditSpec:
-    """An audit, as written in ``audits/*.toml`` (every key optional, unknown keys rejected)."""
+    """An audit, as written in ``audits/*.toml`` (every key optional, unknown keys rejected);
+    each key's meaning and range are in the spec-keys reference.
+
+    Attributes:
+      mechanism: what is audited (``dpmixmin``, ``opacus``, ``user-dpsgd`` or one registered).
+      problem: the problem or world the runs train on.
+      epsilon: the claimed ε, with ``delta``: σ is calibrated for it.
+      runs: runs a side (many-run); ``detect`` sizes them instead.
+      one_run: audit one training run with ``one_run_canaries`` canaries.
+      seed: names every stream the audit draws from.
+    """
 
     #: keys that size the audit two ways: ``detect`` plans what the other would fix.
     EXCLUSIVE: ClassVar[tuple[tuple[str, ...], ...]] = (("detect", "runs"), ("detect", "one_run_canaries"))

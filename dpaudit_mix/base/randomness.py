@@ -132,8 +132,17 @@ _registered: set[str] = set()  # purposes a user's mechanism, world or strategy 
 
 
 def register_purpose(purpose: str) -> str:
-    """Let streams name ``purpose`` (a user's mechanism or world draws from streams of its own,
-    as the built-ins do; a name the package already has is refused: two uses would share it)."""
+    """Let streams name ``purpose``: a user's mechanism or world draws from streams of its own,
+    as the built-ins do.
+
+    Args:
+      purpose: the stream's name.
+
+    Returns:
+      ``purpose``.
+
+    Raises:
+      InputError: a name the package already has (two uses would share one stream)."""
     if not isinstance(purpose, str) or not purpose or purpose in PURPOSES:
         raise ValueError(f"a new stream purpose must be a non-empty name the package does not use, got {purpose!r}")
     with _lock:

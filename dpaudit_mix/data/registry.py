@@ -116,9 +116,19 @@ _DATA: dict[Path, tuple[tuple[tuple[str, int, int], ...], str]] = {}
 
 
 def register_data(path: str | Path) -> str:
-    """Register the world a data manifest names under ``data.<its content hash>``; returns that
-    key. It is read again only when the manifest or a file it names has changed since (size or
-    modification time): naming it again in the same process costs a stat per file."""
+    """Register the world a data manifest names under ``data.<its content hash>``.
+
+    It is read again only when the manifest or a file it names has changed since (size or
+    modification time): naming it again in the same process costs a stat per file.
+
+    Args:
+      path: the data manifest (a TOML file naming the user's files).
+
+    Returns:
+      The key the world is registered under.
+
+    Raises:
+      InputError: a manifest or a file it names that is missing, malformed or too large."""
     resolved = Path(path).resolve()
     known = _DATA.get(resolved)
     if known is not None and signature(resolved, world_files(known[1])) == known[0]:

@@ -76,7 +76,19 @@ WORLDS: Registry[World] = Registry("world", "worlds", _check_world)
 
 
 def register_world(name: str, world: World, *, replace: bool = False) -> World:
-    """Make ``world`` a problem every spec and ``dpaudit-mix problem`` accept by ``name``."""
+    """Make ``world`` a problem every spec and ``dpaudit-mix problem`` accept by ``name``.
+
+    Args:
+      name: the name a spec's ``problem`` or ``world`` gives.
+      world: a world (its capabilities offered by the Protocols of this module).
+      replace: whether it may replace a world already registered under ``name``.
+
+    Returns:
+      ``world``.
+
+    Raises:
+      InputError: a bad name or a name taken (without ``replace``).
+    """
     return WORLDS.register(name, world, replace=replace)
 
 

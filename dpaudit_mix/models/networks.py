@@ -49,14 +49,36 @@ NETWORKS: Registry[Factory] = Registry("network", "networks", _check_network)
 
 
 def register_network(name: str, factory: Factory, *, replace: bool = False) -> Factory:
-    """Make ``factory`` the network a spec names ``name`` (checked now: a head, Opacus-compatible)."""
+    """Make ``factory`` the network a spec names ``name``.
+
+    Args:
+      name: the name a spec's ``network`` or ``proxy_network`` gives.
+      factory: ``factory(classes) -> torch.nn.Module``, checked now: it has a head and Opacus
+        can make it private.
+      replace: whether it may replace a network already registered under ``name``.
+
+    Returns:
+      ``factory``.
+
+    Raises:
+      InputError: a bad name, a factory that fails its check, or a name taken.
+    """
     return NETWORKS.register(name, factory, replace=replace)
 
 
 def load_model(path: str | Path, network: str = DEFAULT_NETWORK) -> nn.Module:
-    """The ``network`` (a registered name; the index beside a pipeline's models names it) from a
-    weights file the image pipeline or a release wrote (:func:`load_state`): ten classes, or two
-    for a ``digit-d`` task."""
+    """A finetuned network from a weights file the image pipeline or a release wrote (an npz
+    read without pickle): ten classes, or two for a ``digit-d`` task.
+
+    Args:
+      path: the weights file (``model.npz``).
+      network: its registered name (the index beside a pipeline's models names it).
+
+    Returns:
+      The ``torch.nn.Module``, its weights loaded.
+
+    Raises:
+      InputError: a file that is not such weights, or weights of another network."""
     factory = NETWORKS.get(network)
 
     def build(arrays: dict[str, np.ndarray]) -> nn.Module:

@@ -71,7 +71,14 @@ CALIBRATION_OVERSHOOT = 1e-3
 
 @dataclass(frozen=True)
 class Point:
-    """One request: T steps of the subsampled Gaussian (σ, q), ε asked at δ."""
+    """One request: T steps of the subsampled Gaussian (σ, q), ε asked at δ.
+
+    Attributes:
+      noise_multiplier: σ.
+      sample_rate: q.
+      steps: T.
+      delta: δ.
+    """
 
     noise_multiplier: float
     sample_rate: float
@@ -337,12 +344,25 @@ def check_accountant(
     sweeps: bool = True,
     strict: bool = True,
 ) -> Report:
-    """Check ``epsilon_fn(noise_multiplier, sample_rate, steps, delta) -> ε`` (and, given,
-    ``calibrate_fn(epsilon, sample_rate, steps, delta) -> σ``) as the module says; returns the
-    :class:`~.failure.Report` or raises :class:`~.failure.CheckFailed` (an AssertionError) naming
-    the cases that fail, the sweeps first (a flat sweep explains the grid's failures). ``grid``
-    replaces :data:`DEFAULT_GRID` (:class:`Point` values); ``strict=False`` reports an
-    over-report beyond :data:`OVER_REPORT` × PLD (``details["over_reports"]``) without failing."""
+    """Check a user's accountant against PLD, as the module says: the sweeps first (a flat sweep
+    explains the grid's failures), then the grid.
+
+    Args:
+      epsilon_fn: ``epsilon_fn(noise_multiplier, sample_rate, steps, delta) -> ε``.
+      calibrate_fn: ``calibrate_fn(epsilon, sample_rate, steps, delta) -> σ``, checked too.
+      grid: ``Point`` values replacing ``DEFAULT_GRID``.
+      tolerance: (absolute, relative) slack of an answer below PLD's.
+      neighbouring: the relation the accountant claims, ``add_remove`` or ``replace_one``.
+      sweeps: run the monotonicity sweeps (in q, T, δ and σ).
+      strict: False reports an over-report beyond ``OVER_REPORT`` × PLD
+        (``details["over_reports"]``) without failing.
+
+    Returns:
+      The ``Report`` of a passed check.
+
+    Raises:
+      CheckFailed: an ``AssertionError`` naming the cases that fail.
+      InputError: a bad argument."""
     require(callable(epsilon_fn), f"epsilon_fn must be callable, got {_describe(epsilon_fn)}")
     require(
         calibrate_fn is None or callable(calibrate_fn), f"calibrate_fn must be callable, got {_describe(calibrate_fn)}"

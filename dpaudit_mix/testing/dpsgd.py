@@ -42,7 +42,6 @@ from typing import Any
 import numpy as np
 
 from .. import accounting
-from ..audit.claim import Claim
 from ..audit.dirac import dirac_scores
 from ..audit.one_run.audit import audit_one_run
 from ..audit.power import DETECTS_WITH, LEAKS
@@ -51,6 +50,7 @@ from ..base.randomness import RandomSource, SecureSource
 from ..base.resources import bounded
 from .accountant import POINT_SECONDS, TOLERANCE
 from .failure import Case, Report
+from .signal import Recorded, SignalTest, normal_quantile, signal_test
 
 #: a canary's per-example gradient norm, in units of the optimizer's clipping norm C.
 GAIN = 1000.0
@@ -59,25 +59,6 @@ POISON_EXPOSURE = 21.0
 
 #: what the user's setup returns: (PrivacyEngine, the private module, its DPOptimizer, the loader).
 Setup = Callable[[Any, Any], tuple[Any, Any, Any, Any]]
-
-
-@dataclass(frozen=True)
-class Recorded:
-    """What the accountant recorded for a run: one (σ, q) for T steps, and its ε at δ (a record
-    of the run's :class:`~dpaudit_mix.audit.claim.Claim`: :meth:`claim`)."""
-
-    noise_multiplier: float
-    sample_rate: float
-    steps: int
-    epsilon: float
-
-    @property
-    def phase(self) -> accounting.GaussianPhase:
-        return accounting.GaussianPhase(self.noise_multiplier, self.sample_rate, self.steps)
-
-    def claim(self, delta: float) -> Claim:
-        """The claim the run makes at ``delta``: its ε for its one phase."""
-        return Claim(self.epsilon, delta, (self.phase,))
 
 
 @dataclass(frozen=True)
@@ -190,54 +171,6 @@ def _noise_scale(run: ProbeRun, canaries: int) -> np.ndarray:
     return np.sqrt(np.mean(untouched**2, axis=1))
 
 
-@dataclass(frozen=True)
-class SignalTest:
-    """Test 2's one-sided z-test of the members' signal/noise, at a size: n member values over
-    ``steps`` steps in all, the noise scale of each step estimated from ``canaries`` rows.
-
-    Each value is b c/σ + z with b ~ Bernoulli(q), z ~ N(0, 1), c the leak (c = 1: the claim;
-    a noise σ/c, or a sampling rate or clip c times the claimed one, all scale the signal by c):
-    mean c q/σ, variance 1 + q(1 − q) c²/σ². The scale estimated from m rows a step adds a
-    relative error of about 1/√(2m) per step, √T-fold fewer over the run's steps. So the mean
-    is normal with standard error ``se(c)``, and the test flags z = (mean − q/σ)/se(1) above the
-    normal quantile of 1 − alpha: its power at c is Φ(((c − 1) q/σ − z_α se(1)) / se(c))."""
-
-    claim: Recorded
-    values: int
-    steps: int
-    canaries: int
-    alpha: float
-
-    @property
-    def expected(self) -> float:
-        return self.claim.sample_rate / self.claim.noise_multiplier
-
-    def se(self, leak: float = 1.0) -> float:
-        q, sigma, mean = self.claim.sample_rate, self.claim.noise_multiplier, leak * self.expected
-        variance = 1 + q * (1 - q) * leak**2 / sigma**2
-        return math.sqrt(variance / self.values + mean**2 / (2 * self.canaries * self.steps))
-
-    def z(self, mean: float) -> float:
-        return (mean - self.expected) / self.se()
-
-    def power(self, leak: float) -> float:
-        """P[flagged] when the signal is ``leak`` times the claim's (the normal approximation above)."""
-        from scipy.special import ndtr
-
-        shift = (leak - 1) * self.expected - _normal_quantile(1 - self.alpha) * self.se()
-        return float(ndtr(shift / self.se(leak)))
-
-    def detects(self) -> float | None:
-        """The smallest c on the power grid (σ/c) flagged with ≥ 90 %; None beyond σ/10."""
-        return next((c for c in LEAKS if self.power(c) >= DETECTS_WITH), None)
-
-
-def _signal_test(claim: Recorded, runs: int, canaries: int, steps: int, alpha: float) -> SignalTest:
-    """The signal test of ``runs`` runs of ``canaries`` canaries, ``steps`` steps each, before
-    membership is drawn (each canary is in with probability ½)."""
-    return SignalTest(claim, max(1, runs * canaries * steps // 2), runs * steps, canaries, alpha)
-
-
 def _signal_case(runs: list[ProbeRun], canaries: int, alpha: float) -> tuple[Case, dict[str, Any]]:
     """Test 2: members' released value over the noise scale has mean q/σ under the claim."""
     claim = runs[0].claim
@@ -247,7 +180,7 @@ def _signal_case(runs: list[ProbeRun], canaries: int, alpha: float) -> tuple[Cas
     test = SignalTest(claim, len(values), sum(len(r.released) for r in runs), canaries, alpha)
     mean = float(np.mean(values))
     z, ratio, detects = test.z(mean), mean / test.expected, test.detects()
-    critical = _normal_quantile(1 - alpha)
+    critical = normal_quantile(1 - alpha)
     why = (
         f"members' signal/noise is {ratio:.3g}× what the claim "
         f"(σ={claim.noise_multiplier:.4g}, q={claim.sample_rate:.4g}) "
@@ -341,12 +274,6 @@ def _finite_case(run: ProbeRun) -> Case:
     )
 
 
-def _normal_quantile(p: float) -> float:
-    from scipy.special import ndtri
-
-    return float(ndtri(p))
-
-
 #: the most runs ``detect`` may size a check_dpsgd to.
 MAX_RUNS = 100
 
@@ -355,15 +282,36 @@ def _runs_to_detect(first: ProbeRun, runs: int, canaries: int, alpha: float, det
     """The fewest runs (at least ``runs``) whose signal test catches σ/``detect`` with 90 %, the
     claim and steps read from the ``first`` run."""
     for count in range(runs, MAX_RUNS + 1):
-        caught = _signal_test(first.claim, count, canaries, first.taken, alpha).detects()
+        caught = signal_test(first.claim, count, canaries, first.taken, alpha).detects()
         if caught is not None and caught <= detect:
             return count
-    reached = _signal_test(first.claim, MAX_RUNS, canaries, first.taken, alpha).detects()
+    reached = signal_test(first.claim, MAX_RUNS, canaries, first.taken, alpha).detects()
     raise InputError(
         f"check_dpsgd cannot catch σ/{detect:g} within {MAX_RUNS} runs of {canaries} canaries at this setup "
         f"(σ = {first.claim.noise_multiplier:.4g}, q = {first.claim.sample_rate:.4g}, {first.taken} steps; "
         f"{MAX_RUNS} runs catch {'nothing up to σ/10' if reached is None else f'σ/{reached:g}'}): "
         "give more canaries or epochs, or a larger detect"
+    )
+
+
+def _check_arguments(
+    setup: Setup, *, epochs: int, canaries: int, runs: int, examples: int, alpha: float, detect: float | None
+) -> None:
+    """check_dpsgd's arguments, each checked at the boundary (one InputError for the first bad one)."""
+    require(callable(setup), f"setup must be callable, got {type(setup).__name__}")
+    for name, value, low in (("epochs", epochs, 1), ("canaries", canaries, 20), ("runs", runs, 1)):
+        require(
+            isinstance(value, int) and not isinstance(value, bool) and value >= low,
+            f"{name} must be an integer >= {low}, got {value!r}",
+        )
+    require(
+        isinstance(examples, int) and not isinstance(examples, bool) and examples >= canaries + 2,
+        f"examples must be an integer >= canaries + 2 ({canaries + 2}), got {examples!r}",
+    )
+    require(is_real(alpha) and 0 < alpha < 0.5, f"alpha must be in (0, 0.5), got {alpha!r}")
+    require(
+        detect is None or (is_real(detect) and LEAKS[0] <= detect <= LEAKS[-1]),
+        f"detect must be None or in [{LEAKS[0]}, {LEAKS[-1]}], got {detect!r}",
     )
 
 
@@ -380,34 +328,33 @@ def check_dpsgd(
     source: RandomSource | None = None,
     detect: float | None = None,
 ) -> Report:
-    """Audit the DP-SGD that ``setup(model, dataset) -> (engine, module, optimizer, data_loader)``
-    builds (the module docstring says how); returns the :class:`~.failure.Report` or raises
-    :class:`~.failure.CheckFailed` naming what broke. ``runs`` runs of ``canaries`` canaries each
-    among ``examples`` rows, ``epochs`` epochs of the returned loader; each statistical test at
-    level ``alpha``. Memberships come from ``source`` (the OS CSPRNG when None).
+    """Audit the DP-SGD a user's ``setup`` builds (the module docstring says how).
 
-    The report's ``details["detects"]`` is the leak the check catches at its size: the smallest c
-    such that a setup drawing σ/c (or c times the q or the clip it accounts) fails the signal
-    test with 90 % (:class:`SignalTest`; the one-run audit can only add to it). ``detect = c``
-    sizes the check to reach it: after the first run has shown the claim, as many more runs as
-    that takes (ValueError where more than :data:`MAX_RUNS` would)."""
-    require(callable(setup), f"setup must be callable, got {type(setup).__name__}")
-    for name, value, low in (("epochs", epochs, 1), ("canaries", canaries, 20), ("runs", runs, 1)):
-        require(
-            isinstance(value, int) and not isinstance(value, bool) and value >= low,
-            f"{name} must be an integer >= {low}, got {value!r}",
-        )
-    require(
-        isinstance(examples, int) and not isinstance(examples, bool) and examples >= canaries + 2,
-        f"examples must be an integer >= canaries + 2 ({canaries + 2}), got {examples!r}",
-    )
-    require(is_real(alpha) and 0 < alpha < 0.5, f"alpha must be in (0, 0.5), got {alpha!r}")
+    Args:
+      setup: ``setup(model, dataset) -> (engine, module, optimizer, data_loader)``.
+      delta: the δ the accountant's ε is read at.
+      epochs: epochs of the returned loader per run.
+      canaries: canaries per run.
+      examples: rows per run.
+      runs: training runs.
+      alpha: the level of each statistical test.
+      nonfinite: also train a run with NaN and inf examples in its data, whose steps must
+        release nothing non-finite.
+      source: where memberships come from (the OS CSPRNG when None).
+      detect: c, to size the check to catch σ/c (or c times the q or the clip it accounts):
+        after the first run has shown the claim, as many more runs as that takes.
+
+    Returns:
+      The ``Report`` of a passed check; ``details["detects"]`` is the smallest c such that a
+      setup drawing σ/c fails the signal test with 90 % (``SignalTest``).
+
+    Raises:
+      CheckFailed: an ``AssertionError`` naming what broke.
+      ValueError: a bad argument, or a ``detect`` that would take more than ``MAX_RUNS`` runs.
+    """
+    _check_arguments(setup, epochs=epochs, canaries=canaries, runs=runs, examples=examples, alpha=alpha, detect=detect)
     accounting.check_delta(delta)
     draws: RandomSource = SecureSource() if source is None else source
-    require(
-        detect is None or (is_real(detect) and LEAKS[0] <= detect <= LEAKS[-1]),
-        f"detect must be None or in [{LEAKS[0]}, {LEAKS[-1]}], got {detect!r}",
-    )
     statistical = 3  # one-run audit, signal, normaliser share alpha
 
     def train() -> ProbeRun:

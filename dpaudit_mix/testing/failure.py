@@ -18,7 +18,13 @@ LISTED = 3
 
 @dataclass(frozen=True)
 class Case:
-    """One evaluated case: where (a grid point, a sweep, a run), whether it passed, and why."""
+    """One evaluated case of a check.
+
+    Attributes:
+      where: the case (a grid point, a sweep, a run).
+      passed: whether it passed.
+      why: what was measured against what was claimed.
+    """
 
     where: str
     passed: bool
@@ -50,7 +56,13 @@ class CheckFailed(AssertionError):
 
 @dataclass(frozen=True)
 class Report:
-    """Every case of one check, and what the check measured (``details``)."""
+    """Every case of one check, and what the check measured.
+
+    Attributes:
+      check: the check's name.
+      cases: every case it evaluated, passed and failed.
+      details: what it measured (sizes, bounds, the leak it detects).
+    """
 
     check: str
     cases: tuple[Case, ...]

@@ -132,9 +132,20 @@ class Verification:
 def verify(
     level: Level | str = "quick", self_test: bool = False, progress: bool = True, parts: frozenset[str] | None = None
 ) -> Verification:
-    """The checks on the shipped code, then (``self_test``) on every mutant. ``level`` is a
-    :class:`.checks.Level` or its name ("quick", "full"); ``parts`` keeps the checks of those
-    parts of a release (a release verifies what it releases: λ's, the accountant and the learner)."""
+    """The checks on the shipped code, then (``self_test``) on every mutant.
+
+    Args:
+      level: a ``Level`` or its name (``"quick"``, ``"full"``).
+      self_test: also run every check on every mutant, each of which must be caught.
+      progress: show a progress bar.
+      parts: keep only the checks of these parts of a release (a release verifies what it
+        releases: λ's, the accountant and the learner).
+
+    Returns:
+      The ``Verification``: every check's result (``failures()`` lists what failed).
+
+    Raises:
+      InputError: an unknown level or part."""
     if isinstance(level, str):
         require(level in LEVELS, f"unknown verification level {level!r}; choose from {', '.join(LEVELS)}")
         level = LEVELS[level]

@@ -113,10 +113,26 @@ def run_audit(
 ) -> AuditOutcome:
     """Run (or resume) the audit described by ``spec``, persisting chunks under ``out``.
 
-    ``noise_multiplier`` replaces the calibrated σ the runs use (the claim stays the calibrated
-    one); ``problem`` replaces the spec's problem (callers that build one in memory, like verification).
-    From the first write to the end of ``report`` (called with the outcome and ``out``), the folder
-    is locked (:func:`..owned.folder_lock`): a second audit on it is refused, never mixed in.
+    From the first write to the end of ``report``, the folder is locked: a second audit on it
+    is refused, never mixed in.
+
+    Args:
+      spec: the audit.
+      out: its folder (chunks, audit.json, the report).
+      noise_multiplier: σ the runs use instead of the calibrated one (the claim stays the
+        calibrated one: a smaller σ simulates a leak).
+      backend: where the chunks run (``local`` or ``dask``).
+      scheduler: the Dask scheduler's address, for ``backend="dask"``.
+      threads: the workers the chunks run on.
+      progress: show a progress bar.
+      problem: a problem built in memory, instead of the spec's.
+      report: called with the outcome and ``out`` once the audit is done.
+
+    Returns:
+      The ``AuditOutcome``: its summary (the verdict) and every result.
+
+    Raises:
+      InputError: a spec, folder or setting that is bad (before anything runs).
     """
     require(
         noise_multiplier is None or (math.isfinite(noise_multiplier) and noise_multiplier >= 0),

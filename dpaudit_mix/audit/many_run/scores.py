@@ -49,15 +49,17 @@ CURVES = ("phases", "gdp", "none")
 
 @dataclass(frozen=True)
 class AuditResult:
-    """What a membership attack on one set of scores certifies, at ``confidence``, about a claim.
+    """What a membership attack on one set of scores certifies, at ``confidence``, about a claim
+    (the fields below carry the verdict; audit.json's reference gives every one).
 
-    Two tests, and they say different things. The strict bound tests the (ε, δ) claim itself:
-    ``epsilon_violation`` means no (ε, δ)-DP mechanism could have produced these counts. The
-    curve test (``profile_violation``) tests the claimed *mechanism*: its trade-off curve (μ-GDP,
-    or the PLD profile of the phases) is violated, so the mechanism is not the claimed (σ, q, T)
-    Gaussian; it may still be (ε, δ)-DP (a Laplace mechanism at pure ε is, and fails the
-    Gaussian curve). ``epsilon_lower_bound_profile`` is a lower bound on the ε of the σ-scaled
-    family of the claimed mechanism, not on the ε of an arbitrary one.
+    Attributes:
+      epsilon_lower_bound: ε_LB, the strict bound on the (ε, δ) claim itself.
+      epsilon_violation: ε_LB above ε: no (ε, δ)-DP mechanism could have produced these counts.
+      profile_violation: the claimed *mechanism*'s curve (μ-GDP, or its phases' PLD profile) is
+        rejected; it may still be (ε, δ)-DP (a Laplace mechanism at pure ε is, and fails it).
+      epsilon_lower_bound_profile: the ε of the σ-scaled family of the claimed mechanism it
+        rejects (not the ε of an arbitrary one).
+      violation: either violation.
     """
 
     runs: int  # canary-in plus canary-out scores

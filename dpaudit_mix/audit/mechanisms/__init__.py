@@ -27,7 +27,20 @@ __all__ = ["DPSGD_CANARIES", "MECHANISMS", "Lazy", "mechanism", "register_mechan
 
 
 def register_mechanism(name: str, obj: Mechanism, *, replace: bool = False) -> Mechanism:
-    """Make ``obj`` auditable as ``mechanism = "name"`` in an audit spec."""
+    """Make ``obj`` auditable as ``mechanism = "name"`` in an audit spec.
+
+    Args:
+      name: the name an audit spec's ``mechanism`` gives.
+      obj: a mechanism: ``plan(spec, full, data, noise_multiplier) -> RunPlan`` (and, for a
+        one-run audit, ``one_run``).
+      replace: whether it may replace a mechanism already registered under ``name``.
+
+    Returns:
+      ``obj``.
+
+    Raises:
+      InputError: a bad name, an object without ``plan``, or a name taken (without ``replace``).
+    """
     MECHANISMS.register(name, obj, replace=replace)
     return obj
 

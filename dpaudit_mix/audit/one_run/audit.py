@@ -97,8 +97,17 @@ def largest_rejected_curve(curves_of: Callable[[np.ndarray], Curves], sets: Gues
 
 @dataclass(frozen=True)
 class OneRunResult:
-    """A one-run audit: ``guesses`` (r) and ``correct`` (v) of the guess set behind ε_LB;
-    ``profile_violation`` and ``epsilon_lower_bound_profile`` are None without phases."""
+    """A one-run audit's result (audit.json's fields, as the file reference describes them).
+
+    Attributes:
+      canaries: m, the canaries scored.
+      guesses: r, the guesses of the guess set behind ε_LB.
+      correct: v, how many of them were right.
+      epsilon_lower_bound: ε_LB, the larger of Steinke et al.'s and the f-DP line's bounds.
+      epsilon_violation: ε_LB above the claimed ε.
+      profile_violation: the claimed curve rejected (None without phases).
+      epsilon_lower_bound_profile: the profile bound (None without phases).
+      tie_break: the stream that ranked tied scores (its seed, where it came from, its label)."""
 
     canaries: int
     members: int

@@ -57,7 +57,20 @@ SAME_PHASE = 1e-9
 
 @dataclass
 class Canaries:
-    """m canaries riding on an Opacus DPOptimizer, and what it released on them each step."""
+    """m canaries riding on an Opacus DPOptimizer, and what it released on them each step
+    (made by :func:`attach`).
+
+    Attributes:
+      optimizer: the DPOptimizer they ride on.
+      weight: their m coordinates, a parameter group of learning rate 0.
+      membership: per canary, whether it is in the training set.
+      sample_rate: q, the rate each member canary is sampled at each step.
+      source: where the sampling draws come from.
+      released: per step, what the optimizer released on the m coordinates (units of σC).
+      noise_multipliers: per step, the σ the optimizer reported.
+      engine: the engine's Opacus accountant, when given to :func:`attach`.
+      audited: the scores and phases of the last audit, once audited.
+    """
 
     optimizer: Any
     weight: Any  # torch.nn.Parameter (m,): the canary coordinates
