@@ -1,4 +1,4 @@
-"""Benchmark: start-up time of the CLI, per subcommand (DESIGN §10; issues #11 and #38).
+"""Benchmark: start-up time of the CLI, per subcommand (docs/design.md §4).
 
 Each command runs as a fresh process, `repeats` times; the median wall time and the median CPU
 time (user + system, of the process and its children) are printed, the CPU time with its ratio to

@@ -1,4 +1,4 @@
-"""The DP-MixMin learner (DESIGN §4): R independent DP exponentiated-gradient fits at once.
+"""The DP-MixMin learner (docs/concepts/learner.md): R independent DP exponentiated-gradient fits at once.
 
 Per-example loss ℓ_j(λ) = −log(λ·p_j) has gradient −p_j/(λ·p_j). EG ignores a constant added to
 every coordinate, so we clip the centred gradient −p̃_j/(λ·p_j), p̃_j = p_j − mean(p_j): a fixed
@@ -105,7 +105,7 @@ def learner_config(
 
 @dataclass(frozen=True)
 class Canary:
-    """An extra contribution present only in runs that include the canary (DESIGN §6).
+    """An extra contribution present only in runs that include the canary (docs/concepts/audit.md).
 
     Exactly one of ``logp`` (a natural canary: a real example's proxy log-likelihoods, (k,),
     clipped like any example; or a real user's, (m, k), whose summed gradient is clipped like any

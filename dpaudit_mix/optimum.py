@@ -1,4 +1,4 @@
-"""MixMin (DESIGN §3): the non-private mixture weights λ★ by exponentiated gradient.
+"""MixMin (docs/concepts/learner.md): the non-private mixture weights λ★ by exponentiated gradient.
 
 L(λ) = −(1/n) Σ_j log Σ_i λ_i p_ij over the simplex Δ_k is convex. We minimise it by entropic
 mirror descent and stop on the duality gap, which bounds L(λ) − L(λ★) from above (the gradient

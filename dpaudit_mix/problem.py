@@ -1,4 +1,4 @@
-"""The problem file (DESIGN §2): per-example proxy log-likelihoods, the model-agnostic input.
+"""The problem file (docs/design.md §2): per-example proxy log-likelihoods, the model-agnostic input.
 
 MixMin's objective sees the proxies only through log p_i(y_j | x_j), so every tool in the
 package takes this file rather than models.

@@ -115,3 +115,16 @@ def test_the_site_browses_from_disk(tmp_path: Path) -> None:
         assert relative, page
         missing = [link for link in relative if not (page.parent / link).resolve().is_file()]
         assert missing == [], f"{page.name}: {missing}"
+
+
+def test_contributing_names_only_paths_that_exist() -> None:
+    """CONTRIBUTING says only what is true: every file or folder it names is in the repository
+    (a folder of the package by its name there, as "each folder of `dpaudit_mix/`" reads)."""
+    root = Path(__file__).parent.parent
+    text = (root / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    named = {
+        token for token in re.findall(r"`([\w./-]+)`", text) if "/" in token or token.endswith((".py", ".md", ".toml"))
+    }
+    assert len(named) > 10  # it names the places a contributor goes
+    missing = [token for token in named if not ((root / token).exists() or (root / "dpaudit_mix" / token).is_dir())]
+    assert sorted(missing) == []

@@ -1,4 +1,4 @@
-"""The text track's model and user-level DP-SGD (DESIGN §13): sensitivity, noise, pipeline."""
+"""The text track's model and user-level DP-SGD (docs/concepts/pipeline.md): sensitivity, noise, pipeline."""
 
 from __future__ import annotations
 

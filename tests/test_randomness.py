@@ -78,7 +78,7 @@ def _repeated(draws: list) -> list:
 
 
 def test_a_tiny_pipeline_recovery_and_audit_never_draw_one_stream_twice(tmp_path: Path) -> None:
-    """Every stream a run opens, by purpose and identifiers: no two alike (DESIGN §8)."""
+    """Every stream a run opens, by purpose and identifiers: no two alike (docs/concepts/pipeline.md)."""
     spec = PipelineSpec(methods=("dpmixmin", "random_search"), **{**TINY, "epsilons": (1.0, 2.0), "seeds": 2})
     with recording() as pipeline_draws:
         run_pipeline(spec, tmp_path / "pipeline", progress=False)

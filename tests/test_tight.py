@@ -1,4 +1,4 @@
-"""Tight audits (DESIGN §6b): GDP bounds, the claimed trade-off curve and the profile verdict,
+"""Tight audits (docs/concepts/audit.md): GDP bounds, the claimed trade-off curve and the profile verdict,
 with coverage and power checked by Monte Carlo on exact Gaussian scores and through the engine."""
 
 import functools

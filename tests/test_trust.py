@@ -1,6 +1,6 @@
 """Trust: one budget per sensitive data set across release kinds, a verdict only on what was
 claimed, signed releases, a gate that checks its accountant and publishes only what check-release
-accepts (DESIGN §11)."""
+accepts (docs/concepts/release.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Accounting (DESIGN §5): ε of (subsampled) Gaussian mechanisms from registered accountants.
+"""Accounting (docs/concepts/learner.md): ε of (subsampled) Gaussian mechanisms from registered accountants.
 
 One concept per module, as dp_accounting keeps them: :mod:`.phases` (the Gaussian phases, their
 events and the limits of a request), :mod:`.accountants` (the protocol, the registry and ε),

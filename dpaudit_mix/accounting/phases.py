@@ -1,5 +1,5 @@
 """Phases and their events: the Gaussian mechanisms every accountant is asked about, the
-limits a request must keep, and the checks at the boundary (DESIGN §5). The neighbouring relation is
+limits a request must keep, and the checks at the boundary (docs/concepts/learner.md). The neighbouring relation is
 add/remove of one example (or one user)."""
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""The audit engine (DESIGN §6): neighbouring fits, canaries, attacks, Clopper–Pearson ε bounds."""
+"""The audit engine (docs/concepts/audit.md): neighbouring fits, canaries, attacks, Clopper–Pearson ε bounds."""

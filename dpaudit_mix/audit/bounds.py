@@ -1,4 +1,4 @@
-"""Empirical lower bounds from one threshold test's error counts (DESIGN §6, §6b).
+"""Empirical lower bounds from one threshold test's error counts (docs/concepts/audit.md).
 
 Strict (ε, δ) bound. For an (ε, δ)-DP mechanism every test satisfies FPR + e^ε FNR ≥ 1 − δ and
 FNR + e^ε FPR ≥ 1 − δ (Kairouz et al. 2015, Thm 2.1). With one-sided upper confidence bounds on

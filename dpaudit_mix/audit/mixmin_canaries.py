@@ -1,4 +1,4 @@
-"""Canaries (DESIGN §6): a natural held-out example (a held-out user, all of their examples, at
+"""Canaries (docs/concepts/audit.md): a natural held-out example (a held-out user, all of their examples, at
 user level), or a max-clip worst-case gradient.
 
 The max-clip ("Dirac") canary injects a gradient of norm exactly C along a fixed sum-zero unit

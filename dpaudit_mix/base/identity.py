@@ -3,7 +3,7 @@
 A λ release reads a problem (the proxies' log-likelihoods of the sensitive examples), a model
 release reads the sensitive images themselves; both spend the budget of the same people. So the
 ledger keys both by the sensitive data's content — each example with its label (and user), in a
-canonical order — not by the arrays a release happened to read (DESIGN §11).
+canonical order — not by the arrays a release happened to read (docs/concepts/release.md).
 
 Each example is known by the sha256 of its values (images as float32, so uint8 files, float32
 files and image folders that decode to the same pixels are the same examples; texts as UTF-8)

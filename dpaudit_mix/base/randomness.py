@@ -1,4 +1,4 @@
-"""Every random draw in the package, from one place (DESIGN §8 "Randomness").
+"""Every random draw in the package, from one place (docs/design.md §7).
 
 A draw is made from a :class:`Stream`: a root seed, a *purpose* (what the randomness is for:
 ``"learner-noise"``, ``"finetune-batches"`` …) and named identifiers (a :class:`Key`: task, method, ε, seed,

@@ -1,4 +1,4 @@
-"""The `dpaudit-mix` command line (DESIGN §10).
+"""The `dpaudit-mix` command line (docs/design.md §4).
 
 Exit 0 success, 2 bad input, 3 audit violation (or a refused release / failed check), 4 an
 inconclusive audit (a σ = 0 control saw nothing, so the audit cannot see leakage), 5 a fault of

@@ -1,1 +1,1 @@
-"""Embedded offline data (DESIGN §9): images, public sources, proxies, problem builders."""
+"""Embedded offline data (docs/concepts/pipeline.md): images, public sources, proxies, problem builders."""

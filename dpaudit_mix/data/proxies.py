@@ -1,4 +1,4 @@
-"""One proxy per public source: what DP-MixMin mixes (DESIGN §2).
+"""One proxy per public source: what DP-MixMin mixes (docs/design.md §2).
 
 Two kinds, chosen by a :class:`ProxySpec`:
 - ``logistic``: multinomial logistic regression on 14×14 pooled pixels (cheap; the default);

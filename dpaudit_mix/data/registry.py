@@ -1,4 +1,4 @@
-"""`dpaudit-mix problem NAME`: problems built from registered worlds (DESIGN §8–9).
+"""`dpaudit-mix problem NAME`: problems built from registered worlds (docs/concepts/pipeline.md).
 
 Worlds are registered by name in :data:`.worlds.WORLDS` (:func:`register_world` adds a user's
 own; the capabilities a world may offer are Protocols there); their problems are built and cached

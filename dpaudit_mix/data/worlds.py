@@ -1,4 +1,4 @@
-"""Worlds by name (DESIGN §8–9): the registry every spec, command and call resolves a world in,
+"""Worlds by name (docs/concepts/pipeline.md): the registry every spec, command and call resolves a world in,
 and the capabilities a world may offer, as Protocols (never a class a world must derive from).
 
 A world is a sensitive set and its public sources, registered in :data:`WORLDS` (a

@@ -1,4 +1,4 @@
-"""The text track of the pipeline (DESIGN §13): the image track's stages with users as the
+"""The text track of the pipeline (docs/concepts/pipeline.md): the image track's stages with users as the
 privacy unit.
 
 n-gram proxies → user-level problem on split A (a fraction ρ of the training speakers) → λ per

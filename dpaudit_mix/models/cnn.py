@@ -2,7 +2,7 @@
 Opacus (Poisson sampling) on the sensitive split, evaluated per task on the sensitive test set.
 
 Weights travel between stages as npz arrays (no pickle); every stage draws from the named streams
-of the key it is given (DESIGN §8), so the same key gives the same model.
+of the key it is given (docs/concepts/pipeline.md), so the same key gives the same model.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ with c_skip = σ_d²/(σ² + σ_d²), c_out = σ σ_d/√(σ² + σ_d²), c_in =
 (Table 1); training draws ln σ ~ N(P_mean, P_std²) and weights the loss by
 λ(σ) = (σ² + σ_d²)/(σ σ_d)² (Eq. 8); sampling is the deterministic Heun 2nd-order solver
 (Algorithm 1) on σ_i = (σ_max^{1/ρ} + i/(N−1) (σ_min^{1/ρ} − σ_max^{1/ρ}))^ρ, σ_N = 0 (Eq. 5).
-F_θ is an MLP on images pooled to 14×14 (DESIGN §12 measured that an MLP suffices at this size);
+F_θ is an MLP on images pooled to 14×14 (docs/concepts/warmsyn.md measured that an MLP suffices at this size);
 samples are upsampled back to 28×28 for the classifier.
 """
 

@@ -1,4 +1,4 @@
-"""User-level DP-SGD (DESIGN §13), which Opacus does not offer (its issue #366).
+"""User-level DP-SGD (docs/concepts/pipeline.md), which Opacus does not offer (its issue #366).
 
 Each step samples every user independently with probability q (Poisson), computes each sampled
 user's gradient *summed over their examples* (for the CharGRU, every user's at once in one

@@ -1,4 +1,4 @@
-"""Rows of a pipeline spec side by side (DESIGN §8): its list keys (``rhos``, ``proxies``,
+"""Rows of a pipeline spec side by side (docs/concepts/pipeline.md): its list keys (``rhos``, ``proxies``,
 ``proxy_epochs_grid``, ``protocols``) run the pipeline once per value, as the paper's tables do.
 
 Two endpoints are fixed in advance for every row whose methods allow them, each a paired

@@ -1,4 +1,4 @@
-"""The image track of the pipeline (DESIGN §8): what is specific to the MNIST worlds.
+"""The image track of the pipeline (docs/concepts/pipeline.md): what is specific to the MNIST worlds.
 
 public sources → one proxy per source → problem file on split A → λ per method → pretrain a
 small CNN on public images drawn by λ → DP finetune (Opacus, Poisson) → per-digit AUC on the

@@ -74,7 +74,7 @@ class PipelineSpec:
     # rule, the DP finetune rehearsed on the public validation slice (no privacy spent); () = fixed.
     finetune_learning_rates: tuple[float, ...] = ()
     finetune_epochs_grid: tuple[int, ...] = ()
-    # Rows (DESIGN §8): each list given runs the pipeline once per value (their product when
+    # Rows (docs/concepts/pipeline.md): each list given runs the pipeline once per value (their product when
     # several are), as the paper's tables do; the single key above is then ignored.
     rhos: tuple[float, ...] | None = None  # split A fractions (paper Table 1)
     proxies: tuple[str, ...] | None = None  # proxy kinds

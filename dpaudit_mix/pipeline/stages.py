@@ -1,4 +1,4 @@
-"""The stage machine every experiment track runs (DESIGN §8): mixture → pretrain → DP finetune,
+"""The stage machine every experiment track runs (docs/concepts/pipeline.md): mixture → pretrain → DP finetune,
 evaluation included, for every (method, ε, seed) job.
 
 A track describes each stage of a job as a :class:`Stage` (a content key and how to compute it);

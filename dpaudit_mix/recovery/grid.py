@@ -1,4 +1,4 @@
-"""Weight recovery (DESIGN §7): how close private λ_DP is to the non-private λ★.
+"""Weight recovery (docs/concepts/learner.md): how close private λ_DP is to the non-private λ★.
 
 λ★ is MixMin on the full mixing data; DP-MixMin sees a seeded fraction ρ of it (of its users,
 under user-level DP). Each cell (task, ε, ρ) is one vectorised learner call with ``seeds`` runs,

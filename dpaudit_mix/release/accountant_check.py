@@ -1,4 +1,4 @@
-"""The gate checks the accountant it calibrates with, before anything is spent (DESIGN §11).
+"""The gate checks the accountant it calibrates with, before anything is spent (docs/concepts/release.md).
 
 The verification checks the package's own accountants; a release may name any registered one,
 and an accountant that under-reports ε calibrates too little noise for its claim, which an audit

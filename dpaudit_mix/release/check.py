@@ -1,5 +1,5 @@
 """`dpaudit-mix check-release`: everything about a release.json that does not hold, each
-finding naming its section (DESIGN §11). The manifest is untrusted input: every field the checks
+finding naming its section (docs/concepts/release.md). The manifest is untrusted input: every field the checks
 read is type-checked first, every path it names must lie where a release's may, and every section
 is tied to the claim, the data and the gate's rules; :mod:`.publication` checks what every release
 carries (digest, signature, files, ledger) and :mod:`.model_check` a model's sections. The gate

@@ -1,4 +1,4 @@
-"""`dpaudit-mix release`: the one protocol every release runs, whatever it releases (DESIGN §11).
+"""`dpaudit-mix release`: the one protocol every release runs, whatever it releases (docs/concepts/release.md).
 
 A release *kind* (:mod:`.kinds`: λ built in, :mod:`.lambda_kind`; a model, from the pipeline
 layer) supplies what differs: its claim, its audit's size, its work and its files. The protocol

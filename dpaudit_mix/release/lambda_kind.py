@@ -1,5 +1,5 @@
 """The λ release kind: DP-MixMin's mixture weights, released through the gate's protocol
-(:mod:`.gate`; DESIGN §11).
+(:mod:`.gate`; docs/concepts/release.md).
 
 Prepared before anything is spent: the problem's bytes read once and hashed, σ calibrated for
 the claim (a smaller σ is refused) and the calibrating accountant checked against PLD

@@ -9,7 +9,7 @@ parts compose in parallel (the worst part) and everything on one part sequential
 data's δ: the remaining budget is the cap minus exactly what the releases compose to, never
 less than any one release's own claim.
 
-The ledger is a critical section (DESIGN §11). :func:`reserve` checks the budget and appends a
+The ledger is a critical section (docs/concepts/release.md). :func:`reserve` checks the budget and appends a
 *reservation* under an exclusive lock, before verification starts; :func:`commit` turns it into
 the release's entry (with its manifest's digest), :func:`withdraw` removes it after a refusal. A
 crash leaves the reservation standing: the budget is over-counted, never under-counted, and two

@@ -1,5 +1,5 @@
 """The many-run wing of the audit: neighbouring runs with and without a canary, each scored once,
-and the Clopper–Pearson bounds on the attack's error rates (DESIGN §6).
+and the Clopper–Pearson bounds on the attack's error rates (docs/concepts/audit.md).
 
 :mod:`.scores` audits a claim from in- and out-scores (``audit_scores``, ``AuditResult``), with
 the tie handling of :mod:`.ties` and :mod:`.sorted_scores` and the checks of
