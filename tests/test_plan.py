@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from dpaudit_mix import accounting, plan_audit
+from dpaudit_mix import Claim, accounting, plan_audit
 from dpaudit_mix.audit.one_run.power import MAX_DIRAC_DRAWS, one_run_power, one_run_power_claim
 from dpaudit_mix.audit.plan import CANARY_LADDER
 from dpaudit_mix.cli import main
@@ -83,5 +83,5 @@ def test_a_gate_refusing_an_unsimulated_audit_says_why(size: int | None) -> None
     size (its power is not simulated) or the planner found none (it stopped at once)."""
     epsilon = accounting.epsilon(SEVERAL, DELTA)
     with pytest.raises(Refused) as refused:
-        audit_size(epsilon, DELTA, SEVERAL, detect=2.0, size=size, one_run=True, confidence=0.95, minimum=1000)
+        audit_size(Claim(epsilon, DELTA, SEVERAL), detect=2.0, size=size, one_run=True, confidence=0.95, minimum=1000)
     assert refused.value.stage == "power" and "several phases" in refused.value.reason

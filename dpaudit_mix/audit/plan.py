@@ -81,37 +81,30 @@ class Plan:
 
 
 def power_at(
-    epsilon: float,
-    delta: float,
-    phases: Sequence[accounting.GaussianPhase] | None,
-    size: int,
-    *,
-    one_run: bool,
-    confidence: float = 0.95,
-    threshold: str = "bonferroni",
-    accountant: str = accounting.DEFAULT_ACCOUNTANT,
+    claim: Claim, size: int, *, one_run: bool, confidence: float = 0.95, threshold: str = "bonferroni"
 ) -> Power | None:
-    """The power an audit of the claim reports at ``size`` (runs a side, or canaries), from the
+    """The power an audit of ``claim`` reports at ``size`` (runs a side, or canaries), from the
     claim alone (None where its score law is not simulated at that size): what a planned audit
-    and a gate that holds an audit to a ``detect`` both read. ``accountant``: the one that
-    calibrated the phases (the claim's ε is its ε)."""
+    and a gate that holds an audit to a ``detect`` both read."""
+    epsilon, delta, phases = claim.epsilon, claim.delta, claim.phases
     if one_run:
         return one_run_power(one_run_power_claim(epsilon, delta, phases=phases, canaries=size, confidence=confidence))
     claimed = checked_claim(
-        epsilon, delta, phases=phases, confidence=confidence, threshold=threshold, accountant=accountant
+        epsilon, delta, phases=phases, confidence=confidence, threshold=threshold, accountant=claim.accountant
     )
-    claim = power_claim(
-        epsilon,
-        delta,
-        phases=phases,
-        claimed=claimed,
-        stated=claimed_curve(phases, None, delta),
-        runs_in=size,
-        runs_out=size,
-        confidence=confidence,
-        threshold=threshold,
+    return power_of(
+        power_claim(
+            epsilon,
+            delta,
+            phases=phases,
+            claimed=claimed,
+            stated=claimed_curve(phases, None, delta),
+            runs_in=size,
+            runs_out=size,
+            confidence=confidence,
+            threshold=threshold,
+        )
     )
-    return power_of(claim)
 
 
 def unsimulated_at(
@@ -171,23 +164,20 @@ def plan_audit(
     """
     detect = check_detect(detect)
     claim = claim_of(claim, epsilon=epsilon, delta=delta, phases=phases, accountant=accountant)
-    epsilon, delta, phases, accountant = claim.epsilon, claim.delta, claim.phases, claim.accountant
-    checked_claim(epsilon, delta, phases=phases, confidence=confidence, threshold=threshold, accountant=accountant)
+    checked_claim(
+        claim.epsilon,
+        claim.delta,
+        phases=claim.phases,
+        confidence=confidence,
+        threshold=threshold,
+        accountant=claim.accountant,
+    )
     tried: list[tuple[int, float | None]] = []
     power: Power | None = None
     for size in CANARY_LADDER if one_run else RUN_LADDER:
-        power = power_at(
-            epsilon,
-            delta,
-            phases,
-            size,
-            one_run=one_run,
-            confidence=confidence,
-            threshold=threshold,
-            accountant=accountant,
-        )
+        power = power_at(claim, size, one_run=one_run, confidence=confidence, threshold=threshold)
         if power is None:  # this claim's score law is not simulated at this size (nor above it)
-            why = unsimulated_at(phases, size, one_run=one_run, threshold=threshold)
+            why = unsimulated_at(claim.phases, size, one_run=one_run, threshold=threshold)
             return Plan(one_run, detect, None, None, None, None, tuple(tried), why)
         tried.append((size, power.detects))
         if catches(power, detect):

@@ -53,7 +53,6 @@ from .attack import (
     bonferroni_tests,
     rank_grid,
 )
-from .claim import Claim
 from .dirac import simulated_scores
 from .profile import TradeOff
 
@@ -173,11 +172,6 @@ class PowerClaim:
     runs_out: int
     confidence: float
     threshold: str
-
-    @property
-    def claim(self) -> Claim:
-        """The claim whose audit's power this is (a record of it, with the audit's sizes)."""
-        return Claim(self.epsilon, self.delta, self.phases or None, "gdp" if self.stated == "gdp" else None)
 
 
 @lru_cache(maxsize=256)

@@ -293,13 +293,7 @@ def _trained_and_audited(
         step(MODEL_STEPS[4])
         canaries = attached[0]
         canaries.detach()
-        result = canaries.audit(
-            epsilon=claim.finetune_epsilon,
-            delta=claim.delta,
-            phases=[claim.finetune_phase],
-            confidence=spec.confidence,
-            accountant=claim.finetune_accountant,
-        )
+        result = canaries.audit(claim=claim.finetune_claim, confidence=spec.confidence)
         result.to_dict()  # its power, computed now: the audit's cost counts it
         audited = time.perf_counter()
         if result.violation:
@@ -357,9 +351,7 @@ class ModelKind:
             claim.finetune_accountant, claim.finetune_epsilon, claim.delta, [claim.finetune_phase]
         )
         sized = audit_size(
-            claim.finetune_epsilon,
-            claim.delta,
-            [claim.finetune_phase],
+            claim.finetune_claim,
             detect=spec.detect,
             size=spec.canaries,
             one_run=True,

@@ -11,11 +11,10 @@ one the gate held the audit to, and check-release recomputes it from the claim.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import accounting
+from ..audit.claim import Claim
 from ..audit.plan import catches, check_detect, plan_audit, power_at, unsimulated_at
 from ..audit.power import LEAKS, Power
 from ..base.errors import InputError
@@ -37,9 +36,7 @@ class AuditSize:
 
 
 def audit_size(
-    epsilon: float,
-    delta: float,
-    phases: Sequence[accounting.GaussianPhase],
+    claim: Claim,
     *,
     detect: float,
     size: int | None,
@@ -47,7 +44,6 @@ def audit_size(
     confidence: float,
     minimum: int,
     threshold: str = "bonferroni",
-    accountant: str = accounting.DEFAULT_ACCOUNTANT,
 ) -> AuditSize:
     """The audit of the claim that catches σ/``detect``: ``size`` when the spec gives one (runs per
     canary, both halves, for many runs; canaries for one run) and it does, else the planned one
@@ -56,30 +52,12 @@ def audit_size(
     unit = "canaries" if one_run else "audit_runs"
 
     def power(n: int) -> Power | None:
-        return _power_of_size(
-            epsilon,
-            delta,
-            phases,
-            n,
-            one_run=one_run,
-            confidence=confidence,
-            threshold=threshold,
-            accountant=accountant,
-        )
+        return _power_of_size(claim, n, one_run=one_run, confidence=confidence, threshold=threshold)
 
     def planned() -> tuple[int | None, str | None]:
         """The planned size (None: no size on the ladder catches σ/detect) and why the ladder
         stopped where it stopped short of a simulated power."""
-        plan = plan_audit(
-            epsilon,
-            delta,
-            phases,
-            detect=detect,
-            one_run=one_run,
-            confidence=confidence,
-            threshold=threshold,
-            accountant=accountant,
-        )
+        plan = plan_audit(claim=claim, detect=detect, one_run=one_run, confidence=confidence, threshold=threshold)
         found = plan.canaries if one_run else None if plan.runs is None else 2 * plan.runs
         return (None if found is None else max(minimum, found)), plan.unsimulated
 
@@ -88,7 +66,7 @@ def audit_size(
         if catches(found, detect):
             assert found is not None
             return AuditSize(size, found, detect, planned=False)
-        why = unsimulated_at(phases, _side(size, one_run), one_run=one_run, threshold=threshold)
+        why = unsimulated_at(claim.phases, _side(size, one_run), one_run=one_run, threshold=threshold)
         caught = f"has no simulated power ({why})" if found is None else f"catches σ/{found.detects:g}"
         if found is not None and found.detects is None:
             caught = "catches no leak up to σ/10"
@@ -114,15 +92,12 @@ def audit_size(
 
 def power_problems(
     record: dict[str, Any],
-    epsilon: float,
-    delta: float,
-    phases: Sequence[accounting.GaussianPhase],
+    claim: Claim,
     *,
     size: int,
     one_run: bool,
     confidence: float,
     threshold: str = "bonferroni",
-    accountant: str = accounting.DEFAULT_ACCOUNTANT,
 ) -> list[str]:
     """check-release's view of a manifest's audit ``record``: its ``detect`` is a target the gate
     accepts, and the power recomputed from the claim at the audit's ``size`` both is the one
@@ -133,16 +108,7 @@ def power_problems(
     except InputError:
         return [f"audit: its detect {detect!r} is not a leak the gate holds an audit to ({LEAKS[0]} to {LEAKS[-1]})"]
     try:
-        found = _power_of_size(
-            epsilon,
-            delta,
-            phases,
-            size,
-            one_run=one_run,
-            confidence=confidence,
-            threshold=threshold,
-            accountant=accountant,
-        )
+        found = _power_of_size(claim, size, one_run=one_run, confidence=confidence, threshold=threshold)
     except InputError as exc:
         return [f"audit: its power cannot be recomputed from the claim: {exc}"]
     problems = []
@@ -154,29 +120,10 @@ def power_problems(
     return problems
 
 
-def _power_of_size(
-    epsilon: float,
-    delta: float,
-    phases: Sequence[accounting.GaussianPhase],
-    size: int,
-    *,
-    one_run: bool,
-    confidence: float,
-    threshold: str,
-    accountant: str,
-) -> Power | None:
+def _power_of_size(claim: Claim, size: int, *, one_run: bool, confidence: float, threshold: str) -> Power | None:
     """The power of a release's audit of ``size``: canaries for one run, else runs per canary over
     both halves (half without the canary, half with), so :func:`power_at` sees one side's runs."""
-    return power_at(
-        epsilon,
-        delta,
-        phases,
-        _side(size, one_run),
-        one_run=one_run,
-        confidence=confidence,
-        threshold=threshold,
-        accountant=accountant,
-    )
+    return power_at(claim, _side(size, one_run), one_run=one_run, confidence=confidence, threshold=threshold)
 
 
 def _side(size: int, one_run: bool) -> int:

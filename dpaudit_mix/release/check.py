@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import accounting
 from .. import problem as problem_io
+from ..audit.claim import Claim
 from ..base import strict_json
 from ..base.cache import sha256_bytes
 from ..base.errors import InputError, is_real, require
@@ -260,14 +261,11 @@ def _audit_mismatch(manifest: dict[str, Any]) -> list[str]:
         return [*problems, f"audit: the claim's calibrated phase is not one: {exc}"]
     return problems + power_problems(
         audit,
-        claim["epsilon"],
-        claim["delta"],
-        [claimed],
+        Claim(claim["epsilon"], claim["delta"], (claimed,), accountant=claim["accountant"]),
         size=runs,
         one_run=False,
         confidence=confidence,
         threshold=strategy,
-        accountant=claim["accountant"],
     )
 
 

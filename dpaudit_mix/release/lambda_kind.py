@@ -19,6 +19,7 @@ from typing import Any
 
 from .. import accounting
 from .. import problem as problem_io
+from ..audit.claim import Claim
 from ..audit.many_run.engine import run_audit
 from ..audit.many_run.report import summary_verdict, write_report
 from ..audit.mechanisms import mechanism
@@ -175,17 +176,20 @@ class LambdaKind:
         sigma = released_sigma(calibrated, noise_multiplier)
         phase = accounting.GaussianPhase(sigma, spec.sample_rate, spec.steps)
         checked_accountant = check_release_accountant(spec.accountant, spec.epsilon, spec.delta, [phase])
-        sized = audit_size(  # the audit this release runs, held to its detect before anything is spent
+        audited_claim = Claim(  # the audit's: at the calibrated σ
             spec.epsilon,
             spec.delta,
-            [accounting.GaussianPhase(calibrated, spec.sample_rate, spec.steps)],  # the audit's claim
+            (accounting.GaussianPhase(calibrated, spec.sample_rate, spec.steps),),
+            accountant=spec.accountant,
+        )
+        sized = audit_size(  # the audit this release runs, held to its detect before anything is spent
+            audited_claim,
             detect=spec.detect,
             size=spec.audit_runs,
             one_run=False,
             confidence=result_confidence(spec.confidence, len(spec.audit_canaries)),
             minimum=MIN_AUDIT_RUNS,
             threshold=spec.threshold,
-            accountant=spec.accountant,
         )
         inputs = {
             "problem": name,

@@ -10,8 +10,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import accounting
-from ..audit.claim import Claim
 from ..base.cache import json_sha256, sha256_bytes
 from ..base.errors import require
 
@@ -19,7 +17,7 @@ from ..base.errors import require
 @dataclass(frozen=True)
 class LambdaClaim:
     """A λ release's record of its claim: (ε, δ) with the accountant that calibrated σ, ε under
-    every built-in accountant, and the mechanism's settings (:attr:`claim`: the claim itself)."""
+    every built-in accountant, and the mechanism's settings."""
 
     epsilon: float
     delta: float
@@ -32,12 +30,6 @@ class LambdaClaim:
     clip: float
     learning_rate: float
     user_level: bool
-
-    @property
-    def claim(self) -> Claim:
-        """The claim this records: (ε, δ) for the learner's one phase, by its accountant."""
-        phase = accounting.GaussianPhase(self.noise_multiplier, self.sample_rate, self.steps)
-        return Claim(self.epsilon, self.delta, (phase,), accountant=self.accountant)
 
 
 @dataclass(frozen=True)

@@ -149,9 +149,7 @@ def _audit_mismatch(audit: dict[str, Any], claim: ModelClaim) -> list[str]:
         return [*problems, f"audit: its confidence {confidence!r} is not in (0, 1)"]
     return problems + power_problems(
         audit,
-        claim.finetune_epsilon,
-        claim.delta,
-        [phase],
+        claim.finetune_claim,
         size=canaries,
         one_run=True,
         confidence=confidence,

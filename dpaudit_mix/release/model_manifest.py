@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import accounting
+from ..audit.claim import Claim
 from ..base.specfile import spec_table
 from .manifest import Budget, Digested, Publication
 
@@ -40,6 +41,11 @@ class ModelClaim:
     batch: int
     learning_rate: float
     epochs: int
+
+    @property
+    def finetune_claim(self) -> Claim:
+        """The claim the finetune's one-run audit tests: its phase at its ε, by its accountant."""
+        return Claim(self.finetune_epsilon, self.delta, (self.finetune_phase,), accountant=self.finetune_accountant)
 
 
 def composed_epsilon(claim: ModelClaim) -> float:

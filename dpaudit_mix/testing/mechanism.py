@@ -104,9 +104,8 @@ def check_mechanism(
     )
     require(is_real(confidence) and 0.5 < confidence < 1, f"confidence must be in (0.5, 1), got {confidence!r}")
     claim = claim_of(claim, epsilon=epsilon, delta=delta, phases=phases, curve=curve)
-    epsilon, delta, phases = claim.epsilon, claim.delta, claim.phases
     half = 1 - (1 - confidence) / 2  # two directions share the level
-    runs, power = _sized(epsilon, delta, phases, runs, half, detect)
+    runs, power = _sized(claim, runs, half, detect)
     out_scores, fault = _releases(release_fn, neighbours[0], runs, score, "first")
     in_scores, fault_in = (
         (None, "") if out_scores is None else _releases(release_fn, neighbours[1], runs, score, "second")
@@ -123,7 +122,7 @@ def check_mechanism(
             confidence=half,
         )
         why = (
-            f"ε_LB {result.epsilon_lower_bound:.3f} against the claimed ε {epsilon:g} over {2 * runs} runs "
+            f"ε_LB {result.epsilon_lower_bound:.3f} against the claimed ε {claim.epsilon:g} over {2 * runs} runs "
             f"(AUROC {result.auroc:.3f})"
         )
         if result.profile_violation:
@@ -145,19 +144,12 @@ def _caught(power: Power | None, runs: int) -> str:
     )
 
 
-def _sized(
-    epsilon: float,
-    delta: float,
-    phases: Sequence[accounting.GaussianPhase] | None,
-    runs: int,
-    confidence: float,
-    detect: float | None,
-) -> tuple[int, Power | None]:
+def _sized(claim: Claim, runs: int, confidence: float, detect: float | None) -> tuple[int, Power | None]:
     """The runs a side (``runs``, or the fewest on :data:`RUNS_LADDER` at least as many that catch
     σ/``detect``) and their power (:func:`..audit.plan.power_at`, each direction at ``confidence``)."""
 
     def power(size: int) -> Power | None:
-        return power_at(epsilon, delta, phases, size, one_run=False, confidence=confidence)
+        return power_at(claim, size, one_run=False, confidence=confidence)
 
     if detect is None:
         return runs, power(runs)

@@ -8,14 +8,12 @@ import math
 from dataclasses import dataclass
 
 from .. import accounting
-from ..audit.claim import Claim
 from ..audit.power import DETECTS_WITH, LEAKS
 
 
 @dataclass(frozen=True)
 class Recorded:
-    """What the accountant recorded for a run: one (σ, q) for T steps, and its ε at δ (a record
-    of the run's :class:`~dpaudit_mix.audit.claim.Claim`: :meth:`claim`)."""
+    """What the accountant recorded for a run: one (σ, q) for T steps, and its ε at δ."""
 
     noise_multiplier: float
     sample_rate: float
@@ -25,10 +23,6 @@ class Recorded:
     @property
     def phase(self) -> accounting.GaussianPhase:
         return accounting.GaussianPhase(self.noise_multiplier, self.sample_rate, self.steps)
-
-    def claim(self, delta: float) -> Claim:
-        """The claim the run makes at ``delta``: its ε for its one phase."""
-        return Claim(self.epsilon, delta, (self.phase,))
 
 
 @dataclass(frozen=True)

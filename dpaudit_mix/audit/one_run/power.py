@@ -33,7 +33,6 @@ import numpy as np
 
 from ... import accounting
 from ...base.randomness import stream
-from ..claim import Claim
 from ..dirac import simulated_scores
 from ..power import Power, simulated_power, subsampled_unsimulated
 from .fdp import PROFILE_FLOOR, PROFILE_GRID, Curves, GaussianCurves, LineCurves, rejects
@@ -56,11 +55,6 @@ class OneRunPowerClaim:
     phases: tuple[accounting.GaussianPhase, ...]
     canaries: int
     confidence: float
-
-    @property
-    def claim(self) -> Claim:
-        """The claim whose audit's power this is (a record of it, with the audit's size)."""
-        return Claim(self.epsilon, self.delta, self.phases or None)
 
 
 def one_run_power_claim(
