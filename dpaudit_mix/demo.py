@@ -90,10 +90,10 @@ def main() -> int:
     # A demonstration, not a real release: its own release folder and ledger, made afresh on every
     # run (a real release is never overwritten, and its ledger is the machine's).
     shutil.rmtree(OUT / "release", ignore_errors=True)
-    for name in ("ledger.json", "ledger.json.lock"):
+    for name in ("ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm"):
         (OUT / name).unlink(missing_ok=True)
     try:
-        manifest = release(RELEASE_SPEC, OUT / "release", ledger_path=OUT / "ledger.json").manifest
+        manifest = release(RELEASE_SPEC, OUT / "release", ledger_path=OUT / "ledger.sqlite").manifest
     except Refused as refusal:
         print(f"\nrelease {RELEASE_SPEC}: REFUSED ({refusal.stage}): {refusal.reason}")
         return refusal.exit_code

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 # With a pytest-xdist worker on every core, each worker computes on one thread: torch's (and
 # OpenBLAS') OpenMP pools of one thread per core, in every worker, oversubscribed the cores and
@@ -86,3 +88,31 @@ def scale_added_noise(optimizer, factor: float) -> None:
             optimizer.noise_multiplier = told  # what the accountant's hook reads
 
     optimizer.add_noise = scaled
+
+
+@pytest.fixture(autouse=True)
+def _own_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test releases against a ledger of its own (an SQLite file in its tmp folder), never
+    another test's budget: ``DPAUDIT_MIX_LEDGER`` is what a machine or a team points it with."""
+    path = tmp_path / "ledger.sqlite"
+    monkeypatch.setenv("DPAUDIT_MIX_LEDGER", str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def postgres_base() -> Iterator[str]:
+    """One PostgreSQL server for this test process (:mod:`.postgres`)."""
+    from .postgres import server
+
+    with server() as base:
+        yield base
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger_at(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh ledger on each backend: an SQLite file, or a new database on the test server."""
+    if request.param == "sqlite":
+        return str(tmp_path / "ledger.sqlite")
+    from .postgres import fresh_database
+
+    return fresh_database(request.getfixturevalue("postgres_base"))

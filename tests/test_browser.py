@@ -63,6 +63,7 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         patch.setattr(demo, "OUT", root / "demo")
         assert demo.main() == 0
         patch.setattr(gate, "VERIFY_LEVEL", BARE)
+        patch.setenv("DPAUDIT_MIX_LEDGER", str(root / "ledger.sqlite"))
         assert main(["release", str(_specs(root)), "--out", str(root / "model")]) == 0
     draws = stream(0, "simulated-scores", test="browser").numpy()
     member = draws.random(2000) < 0.5

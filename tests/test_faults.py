@@ -64,6 +64,7 @@ def released(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = _problem(folder)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(gate, "VERIFY_LEVEL", TINY)
+        patch.setenv("DPAUDIT_MIX_LEDGER", str(folder / "ledger.sqlite"))
         assert main(["release", str(write_spec(folder, path)), "--out", str(folder / "r")]) == 0
     return folder / "r" / "release.json"
 
@@ -290,9 +291,97 @@ def test_an_unusable_ledger_refuses_before_verification(
         raise AssertionError("verification ran before the ledger was checked")
 
     monkeypatch.setattr(gate, "verify", never)
-    for book in ("/proc/no-such-folder/ledger.json", str(tmp_path / "damaged.json")):
-        (tmp_path / "damaged.json").write_text('{"releases": [{"epsilon": 1}]}')
-        spec = write_spec(tmp_path, problem_file, ledger=book)
-        assert main(["release", str(spec), "--out", str(tmp_path / "r")]) == 2
+    (tmp_path / "damaged.sqlite").write_bytes(b"not a database" * 100)
+    spec = write_spec(tmp_path, problem_file)
+    for book in ("/proc/no-such-folder/ledger.sqlite", str(tmp_path / "damaged.sqlite")):
+        assert main(["release", str(spec), "--out", str(tmp_path / "r"), "--ledger", book]) == 2
         err = capsys.readouterr().err
         assert _one_line(err) and "ledger" in err
+
+
+# --- faults around the ledger: nothing jams the budget, nothing under-counts it -----------------
+
+
+def test_a_commit_lost_after_release_json_is_recovered(capsys, tmp_path: Path, problem_file: Path, monkeypatch) -> None:
+    """A crash between writing release.json and the ledger's commit: the signed, published release
+    is committed by `ledger recover FOLDER` (or by the next release into that folder), never
+    withdrawn; until then its reservation counts, and the failure's one line names the recovery."""
+    from dpaudit_mix.release import ledger
+
+    monkeypatch.setattr(gate, "VERIFY_LEVEL", TINY)
+    committed = ledger.commit
+
+    def lost(*args, **kwargs):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(ledger, "commit", lost)
+    out = tmp_path / "r"
+    assert main(["release", str(write_spec(tmp_path, problem_file)), "--out", str(out)]) == 5
+    err = capsys.readouterr().err
+    assert "Input/output error" in err and "commit was lost" in err and f"ledger recover {out}" in err
+    monkeypatch.setattr(ledger, "commit", committed)
+    (open_one,) = ledger.read()
+    assert open_one.status == "reserved" and (out / "release.json").exists()
+    assert main(["ledger", "withdraw", open_one.id, "--why", "a mistake"]) == 2  # it was published
+    assert "holds a release.json" in capsys.readouterr().err
+    assert main(["check-release", str(out / "release.json")]) == 3  # not yet committed
+    assert main(["ledger", "recover", str(out)]) == 0
+    capsys.readouterr()
+    (entry,) = ledger.read()
+    assert (
+        entry.status == "released"
+        and entry.manifest_sha256 == json.loads((out / "release.json").read_text())["manifest_sha256"]
+    )
+    assert main(["check-release", str(out / "release.json")]) == 0
+    assert ledger.verify_chain()[1] is None
+
+
+def test_the_next_release_into_the_folder_commits_a_lost_commit(
+    capsys, tmp_path: Path, problem_file: Path, monkeypatch
+) -> None:
+    from dpaudit_mix.release import ledger
+
+    monkeypatch.setattr(gate, "VERIFY_LEVEL", TINY)
+    committed = ledger.commit
+    monkeypatch.setattr(ledger, "commit", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EIO, "lost")))
+    spec, out = write_spec(tmp_path, problem_file), tmp_path / "r"
+    assert main(["release", str(spec), "--out", str(out)]) == 5
+    monkeypatch.setattr(ledger, "commit", committed)
+    assert main(["release", str(spec), "--out", str(out)]) == 2
+    assert "its lost commit was recovered" in capsys.readouterr().err
+    assert [e.status for e in ledger.read()] == ["released"]
+
+
+def test_a_fault_mid_release_keeps_its_reservation_until_withdrawn(
+    capsys, tmp_path: Path, problem_file: Path, monkeypatch
+) -> None:
+    """A fault after the reservation (the disk, the machine): the reservation stays counted (the
+    private work may have run) and the one line names the command that clears it."""
+    from dpaudit_mix.release import ledger
+
+    monkeypatch.setattr(gate, "VERIFY_LEVEL", TINY)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(lambda_kind, "fit", full)
+    out = tmp_path / "r"
+    assert main(["release", str(write_spec(tmp_path, problem_file)), "--out", str(out)]) == 5
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("dpaudit-mix:")]
+    (reserved,) = ledger.read()
+    assert len(said) == 1 and f"reservation {reserved.id} stays counted" in said[0]  # in its one line
+    assert "No space left on device" in said[0] and not (out / "release.json").exists()
+    assert main(["ledger", "withdraw", reserved.id, "--why", "the disk filled before the fit"]) == 0
+    assert ledger.read() == [] and ledger.verify_chain()[1] is None
+    rows = ledger.state().head
+    assert rows is not None and rows.body["why"] == "the disk filled before the fit"
+
+
+def test_two_releases_into_one_folder_at_once_one_is_refused(capsys, tmp_path: Path, problem_file: Path) -> None:
+    from dpaudit_mix.base.owned import claimed
+    from dpaudit_mix.release import ledger
+
+    out = tmp_path / "r"
+    with claimed(out):  # another release holds the folder
+        assert main(["release", str(write_spec(tmp_path, problem_file)), "--out", str(out)]) == 2
+    assert "being released into by another command" in capsys.readouterr().err and ledger.read() == []

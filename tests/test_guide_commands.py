@@ -105,7 +105,7 @@ def test_a_guides_shell_block_runs_as_written(
     page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(gate, "VERIFY_LEVEL", BARE)  # the release gate's checks, at the tests' size
-    monkeypatch.setenv("DPAUDIT_MIX_LEDGER", str(tmp_path / "ledger.json"))
+    monkeypatch.setenv("DPAUDIT_MIX_LEDGER", str(tmp_path / "ledger.sqlite"))
     _small_specs(tmp_path)
     monkeypatch.chdir(tmp_path)
     scheduler, timings = None, []

@@ -1,9 +1,12 @@
-"""The privacy ledger as a critical section: reservations, concurrency, damage, identity of the data."""
+"""The privacy ledger on a real database: reservations as one serialised transaction on SQLite and
+PostgreSQL alike, an append-only chain of signed rows that shows every change made without a
+trusted key, imports of the earlier JSON layout, and the identity of the data it keys by."""
 
 from __future__ import annotations
 
 import json
 import multiprocessing
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -11,20 +14,23 @@ import pytest
 
 from dpaudit_mix import accounting
 from dpaudit_mix.base.errors import InputError
+from dpaudit_mix.cli import main
 from dpaudit_mix.problem import Problem, data_sha256, dumps, loads
-from dpaudit_mix.release import ledger
+from dpaudit_mix.release import ledger, signing
+from dpaudit_mix.release.ledger_store import location
 
 from .conftest import random_problem
 
 PHASE = accounting.GaussianPhase(5.0, 1.0, 10)
 DELTA = 1e-5
-#: room for one release of PHASE, not for two.
-BUDGET_FOR_ONE = (accounting.epsilon([PHASE], DELTA, "pld") + accounting.epsilon([PHASE, PHASE], DELTA, "pld")) / 2
+ONE, TWO, THREE, FOUR = (accounting.epsilon([PHASE] * n, DELTA, "pld") for n in (1, 2, 3, 4))
+#: room for one release of PHASE, not for two; for three, not for four.
+BUDGET_FOR_ONE, BUDGET_FOR_THREE = (ONE + TWO) / 2, (THREE + FOUR) / 2
 
 
-def _reserve(path: Path, budget: float | None = None, data: str = "d" * 64) -> str:
+def _reserve(where: str | Path, budget: float | None = None, data: str = "d" * 64) -> str:
     return ledger.reserve(
-        path,
+        where,
         data_sha256=data,
         problem_sha256="f" * 64,
         epsilon=1.0,
@@ -36,126 +42,188 @@ def _reserve(path: Path, budget: float | None = None, data: str = "d" * 64) -> s
     )
 
 
-def test_reserve_commit_withdraw(tmp_path: Path) -> None:
-    path = tmp_path / "ledger.json"
-    one = _reserve(path)
-    two = _reserve(path)
-    ledger.commit(path, one, "a" * 64)
-    ledger.withdraw(path, two)
-    (entry,) = ledger.read(path)
+def _rows(where: str) -> int:
+    return ledger.verify_chain(where)[0]
+
+
+def test_reserve_commit_withdraw(ledger_at: str) -> None:
+    one = _reserve(ledger_at)
+    two = _reserve(ledger_at)
+    ledger.commit(ledger_at, one, "a" * 64)
+    ledger.withdraw(ledger_at, two, "refused: nothing published")
+    (entry,) = ledger.read(ledger_at)
     assert entry.id == one and entry.status == "released" and entry.manifest_sha256 == "a" * 64
-    single = accounting.epsilon([PHASE], DELTA, "pld")
-    assert ledger.spent(ledger.read(path), "d" * 64, problem_sha256="", delta=DELTA) == pytest.approx(single)
-    assert ledger.spent(ledger.read(path), "e" * 64, problem_sha256="", delta=DELTA) == 0.0  # other data, other budget
+    assert ledger.spent(ledger.read(ledger_at), "d" * 64, problem_sha256="", delta=DELTA) == pytest.approx(ONE)
+    assert ledger.spent(ledger.read(ledger_at), "e" * 64, problem_sha256="", delta=DELTA) == 0.0  # other data
+    assert ledger.verify_chain(ledger_at) == (5, None)  # trust-key, two reservations, a commit, a withdrawal
+    with pytest.raises(InputError, match="already committed"):
+        ledger.commit(ledger_at, one, "b" * 64)
+    with pytest.raises(InputError, match="was released: a published release is never withdrawn"):
+        ledger.withdraw(ledger_at, one, "second thoughts")
 
 
-def test_a_reservation_counts_until_withdrawn_and_over_budget_writes_nothing(tmp_path: Path) -> None:
+def test_a_reservation_counts_until_withdrawn_and_over_budget_writes_nothing(ledger_at: str) -> None:
     """A crash after reserve (no commit, no withdraw) leaves the reservation counted: over-count."""
-    path = tmp_path / "ledger.json"
-    budget = BUDGET_FOR_ONE
-    _reserve(path, budget)  # the release that "crashed"
-    before = path.read_bytes()
+    _reserve(ledger_at, BUDGET_FOR_ONE)  # the release that "crashed"
+    before = _rows(ledger_at)
     with pytest.raises(ledger.OverBudget):
-        _reserve(path, budget)
-    assert path.read_bytes() == before
+        _reserve(ledger_at, BUDGET_FOR_ONE)
+    assert _rows(ledger_at) == before
 
 
-def _append_many(path: str, count: int) -> None:
-    for _ in range(count):
-        _reserve(Path(path))
-
-
-def test_concurrent_reservations_lose_nothing(tmp_path: Path) -> None:
-    """8 processes × 25 read-modify-writes on one ledger: all 200 entries are kept (137 were before)."""
-    path = tmp_path / "ledger.json"
-    context = multiprocessing.get_context("fork")
-    workers = [context.Process(target=_append_many, args=(str(path), 25)) for _ in range(8)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    assert all(w.exitcode == 0 for w in workers)
-    assert len({e.id for e in ledger.read(path)}) == 200
-
-
-def _budget_race(path: str, budget: float, results: multiprocessing.Queue[str]) -> None:
+def _race(where: str, budget: float, results: multiprocessing.Queue[str]) -> None:
     try:
-        _reserve(Path(path), budget)
+        _reserve(where, budget)
         results.put("reserved")
     except ledger.OverBudget:
         results.put("refused")
 
 
-def test_two_reservations_started_together_cannot_share_one_budget(tmp_path: Path) -> None:
-    budget = BUDGET_FOR_ONE
+def test_eight_processes_reserving_at_once_share_one_budget(ledger_at: str) -> None:
+    """8 processes reserve on one data set at once with room for 3: exactly 3 go out."""
+    _reserve(ledger_at, BUDGET_FOR_THREE, data="0" * 64)  # the ledger and its key exist before the race
     context = multiprocessing.get_context("fork")
-    for trial in range(5):
-        path = tmp_path / f"ledger-{trial}.json"
-        results = context.Queue()
-        racers = [context.Process(target=_budget_race, args=(str(path), budget, results)) for _ in range(2)]
-        for r in racers:
-            r.start()
-        for r in racers:
-            r.join()
-        assert sorted(results.get() for _ in racers) == ["refused", "reserved"]
-        assert ledger.spent(ledger.read(path), "d" * 64, problem_sha256="", delta=DELTA) <= budget
+    results = context.Queue()
+    racers = [context.Process(target=_race, args=(ledger_at, BUDGET_FOR_THREE, results)) for _ in range(8)]
+    for r in racers:
+        r.start()
+    for r in racers:
+        r.join(timeout=300)
+    assert all(r.exitcode == 0 for r in racers)
+    assert sorted(results.get(timeout=5) for _ in racers) == ["refused"] * 5 + ["reserved"] * 3
+    assert ledger.spent(ledger.read(ledger_at), "d" * 64, problem_sha256="", delta=DELTA) <= BUDGET_FOR_THREE
+    assert ledger.verify_chain(ledger_at)[1] is None
+
+
+def _tamper(where: str, statement: str) -> None:
+    """A change made by hand, as a tester with the database would: the triggers dropped first."""
+    if where.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(where, autocommit=True) as connection:
+            with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
+                connection.execute(statement)
+            connection.execute("DROP TRIGGER ledger_rows_append_only ON ledger_rows")
+            connection.execute(statement)
+    else:
+        with sqlite3.connect(where) as connection:
+            with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+                connection.execute(statement)
+            connection.execute("DROP TRIGGER ledger_rows_no_update")
+            connection.execute("DROP TRIGGER ledger_rows_no_delete")
+            connection.execute(statement)
 
 
 @pytest.mark.parametrize(
-    "content, where",
+    ("change", "row", "why"),
     [
-        ("", "not JSON"),
-        ('{"releases": [', "not JSON"),
-        ("[]", "no 'releases' list"),
-        ('{"releases": [1]}', "entry 0 is not an object"),
-        ('{"releases": [{"epsilon": 1}]}', "entry 0: 'steps'"),
         (
-            '{"releases": [{"steps": 10, "user_level": false, "epsilon": 1, "delta": 1e-5, "noise_multiplier": 1, '
-            '"sample_rate": 1, "timestamp": "t"}]}',
-            "names no data",
+            "UPDATE ledger_rows SET body = replace(body, '\"budget_epsilon\": 10.0', '\"budget_epsilon\": 100.0') "
+            "WHERE seq = 2",
+            2,
+            "edited after it was written",
         ),
         (
-            '{"releases": [{"steps": 10, "user_level": false, "epsilon": 1, "delta": 1e-5, "noise_multiplier": -1, '
-            '"sample_rate": 1, "timestamp": "t", "data_sha256": "d"}]}',
-            "noise multiplier",
+            "UPDATE ledger_rows SET body = replace(body, '\"epsilon\": 1.0', '\"epsilon\": 0.1') WHERE seq = 4",
+            4,
+            "edited after it was written",
         ),
-        ('\ufeff{"releases": []}', "not JSON"),
+        ("DELETE FROM ledger_rows WHERE seq = 3", 4, "a row was deleted or moved"),
+        ("DELETE FROM ledger_rows WHERE seq = (SELECT max(seq) FROM ledger_rows)", 5, "no longer holds it"),
     ],
 )
-def test_a_damaged_ledger_refuses_and_names_where(tmp_path: Path, content: str, where: str) -> None:
-    path = tmp_path / "ledger.json"
-    path.write_text(content, encoding="utf-8")
-    with pytest.raises(InputError, match=where) as caught:
-        _reserve(path)
-    assert str(path) in str(caught.value)
-    assert path.read_text(encoding="utf-8") == content  # refused, never rewritten
+def test_verify_names_the_first_row_a_hand_changed(ledger_at: str, capsys, change: str, row: int, why: str) -> None:
+    """A cap raised, an ε lowered, a row deleted, the newest row deleted: `ledger verify` exits 3
+    naming the row; the untouched ledger verifies (exit 0)."""
+    first = _reserve(ledger_at, budget=10.0)
+    ledger.commit(ledger_at, first, "a" * 64)
+    second = _reserve(ledger_at)
+    ledger.commit(ledger_at, second, "b" * 64)
+    assert main(["ledger", "verify", "--ledger", ledger_at]) == 0
+    capsys.readouterr()
+    _tamper(ledger_at, change)
+    assert main(["ledger", "verify", "--ledger", ledger_at]) == 3
+    found = json.loads(capsys.readouterr().out)
+    assert found["intact"] is False and found["broken"]["row"] == row and why in found["broken"]["why"]
 
 
-def test_a_deleted_emptied_or_edited_ledger_does_not_read_as_nothing_spent(tmp_path: Path) -> None:
-    path = tmp_path / "ledger.json"
-    _reserve(path)
-    written = path.read_bytes()
-    path.unlink()
-    with pytest.raises(InputError, match="missing but its lock file"):
-        _reserve(path)
-    for tampered in ('{"releases": []}', written.decode().replace('"epsilon": 1.0', '"epsilon": 0.5')):
-        path.write_text(tampered)
-        with pytest.raises(InputError, match="changed outside dpaudit-mix"):
-            _reserve(path)
-    path.write_bytes(written)  # restored: accepted again
-    _reserve(path)
-    assert len(ledger.read(path)) == 2
+def test_a_key_the_ledger_does_not_trust_writes_nothing_until_trusted(
+    ledger_at: str, tmp_path: Path, monkeypatch
+) -> None:
+    """Two machines (state folders with their own keys) on one ledger: the second writes only once a
+    machine the ledger trusts has run trust-key on its public key; then the cap holds for both."""
+    _reserve(ledger_at, BUDGET_FOR_ONE)  # the first machine
+    first_key = signing.key_path()
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "second-machine"))
+    assert signing.key_path() != first_key
+    with pytest.raises(InputError, match="does not trust this machine's signing key"):
+        _reserve(ledger_at, BUDGET_FOR_ONE)
+    pem = tmp_path / "second.pem"
+    pem.write_text(signing.public_pem(signing.signing_key().public_key()))
+    monkeypatch.setenv("XDG_STATE_HOME", str(first_key.parent.parent))
+    assert main(["ledger", "trust-key", str(pem), "--ledger", ledger_at]) == 0
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "second-machine"))
+    with pytest.raises(ledger.OverBudget):  # trusted now, and over the data's one cap
+        _reserve(ledger_at, BUDGET_FOR_ONE)
+    _reserve(ledger_at, BUDGET_FOR_ONE, data="e" * 64)
+    assert ledger.verify_chain(ledger_at)[1] is None
 
 
-def test_a_symlinked_ledger_is_written_through(tmp_path: Path) -> None:
-    shared = tmp_path / "shared" / "ledger.json"
-    shared.parent.mkdir()
-    link = tmp_path / "mine.json"
-    link.symlink_to(shared)
-    _reserve(link)
-    assert link.is_symlink() and len(ledger.read(shared)) == 1
-    _reserve(shared)
-    assert len(ledger.read(link)) == 2
+def test_a_json_ledger_is_imported_once_with_its_history(tmp_path: Path, capsys) -> None:
+    """A v5 JSON ledger: `ledger show` reads its data sets and releases after the import, which
+    records the file's sha256; a second import of it is refused; the gate refuses beside it first."""
+    json_ledger = tmp_path / "ledger.json"
+    caps = {"d" * 64: {"budget_epsilon": 2.0, "delta": DELTA, "since": "t0", "changes": [], "identity": "sensitive"}}
+    entry = {
+        "id": "e" * 32,
+        "status": "released",
+        "data_sha256": "d" * 64,
+        "epsilon": 1.0,
+        "delta": DELTA,
+        "noise_multiplier": 5.0,
+        "sample_rate": 1.0,
+        "steps": 10,
+        "user_level": False,
+        "timestamp": "t0",
+        "manifest_sha256": "a" * 64,
+        "kind": "lambda",
+    }
+    json_ledger.write_text(
+        json.dumps({"format": "dpaudit-mix privacy ledger v5", "datasets": caps, "releases": [entry]})
+    )
+    book = str(tmp_path / "ledger.sqlite")
+    assert ledger.unimported_json(book) == json_ledger
+    assert main(["ledger", "import", str(json_ledger), "--ledger", book]) == 0
+    shown = json.loads(capsys.readouterr().out)["datasets"]["d" * 64]
+    assert shown["budget_epsilon"] == 2.0 and shown["releases"] == 1 and shown["spent_epsilon"] == pytest.approx(ONE)
+    assert ledger.unimported_json(book) is None
+    assert main(["ledger", "import", str(json_ledger), "--ledger", book]) == 2
+    with pytest.raises(ledger.OverBudget):  # the imported release keeps counting against the cap
+        _reserve(book, 2.0 if ONE + 0.1 < 2.0 < TWO else None)
+    assert ledger.verify_chain(book)[1] is None
+
+
+def test_where_the_ledger_lives() -> None:
+    """A path is an SQLite file; libpq's URL works as written and is shown without its password;
+    a JSON file is refused by name, pointing at the import."""
+    assert location("x/ledger.sqlite").path == Path("x/ledger.sqlite").absolute()
+    team = location("postgresql://dp:secret@db.example:5433/ledger")
+    assert (
+        team.url.startswith("postgresql+psycopg://dp:secret@")
+        and team.shown == "postgresql://dp:***@db.example:5433/ledger"
+    )
+    with pytest.raises(InputError, match=r"ledger import old\.json"):
+        location("old.json")
+    with pytest.raises(InputError, match="neither a path nor"):
+        location("mysql://x/y")
+
+
+def test_a_damaged_ledger_refuses_in_one_line(tmp_path: Path) -> None:
+    broken = tmp_path / "ledger.sqlite"
+    broken.write_bytes(b"not a database, not at all" * 100)
+    with pytest.raises(InputError, match=r"the ledger .*ledger\.sqlite: file is not a database"):
+        _reserve(broken)
+    assert broken.read_bytes() == b"not a database, not at all" * 100
 
 
 def test_the_budget_belongs_to_the_data_not_the_file() -> None:
@@ -169,72 +237,6 @@ def test_the_budget_belongs_to_the_data_not_the_file() -> None:
     assert data_sha256(first) == data_sha256(second) == data_sha256(loads(dumps(first), Path("p.npz")))
     assert data_sha256(first) != data_sha256(Problem(base.logp, base.sources, task="a"))  # users are part of it
     assert data_sha256(first) != data_sha256(Problem(base.logp[1:], base.sources, users=users[1:], task="a"))
-
-
-def test_the_default_ledger_is_the_machines(monkeypatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.delenv("DPAUDIT_MIX_LEDGER", raising=False)
-    assert ledger.default_path() == tmp_path / "state" / "dpaudit-mix" / "ledger.json"
-    monkeypatch.setenv("DPAUDIT_MIX_LEDGER", str(tmp_path / "team.json"))
-    assert ledger.default_path() == tmp_path / "team.json"
-
-
-def test_v1_entries_keep_counting(tmp_path: Path) -> None:
-    """A ledger written before data digests: its entries count against the same problem file."""
-    path = tmp_path / "ledger.json"
-    path.write_text(
-        json.dumps(
-            {
-                "releases": [
-                    {
-                        "problem_sha256": "f" * 64,
-                        "epsilon": 1.0,
-                        "delta": DELTA,
-                        "noise_multiplier": 5.0,
-                        "sample_rate": 1.0,
-                        "steps": 10,
-                        "user_level": False,
-                        "timestamp": "t",
-                        "manifest": "/x/release.json",
-                    }
-                ]
-            }
-        )
-    )
-    (entry,) = ledger.read(path)
-    assert entry.status == "released" and ledger.spent([entry], "d" * 64, problem_sha256="f" * 64, delta=DELTA) > 0
-
-
-def test_the_cap_and_delta_belong_to_the_data_not_the_spec(tmp_path: Path) -> None:
-    """The first release fixes the data's cap and δ: a spec with another cap, or none after a cap
-    was set, cannot spend more; a release at another δ is refused; set-budget changes the cap,
-    logged; a withdrawn first reservation fixes nothing."""
-    path = tmp_path / "ledger.json"
-    first = _reserve(path, budget=BUDGET_FOR_ONE)
-    with pytest.raises(ledger.Conflict, match="a spec cannot change it"):
-        _reserve(path, budget=10 * BUDGET_FOR_ONE)
-    with pytest.raises(ledger.OverBudget):
-        _reserve(path)  # no cap in the spec: the data's cap still holds
-    with pytest.raises(ledger.Conflict, match="accounted at delta 1e-05"):
-        ledger.reserve(
-            path,
-            data_sha256="d" * 64,
-            problem_sha256="f" * 64,
-            epsilon=1.0,
-            delta=0.5,
-            phase=PHASE,
-            user_level=False,
-            timestamp="t",
-            budget=None,
-        )
-    changed = ledger.set_budget(path, "d" * 12, 10 * BUDGET_FOR_ONE, "t2")
-    assert changed.budget_epsilon == 10 * BUDGET_FOR_ONE and changed.changes[-1]["from"] == BUDGET_FOR_ONE
-    _reserve(path)
-    assert ledger.standing(path, "d" * 64, "f" * 64)[1] == 10 * BUDGET_FOR_ONE
-    fresh = tmp_path / "fresh.json"
-    ledger.withdraw(fresh, _reserve(fresh, budget=BUDGET_FOR_ONE, data="e" * 64))
-    _reserve(fresh, budget=50.0, data="e" * 64)  # the refused first release fixed nothing
-    assert ledger.read(path)[0].id == first
 
 
 def test_row_order_dtype_and_column_order_are_the_same_data() -> None:
@@ -254,25 +256,57 @@ def test_row_order_dtype_and_column_order_are_the_same_data() -> None:
     assert data_sha256(with_users) == data_sha256(relabelled) != data_sha256(base)
 
 
-@pytest.mark.parametrize("kind", ["fifo", "device", "folder"])
-def test_a_ledger_path_that_is_not_a_regular_file_is_refused_before_it_is_opened(tmp_path: Path, kind: str) -> None:
-    import os
+def test_the_cap_and_delta_belong_to_the_data_not_the_spec(ledger_at: str) -> None:
+    """The first release fixes the data's cap and δ: a spec with another cap, or none after a cap
+    was set, cannot spend more; a release at another δ is refused; set-budget changes the cap, a
+    signed row; a withdrawn first reservation fixes nothing."""
+    first = _reserve(ledger_at, budget=BUDGET_FOR_ONE)
+    with pytest.raises(ledger.Conflict, match="a spec cannot change it"):
+        _reserve(ledger_at, budget=10 * BUDGET_FOR_ONE)
+    with pytest.raises(ledger.OverBudget):
+        _reserve(ledger_at)  # no cap in the spec: the data's cap still holds
+    with pytest.raises(ledger.Conflict, match="accounted at delta 1e-05"):
+        ledger.reserve(
+            ledger_at,
+            data_sha256="d" * 64,
+            problem_sha256="f" * 64,
+            epsilon=1.0,
+            delta=0.5,
+            phase=PHASE,
+            user_level=False,
+            timestamp="t",
+            budget=None,
+        )
+    changed = ledger.set_budget(ledger_at, "d" * 12, 10 * BUDGET_FOR_ONE, "t2")
+    assert changed.budget_epsilon == 10 * BUDGET_FOR_ONE and changed.changes[-1]["from"] == BUDGET_FOR_ONE
+    _reserve(ledger_at)
+    assert ledger.standing(ledger_at, "d" * 64, "f" * 64)[1] == 10 * BUDGET_FOR_ONE
+    ledger.withdraw(ledger_at, _reserve(ledger_at, budget=BUDGET_FOR_ONE, data="e" * 64), "refused")
+    _reserve(ledger_at, budget=50.0, data="e" * 64)  # the refused first release fixed nothing
+    assert ledger.read(ledger_at)[0].id == first
 
-    path = {"fifo": tmp_path / "fifo", "device": Path("/dev/full"), "folder": tmp_path}[kind]
-    if kind == "fifo":
-        os.mkfifo(path)
-    with pytest.raises(InputError, match="is not a regular file"):
-        _reserve(path)
-    assert not Path("/dev/full.lock").exists()
+
+def test_a_thousand_releases_of_one_configuration_compose_at_once() -> None:
+    """Phases of one (σ, q) merge (composition commutes): a data set's history of one configuration
+    is one PLD composition however long it is, at the ε of the phases one by one."""
+    from dpaudit_mix.release.ledger_spend import compacted
+
+    other = accounting.GaussianPhase(2.0, 0.5, 3)
+    assert compacted([PHASE] * 1000 + [other]) == [accounting.GaussianPhase(5.0, 1.0, 10_000), other]
+    few = [PHASE, other, PHASE, PHASE]
+    assert accounting.epsilon(compacted(few), DELTA) == pytest.approx(accounting.epsilon(few, DELTA), rel=1e-6)
 
 
 def test_the_ledger_command_shows_and_changes_a_cap(capsys, tmp_path: Path) -> None:
-    from dpaudit_mix.cli import main
-
-    path = tmp_path / "ledger.json"
-    _reserve(path, budget=BUDGET_FOR_ONE)
-    assert main(["ledger", "set-budget", "d" * 8, "--epsilon", "5", "--ledger", str(path)]) == 0
-    shown = json.loads(capsys.readouterr().out)["datasets"]["d" * 64]
-    assert shown["budget_epsilon"] == 5.0 and shown["changes"][-1]["from"] == BUDGET_FOR_ONE
-    assert main(["ledger", "set-budget", "d" * 8, "--ledger", str(path)]) == 2  # neither --epsilon nor --no-cap
+    book = str(tmp_path / "ledger.sqlite")
+    _reserve(book, budget=BUDGET_FOR_ONE)
+    assert main(["ledger", "set-budget", "d" * 8, "--epsilon", "5", "--ledger", book]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["ledger"] == book and shown["head"]["row"] == 3
+    assert (
+        shown["datasets"]["d" * 64]["budget_epsilon"] == 5.0
+        and shown["datasets"]["d" * 64]["changes"][-1]["from"] == BUDGET_FOR_ONE
+    )
+    assert main(["ledger", "set-budget", "d" * 8, "--ledger", book]) == 2  # neither --epsilon nor --no-cap
+    assert main(["ledger", "withdraw", "x" * 32, "--ledger", book]) == 2  # no --why
     assert main(["ledger", "show", "--ledger", "/dev/full"]) == 2

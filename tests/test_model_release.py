@@ -46,7 +46,6 @@ def _specs(tmp_path: Path, **keys: object) -> Path:
         "epsilon": 2.0,
         "canaries": 1000,
         "detect": 3.0,  # what 1000 canaries catch at this claim (2.0 takes 10,000: the power test below)
-        "ledger": str(tmp_path / "ledger.json"),
         **keys,
     }
     spec.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in base.items()))
@@ -69,14 +68,14 @@ def test_a_model_release_publishes_audited_weights_that_check_and_load(tmp_path:
     assert audit["noise_multiplier"] == claim["finetune_phase"]["noise_multiplier"]
     assert len(manifest["mixture"]["weights"]) == len(manifest["mixture"]["sources"])
     # the ledger charged both phases of the model, each to its split: the spend is the max, as the claim says
-    entry = ledger.read(tmp_path / "ledger.json")[0]
+    entry = ledger.read(tmp_path / "ledger.sqlite")[0]
     assert entry.status == "released" and entry.manifest_sha256 == manifest["manifest_sha256"]
     assert [p.noise_multiplier for p in entry.phases] == [
         claim["mixture_phase"]["noise_multiplier"],
         claim["finetune_phase"]["noise_multiplier"],
     ]
     assert [p.rsplit(":", 1)[1] for p in entry.parts] == ["A", "B"] and manifest["data"]["identity"] == "sensitive"
-    spent, _, _ = ledger.standing(tmp_path / "ledger.json", entry.data_sha256, "")
+    spent, _, _ = ledger.standing(tmp_path / "ledger.sqlite", entry.data_sha256, "")
     assert spent == manifest["budget"]["spent_epsilon"] == pytest.approx(claim["epsilon"], rel=1e-9)
     sequential = accounting.epsilon(entry.phases, claim["delta"])
     assert spent < sequential  # parallel: never the sequential composition of the two splits
@@ -144,7 +143,7 @@ def test_a_finetune_that_adds_less_noise_than_claimed_is_refused_and_publishes_n
     err = capsys.readouterr().err
     assert "REFUSED (audit)" in err and "one-run audit of this very finetune" in err
     assert sorted(p.name for p in out.iterdir()) == ["refused.json"]
-    assert ledger.read(tmp_path / "ledger.json") == []  # the reservation was withdrawn
+    assert ledger.read(tmp_path / "ledger.sqlite") == []  # the reservation was withdrawn
 
 
 def test_a_noise_multiplier_below_the_calibrated_one_is_refused_before_training(tmp_path: Path, capsys) -> None:
@@ -153,7 +152,7 @@ def test_a_noise_multiplier_below_the_calibrated_one_is_refused_before_training(
     assert main(["release", str(spec), "--out", str(out), "--noise-multiplier", "0.05"]) == 3
     assert "REFUSED (claim)" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == ["refused.json"]
-    assert ledger.read(tmp_path / "ledger.json") == []  # nothing was charged
+    assert ledger.read(tmp_path / "ledger.sqlite") == []  # nothing was charged
 
 
 def test_a_model_release_with_too_few_canaries_for_its_detect_is_refused_before_training(
@@ -167,7 +166,7 @@ def test_a_model_release_with_too_few_canaries_for_its_detect_is_refused_before_
     err = capsys.readouterr().err
     assert "REFUSED (power)" in err and "canaries = 1000 catches σ/3" in err and "canaries = 20000 would" in err
     assert sorted(p.name for p in out.iterdir()) == ["refused.json"]
-    assert ledger.read(tmp_path / "ledger.json") == []
+    assert ledger.read(tmp_path / "ledger.sqlite") == []
 
 
 @pytest.mark.parametrize(
@@ -189,7 +188,7 @@ def test_a_model_release_spec_the_pipeline_does_not_run_exits_2(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
     assert not (out / "model.npz").exists() and not (out / "release.json").exists()
-    assert ledger.read(tmp_path / "ledger.json") == []
+    assert ledger.read(tmp_path / "ledger.sqlite") == []
 
 
 def test_the_shipped_model_release_spec_names_what_its_pipeline_runs() -> None:

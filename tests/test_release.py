@@ -42,7 +42,6 @@ def write_spec(tmp_path: Path, problem_file: Path, name: str = "spec.toml", **ke
         "audit_runs": 2000,
         "detect": 2.5,  # what 2000 runs catch (2.0 takes 4000: the power tests below)
         "chunk_size": 1024,
-        "ledger": str(tmp_path / "ledger.json"),
         **keys,
     }
     path = tmp_path / name
@@ -131,7 +130,7 @@ def test_a_2x_leak_behind_the_verification_is_refused_by_the_audit(
     assert "REFUSED (audit)" in captured.err and "weights" not in captured.out
     assert json.loads((out / "refused.json").read_text())["stage"] == "audit"
     assert not (out / "release.json").exists() and holds_weights(out) == []
-    assert ledger.read(tmp_path / "ledger.json") == []  # the reservation was withdrawn: nothing was spent
+    assert ledger.read(tmp_path / "ledger.sqlite") == []  # the reservation was withdrawn: nothing was spent
 
 
 def test_a_noise_multiplier_below_the_calibrated_one_is_refused_before_anything_is_spent(
@@ -145,7 +144,7 @@ def test_a_noise_multiplier_below_the_calibrated_one_is_refused_before_anything_
     assert main(["release", str(spec), "--out", str(out), "--noise-multiplier", str(sigma / 1.6)]) == 3
     assert "REFUSED (claim)" in capsys.readouterr().err
     assert json.loads((out / "refused.json").read_text())["stage"] == "claim"
-    assert not (out / "release.json").exists() and ledger.read(tmp_path / "ledger.json") == []
+    assert not (out / "release.json").exists() and ledger.read(tmp_path / "ledger.sqlite") == []
     louder = tmp_path / "louder"
     assert main(["release", str(spec), "--out", str(louder), "--noise-multiplier", str(sigma * 1.25)]) == 0
     manifest = json.loads((louder / "release.json").read_text())
@@ -167,7 +166,7 @@ def test_an_audit_too_small_for_its_detect_is_refused_before_anything_is_spent(
     err = capsys.readouterr().err
     assert "REFUSED (power)" in err and "audit_runs = 2000 catches σ/2.5" in err and "audit_runs = 4000 would" in err
     assert json.loads((out / "refused.json").read_text())["stage"] == "power"
-    assert not (out / "release.json").exists() and ledger.read(tmp_path / "ledger.json") == []
+    assert not (out / "release.json").exists() and ledger.read(tmp_path / "ledger.sqlite") == []
     monkeypatch.undo()
     monkeypatch.setattr(gate, "VERIFY_LEVEL", TINY)
     planned = tmp_path / "planned"
@@ -180,10 +179,10 @@ def test_an_audit_too_small_for_its_detect_is_refused_before_anything_is_spent(
     assert all(r["runs"] == 4000 for r in audit["results"]) and audit["power"]["detects"] <= 2.0
     assert check.check_release(planned / "release.json") == []
     forged = {**manifest, "audit": {**audit, "power": {**audit["power"], "detects": 1.5}}}
-    found = check.check_manifest(forged, planned, None, check.trust(None, tmp_path / "ledger.json")).problems
+    found = check.check_manifest(forged, planned, None, check.trust(None, tmp_path / "ledger.sqlite")).problems
     assert any("recorded power is not" in p for p in found), found
     weaker = {**manifest, "audit": {**audit, "detect": 1.5}}
-    found = check.check_manifest(weaker, planned, None, check.trust(None, tmp_path / "ledger.json")).problems
+    found = check.check_manifest(weaker, planned, None, check.trust(None, tmp_path / "ledger.sqlite")).problems
     assert any("short of its detect = 1.5" in p for p in found), found
 
 
@@ -204,17 +203,22 @@ def test_ledger_composes_in_pld_and_enforces_the_budget(tmp_path: Path, problem_
     assert main(["release", str(spec), "--out", str(tmp_path / "second")]) == 3
     assert "REFUSED (budget)" in capsys.readouterr().err
     assert json.loads((tmp_path / "second" / "refused.json").read_text())["stage"] == "budget"
-    entries = ledger.read(tmp_path / "ledger.json")
+    entries = ledger.read(tmp_path / "ledger.sqlite")
     assert len(entries) == 1 and entries[0].status == "released"
     manifest = json.loads((tmp_path / "first" / "release.json").read_text())
     assert entries[0].manifest_sha256 == manifest["manifest_sha256"] == manifest_digest(manifest)
     sigma = entries[0].noise_multiplier
-    pld = dp_accounting.pld.PLDAccountant()
+    # the ledger composes two releases of one (σ, q) as 2T steps of it (exactly the same
+    # mechanism; one PLD composition however long the history): dp_accounting's PLD of that event,
+    # and within its discretisation of the two events composed one after the other
+    merged, pld = dp_accounting.pld.PLDAccountant(), dp_accounting.pld.PLDAccountant()
+    merged.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma), 2 * STEPS))
     event = dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma), STEPS)
     pld.compose(dp_accounting.ComposedDpEvent([event, event]))
     phase = accounting.GaussianPhase(sigma, 1.0, STEPS)
     composed = ledger.spent(entries, entries[0].data_sha256, problem_sha256="", delta=DELTA, extra=(phase,))
-    assert composed == pytest.approx(pld.get_epsilon(DELTA), rel=1e-9) and composed > 1.2
+    assert composed == pytest.approx(merged.get_epsilon(DELTA), rel=1e-9) and composed > 1.2
+    assert composed == pytest.approx(pld.get_epsilon(DELTA), rel=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -266,7 +270,7 @@ def test_a_release_folder_holds_only_what_may_be_published(tmp_path: Path, probl
         for path in folder.rglob("*"):
             assert not any(needle in path.read_bytes() for needle in needles), path
     assert json.loads((out / "release.json").read_text())["inputs"]["problem"] == "../p.npz"
-    assert str(tmp_path) not in (tmp_path / "ledger.json").read_text()
+    assert set(ledger.state().outs.values()) == {str(out.resolve())}  # the ledger's own (refused before reserving)
     assert check.check_release(out / "release.json") == []
 
 
@@ -283,7 +287,6 @@ def test_an_embedded_release_is_rechecked_by_rebuilding_its_problem(tmp_path: Pa
                 "audit_runs = 2000",
                 "detect = 2.5",
                 "chunk_size = 1024",
-                f'ledger = "{tmp_path / "ledger.json"}"',
             ]
         )
     )
@@ -321,7 +324,7 @@ def test_a_data_sets_budget_cannot_be_walked_around(tmp_path: Path, problem_file
     for name, spec in attempts.items():
         assert main(["release", str(spec), "--out", str(tmp_path / name.replace(" ", "-"))]) == 3, name
         assert "REFUSED (budget)" in capsys.readouterr().err, name
-    assert len(ledger.read(tmp_path / "ledger.json")) == 1
+    assert len(ledger.read(tmp_path / "ledger.sqlite")) == 1
 
 
 def test_a_natural_canary_without_held_out_rows_is_refused_before_the_verification(
@@ -339,7 +342,7 @@ def test_a_natural_canary_without_held_out_rows_is_refused_before_the_verificati
     spec = write_spec(tmp_path, bare, audit_canaries=["natural"])
     assert main(["release", str(spec), "--out", str(out)]) == 2
     assert "a natural canary needs 'heldout_logp'" in capsys.readouterr().err
-    assert not (out / "release.json").exists() and ledger.read(tmp_path / "ledger.json") == []  # nothing spent
+    assert not (out / "release.json").exists() and ledger.read(tmp_path / "ledger.sqlite") == []  # nothing spent
 
 
 def test_a_bad_key_an_unpublishable_out_or_a_bad_audit_key_is_refused_before_any_work(
@@ -348,7 +351,8 @@ def test_a_bad_key_an_unpublishable_out_or_a_bad_audit_key_is_refused_before_any
     """Each is one line and exit 2 before the verification's minute, and none touches the ledger:
     a signing key others can read (it was opened only to sign, after the audit); an --out that is
     the folder holding the key or the ledger (the release folder is published whole); a spec key
-    of the audit (chunk_size = 0) that was checked only after the ledger's reservation."""
+    of the audit (chunk_size = 0) that was checked only after the ledger's reservation; a spec
+    that names a ledger of its own (each new file would be a fresh cap)."""
     import time
 
     key = tmp_path / "keys" / "release-signing-key.pem"
@@ -366,4 +370,7 @@ def test_a_bad_key_an_unpublishable_out_or_a_bad_audit_key_is_refused_before_any
     spec = write_spec(tmp_path, problem_file, chunk_size=0)
     assert main(["release", str(spec), "--out", str(tmp_path / "b")]) == 2
     assert "chunk_size must be >= 1" in capsys.readouterr().err
-    assert time.monotonic() - started < 60 and not (tmp_path / "ledger.json").exists()
+    mine = write_spec(tmp_path, problem_file, ledger=str(tmp_path / "mine.sqlite"))  # a fresh cap of its own
+    assert main(["release", str(mine), "--out", str(tmp_path / "c")]) == 2
+    assert "$DPAUDIT_MIX_LEDGER or --ledger" in capsys.readouterr().err
+    assert time.monotonic() - started < 60 and not (tmp_path / "ledger.sqlite").exists()

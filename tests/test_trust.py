@@ -102,7 +102,6 @@ def _lambda_spec(path: Path, problem: str, **keys: object) -> Path:
         "detect": 2.5,  # what 2000 runs catch at this claim
         "chunk_size": 1024,
         "audit_canaries": ["max_clip"],
-        "ledger": str(path.parent / "ledger.json"),
         **keys,
     }
     path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in base.items()))
@@ -127,7 +126,6 @@ def _model_spec(root: Path, data: Path, **keys: object) -> Path:
         "epsilon": 2.0,
         "canaries": 200,
         "detect": 4.0,
-        "ledger": str(root / "ledger.json"),
         **keys,
     }
     spec.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in base.items()))
@@ -146,7 +144,7 @@ def test_lambda_and_model_releases_on_one_manifest_share_one_budget(tmp_path: Pa
     first = _lambda_spec(tmp_path / "first.toml", str(data), budget_epsilon=CAP)
     assert main(["release", str(first), "--out", str(tmp_path / "first")]) == 0
     assert main(["release", str(_model_spec(tmp_path, data)), "--out", str(tmp_path / "model")]) == 0
-    path = tmp_path / "ledger.json"
+    path = tmp_path / "ledger.sqlite"
     datasets, entries = ledger.read_state(path)
     (key,) = datasets
     assert datasets[key].identity == "sensitive" and {e.kind for e in entries} == {"lambda", "model"}
@@ -180,7 +178,7 @@ def test_a_ledger_of_the_earlier_layout_is_migrated_with_its_history(tmp_path: P
     """A v4 entry keyed by the problem's rows keeps counting when the release of the same rows
     now comes keyed by the sensitive data's identity: re-keyed, its cap carried over."""
     prob = random_problem(60, 3, seed=3)
-    path = tmp_path / "ledger.json"
+    path = tmp_path / "ledger.sqlite"
     phase = accounting.GaussianPhase(5.0, 1.0, 10)
     rows = ledger.reserve(
         path,
@@ -283,6 +281,7 @@ def released(tmp_path_factory: pytest.TempPathFactory) -> Path:
     spec = _lambda_spec(folder / "spec.toml", str(folder / "p.npz"), task="t")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(gate, "VERIFY_LEVEL", TINY)
+        patch.setenv("DPAUDIT_MIX_LEDGER", str(folder / "ledger.sqlite"))
         assert main(["release", str(spec), "--out", str(folder / "r")]) == 0
         assert main(["signing-key", "--out", str(folder / "releaser.pem")]) == 0
         assert main(["signing-key", "--out", "/dev/full"]) == 2 and Path("/dev/full").is_char_device()
@@ -301,7 +300,7 @@ def _copy(released: Path, into: Path) -> Path:
 def _check(capsys, manifest: Path, *flags: str, ledger_of: Path | None = None) -> tuple[int, dict, str]:
     """check-release against the ledger that released ``ledger_of`` (default: ``manifest``)."""
     capsys.readouterr()
-    book = (ledger_of or manifest).parent.parent / "ledger.json"
+    book = (ledger_of or manifest).parent.parent / "ledger.sqlite"
     code = main(["check-release", str(manifest), "--ledger", str(book), *flags])
     captured = capsys.readouterr()
     return code, json.loads(captured.out), captured.err
@@ -310,7 +309,11 @@ def _check(capsys, manifest: Path, *flags: str, ledger_of: Path | None = None) -
 def test_an_untouched_release_checks_here_and_on_another_machine(released: Path, tmp_path: Path, monkeypatch, capsys):
     code, found, _ = _check(capsys, released)
     assert code == 0 and found["ok"] and found["checked"][:4] == ["digest", "signature", "files", "ledger"]
-    assert found["checked"][4:] == [*LAMBDA_CHECKS, "problem (its sha256, sources, data digest and identity)"]
+    assert found["checked"][4:] == [
+        "ledger chain",
+        *LAMBDA_CHECKS,
+        "problem (its sha256, sources, data digest and identity)",
+    ]
     manifest = json.loads(released.read_text())
     assert manifest["signature"]["fingerprint"] in (released.parent / "release.md").read_text()
     copy = _copy(released, tmp_path)
@@ -445,7 +448,7 @@ def test_an_accountant_that_under_reports_is_refused_before_the_audit(tmp_path: 
         assert main(["release", str(spec), "--out", str(tmp_path / "liar")]) == 3
         err = capsys.readouterr().err
         assert "REFUSED (verification)" in err and "under-reports" in err and "PLD gives" in err
-        assert ledger.read(tmp_path / "ledger.json") == []
+        assert ledger.read(tmp_path / "ledger.sqlite") == []
         monkeypatch.setattr(lambda_kind, "run_audit", audited)
         spec = _lambda_spec(  # its larger σ leaves 2000 runs catching σ/4 (σ/3 is flagged 0.90 of the time: the edge)
             tmp_path / "careful.toml", str(tmp_path / "p.npz"), task="t", accountant="careful", detect=4.0

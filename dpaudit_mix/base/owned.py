@@ -100,3 +100,21 @@ def folder_lock(out: Path, command: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+@contextmanager
+def claimed(out: Path) -> Iterator[None]:
+    """``out`` claimed by this process alone for as long as the block runs: a lock on the folder
+    itself (no file is left in it), taken at once or refused (exit 2), released when the process
+    ends however it ends. Two releases into one folder: the second is refused, nothing overwritten."""
+    out.mkdir(parents=True, exist_ok=True)
+    require(not out.is_symlink(), f"{out} is a symbolic link; refusing it")
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            require(False, f"{out} is being released into by another command; wait for it, or choose another --out")
+        yield
+    finally:
+        os.close(fd)

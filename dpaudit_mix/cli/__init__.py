@@ -64,6 +64,12 @@ def _say(line: str) -> None:
         print(line, file=sys.stderr)
 
 
+def _noted(exc: BaseException) -> str:
+    """What a failure's notes add to its one line (a release's fault: what stays reserved)."""
+    notes = getattr(exc, "__notes__", None) or []
+    return "".join(f"; {note}" for note in notes)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Every failure ends in one line on stderr and its exit code (see the module docstring)."""
     for text in (sys.stdout, sys.stderr):  # a non-UTF-8 locale must not turn "λ" into a traceback
@@ -77,8 +83,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as exc:
         _say(f"dpaudit-mix: error: {exc}")
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        _say("dpaudit-mix: interrupted; finished chunks and stages are kept: rerun the same command to resume")
+    except KeyboardInterrupt as exc:
+        _say(
+            "dpaudit-mix: interrupted; finished chunks and stages are kept: rerun the same command to resume"
+            + _noted(exc)
+        )
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         _silence_stdout()
@@ -88,10 +97,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f" ({exc.filename})" if exc.filename else ""
         if exc.errno in (errno.ENOSPC, errno.EDQUOT) or exc.filename is None:
             _silence_stdout()
-        _say(f"dpaudit-mix: error: {exc.strerror or exc}{where}; nothing half-written was kept")
+        _say(f"dpaudit-mix: error: {exc.strerror or exc}{where}; nothing half-written was kept{_noted(exc)}")
         return EXIT_BAD_INPUT if exc.errno in PATH_ERRORS and exc.filename else EXIT_FAULT
-    except MemoryError:
-        _say("dpaudit-mix: error: out of memory; ask for fewer runs, examples or steps")
+    except MemoryError as exc:
+        _say("dpaudit-mix: error: out of memory; ask for fewer runs, examples or steps" + _noted(exc))
         return EXIT_FAULT
     except Exception as exc:
         # a user's registered accountant, mechanism, world, network or threshold rule failed: one line

@@ -6,9 +6,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..base.errors import EXIT_INCONCLUSIVE, EXIT_VIOLATION, require
 from .common import Parser, add_json, command, emit, finite
+
+#: the one help text of every --ledger.
+LEDGER_HELP = (
+    "the privacy ledger: a path (an SQLite file) or a URL (sqlite:///PATH, postgresql://user@host:port/db) "
+    "(default: $DPAUDIT_MIX_LEDGER, else ledger.sqlite in the user state folder)"
+)
 
 
 def cmd_release(args: argparse.Namespace) -> int:
@@ -16,7 +23,7 @@ def cmd_release(args: argparse.Namespace) -> int:
 
     out = Path(args.out or Path("reports") / f"release-{Path(args.spec).stem}")
     try:
-        published = release(args.spec, out, noise_multiplier=args.noise_multiplier)
+        published = release(args.spec, out, noise_multiplier=args.noise_multiplier, ledger_path=args.ledger)
     except Refused as refusal:
         note = f"; {refusal.private}" if refusal.private else ""
         print(f"dpaudit-mix: release REFUSED ({refusal.stage}): {refusal.reason}{note}", file=sys.stderr)
@@ -55,33 +62,81 @@ def cmd_signing_key(args: argparse.Namespace) -> None:
     emit({"fingerprint": signing.fingerprint(public), "public_key_pem": signing.public_pem(public)}, None)
 
 
-def cmd_ledger(args: argparse.Namespace) -> None:
-    """``ledger show``: every data set with its cap, δ and ε spent; ``ledger set-budget DATA
-    --epsilon X`` (or ``--no-cap``): the one way to change a cap, logged in the ledger."""
+def cmd_ledger(args: argparse.Namespace) -> int:
+    """The privacy ledger: ``show`` every data set (its cap, δ, ε spent and unit, and the ledger's
+    head); ``set-budget DATA --epsilon X`` (or ``--no-cap``), the one way to change a cap;
+    ``verify`` the chain (exit 3 naming the first row that breaks); ``import FILE`` a JSON ledger
+    of an earlier layout; ``recover FOLDER``, commit a published release whose commit was lost;
+    ``withdraw ID --why TEXT``, a reservation that published nothing; ``trust-key FILE``, another
+    machine's signing key. Each change is a new signed row."""
     from datetime import UTC, datetime
 
     from ..release import ledger
 
-    path = Path(args.ledger) if args.ledger else ledger.default_path()
-    if args.action == "set-budget":
-        require(args.data is not None, "set-budget needs the data set's digest (see `dpaudit-mix ledger show`)")
+    where = ledger.location(args.ledger)
+    action, target = args.action, args.target
+    needs = {
+        "set-budget": "DATA (see `dpaudit-mix ledger show`)",
+        "import": "FILE",
+        "recover": "FOLDER",
+        "withdraw": "ID",
+        "trust-key": "FILE",
+    }
+    require(action not in needs or target is not None, f"ledger {action} needs {needs.get(action)}")
+    if action == "verify":
+        walked, broken = ledger.verify_chain(where)
+        emit(
+            {
+                "ledger": where.shown,
+                "rows": walked,
+                "intact": broken is None,
+                "broken": None if broken is None else {"row": broken.seq, "why": broken.why},
+            },
+            None,
+        )
+        if broken is not None:
+            print(f"dpaudit-mix: ledger verify FAILED at {broken.line()}", file=sys.stderr)
+            return EXIT_VIOLATION
+        print(f"dpaudit-mix: ledger {where.shown}: {walked} rows, intact", file=sys.stderr)
+        return 0
+    if action == "set-budget":
         require((args.epsilon is not None) != args.no_cap, "give --epsilon X or --no-cap, one of them")
         stamp = datetime.now(UTC).isoformat(timespec="seconds")
-        ledger.set_budget(path, args.data, None if args.no_cap else args.epsilon, stamp)
-    datasets, entries = ledger.read_state(path)
-    shown = {
+        ledger.set_budget(where, target, None if args.no_cap else args.epsilon, stamp)
+    elif action == "import":
+        count = ledger.import_json(where, Path(target))
+        print(f"dpaudit-mix: imported {count} releases from {target} into {where.shown}", file=sys.stderr)
+    elif action == "recover":
+        done = ledger.recover(where, Path(target))
+        print(f"dpaudit-mix: committed reservation {done}, the release {target} holds", file=sys.stderr)
+    elif action == "withdraw":
+        require(bool(args.why), "ledger withdraw needs --why TEXT (it is recorded, signed)")
+        ledger.withdraw(where, target, args.why)
+    elif action == "trust-key":
+        fingerprint = ledger.trust_key(where, Path(target))
+        print(f"dpaudit-mix: the ledger {where.shown} now trusts {fingerprint}", file=sys.stderr)
+    emit(_shown(ledger, where), None)
+    return 0
+
+
+def _shown(ledger: Any, where: Any) -> dict[str, Any]:
+    """What ``ledger show`` prints: the ledger (no password) and its head, and each data set."""
+    now = ledger.state(where)
+    head = None if now.head is None else {"row": now.head.seq, "sha256": now.head.sha256}
+    datasets = {
         key: {
             **fixed.to_dict(),
             "keyed_by": {"sensitive": "the sensitive data's identity", "rows": "the problem's rows"}.get(
                 fixed.identity, "an earlier ledger layout's key (migrated by the next release on this data)"
             ),
-            "spent_epsilon": ledger.spent(entries, key, problem_sha256="", delta=fixed.delta),
-            "releases": sum(e.data_sha256 == key for e in entries),
-            "kinds": sorted({e.kind or "unknown" for e in entries if e.data_sha256 == key}),
+            "spent_epsilon": ledger.spent(now.entries, key, problem_sha256="", delta=fixed.delta),
+            "releases": sum(e.data_sha256 == key for e in now.entries),
+            "open_reservations": [e.id for e in now.entries if e.data_sha256 == key and e.status == "reserved"],
+            "kinds": sorted({e.kind or "unknown" for e in now.entries if e.data_sha256 == key}),
         }
-        for key, fixed in datasets.items()
+        for key, fixed in now.datasets.items()
     }
-    emit({"ledger": str(path), "datasets": shown}, None)
+    return {"ledger": where.shown, "head": head, "trusted_keys": sorted(now.trusted), "datasets": datasets}
 
 
 def commands(sub: argparse._SubParsersAction[Parser]) -> None:
@@ -101,6 +156,7 @@ def commands(sub: argparse._SubParsersAction[Parser]) -> None:
         help="run a sigma at least the calibrated one (more noise than the claim needs); a smaller one is "
         "refused (exit 3): `audit --noise-multiplier` simulates a leak",
     )
+    release_cmd.add_argument("--ledger", help=LEDGER_HELP)
     release_cmd.set_defaults(func=cmd_release)
 
     check = command(
@@ -117,9 +173,7 @@ def commands(sub: argparse._SubParsersAction[Parser]) -> None:
         help="the releaser's public key (PEM, from `dpaudit-mix signing-key`; default: this machine's own key; "
         "with neither, a signer not known here is exit 4)",
     )
-    check.add_argument(
-        "--ledger", help="the ledger that released it (default: $DPAUDIT_MIX_LEDGER, else the user state folder)"
-    )
+    check.add_argument("--ledger", help=LEDGER_HELP)
     check.set_defaults(func=cmd_check_release)
 
     key = command(
@@ -134,17 +188,28 @@ def commands(sub: argparse._SubParsersAction[Parser]) -> None:
     book = command(
         sub,
         "ledger",
-        "the privacy ledger: show each data set's cap and spend, or change a cap",
+        "the privacy ledger: show, verify, change a cap, import, recover, withdraw, trust a key",
         "dpaudit-mix ledger show",
+        "dpaudit-mix ledger verify --ledger postgresql://dp@127.0.0.1:5432/ledger",
         "dpaudit-mix ledger set-budget 3f9a2c1e --epsilon 8",
+        "dpaudit-mix ledger import ledger.json",
+        "dpaudit-mix ledger withdraw 0f3c9e2a --why 'the machine lost power before the audit'",
+        "dpaudit-mix ledger trust-key other-machine.pem",
     )
     book.add_argument(
-        "action", choices=("show", "set-budget"), help="show every data set, or set-budget of one (with DATA)"
+        "action",
+        choices=("show", "verify", "set-budget", "import", "recover", "withdraw", "trust-key"),
+        help="show every data set; verify the chain (exit 3 at the first broken row); set-budget DATA; import "
+        "FILE (a JSON ledger); recover FOLDER (a published release's lost commit); withdraw ID (a reservation that "
+        "published nothing); trust-key FILE (another machine's public key)",
     )
-    book.add_argument("data", nargs="?", help="set-budget: the data set's digest (8+ characters of it)")
+    book.add_argument(
+        "target", nargs="?", help="the data set's digest (8+ characters), the file, the folder or the reservation id"
+    )
     book.add_argument("--epsilon", type=finite, help="set-budget: the new cap on the data set's epsilon (in nats)")
     book.add_argument("--no-cap", action="store_true", help="set-budget: remove the cap")
-    book.add_argument("--ledger", help="the ledger file (default: $DPAUDIT_MIX_LEDGER, else the user state folder)")
+    book.add_argument("--why", help="withdraw: why the reservation published nothing (recorded in its row)")
+    book.add_argument("--ledger", help=LEDGER_HELP)
     book.set_defaults(func=cmd_ledger)
 
     for p in (release_cmd, check):

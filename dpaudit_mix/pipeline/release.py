@@ -51,6 +51,7 @@ from ..release.manifest import public_path
 from ..release.model_card import write_model_card
 from ..release.model_manifest import MODEL_FILE, ModelClaim, ModelManifest, composed_epsilon
 from ..release.refused import Refused
+from ..release.spec import check_no_ledger
 from ..verification.parts import OPACUS
 from .methods import Mixture, mix_epsilon, mixing_phase
 from .run import ImageTrack, build_world, image_track
@@ -75,10 +76,11 @@ class ModelReleaseSpec:
     canaries: int | None = None
     confidence: float = 0.95
     budget_epsilon: float | None = None  # the data's cap, fixed in the ledger by its first release
-    ledger: str = ""  # default: $DPAUDIT_MIX_LEDGER, else ~/.local/state/dpaudit-mix/ledger.json
+    ledger: str = ""  # refused: the budget lives where the machine or team keeps it, not where a spec points
 
     def __post_init__(self) -> None:
         check_fields(self)
+        check_no_ledger(self.ledger)
         require(bool(self.pipeline), 'a model release names its pipeline spec: pipeline = "pipeline/....toml"')
         accounting.check_epsilon(self.epsilon)
         check_detect(self.detect)
@@ -374,7 +376,7 @@ class ModelKind:
             before=(claim.mixture_phase,) if claim.mixture_phase else (),
             parts=ready.parts,
         )
-        return kinds.Prepared(charge, ready.data, spec.ledger, None, (ready, sized, checked_accountant))
+        return kinds.Prepared(charge, ready.data, None, (ready, sized, checked_accountant))
 
     def work(self, prepared: kinds.Prepared, work: kinds.Work) -> ModelManifest:
         """Verify, train once with canaries, audit that run: the manifest (the module's order)."""

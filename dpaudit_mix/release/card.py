@@ -19,8 +19,15 @@ def provenance(manifest: dict[str, Any], fingerprint: str) -> str:
     from another release names another id, and the fingerprint is the key to check it with."""
     data = manifest["data"]
     what = "its sensitive data's identity" if data["identity"] == "sensitive" else "the problem's rows (no identity)"
+    charged = manifest.get("ledger") or {}
+    head = charged.get("head") or {}
+    on = (
+        f" Charged on the ledger {charged['url']} at row {head['row']} ({head['sha256'][:16]}…)."
+        if charged and head
+        else ""
+    )
     return (
-        f"Release {manifest['release_id']}; data set {data['sha256'][:16]}… (the ledger's key: {what}). "
+        f"Release {manifest['release_id']}; data set {data['sha256'][:16]}… (the ledger's key: {what}).{on} "
         f"release.json, this card and its figures are signed by the Ed25519 key {fingerprint}: "
         "`dpaudit-mix check-release release.json --public-key KEY` verifies them."
     )

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..base.atomic import check_output, write_json
 from ..base.errors import EXIT_BAD_INPUT, InputError, require
+from ..base.owned import claimed
 from ..base.specfile import read_spec_bytes
 from ..verification.checks import QUICK
 from ..verification.suite import Verification, verify
@@ -30,6 +31,7 @@ from .card import CARD
 from .check import MODEL_FILES, check_manifest
 from .kinds import RELEASE_KINDS, Prepared, ReleaseKind, Work, now, register_release_kind, spec_kind
 from .lambda_kind import LambdaKind
+from .ledger_store import Location
 from .manifest import Budget, Digested, Publication, public_path, published_files
 from .publication import Trust
 from .published import Published
@@ -55,50 +57,60 @@ def _released(
     spec_bytes: bytes,
     *,
     out: Path,
-    ledger_path: Path | None,
+    where: Location,
     noise_multiplier: float | None,
     progress: bool,
 ) -> Digested:
     """The protocol (the module's order) for one ``kind``: its manifest, published."""
     prepared: Prepared = kind.prepare(spec_path, spec_bytes, out, noise_multiplier=noise_multiplier, progress=progress)
-    path = ledger_path or (Path(prepared.ledger) if prepared.ledger else ledger.default_path())
-    check_published_folder(out, path)
-    reservation = reserve(path, **prepared.charge.request(), timestamp=now())
+    reservation = reserve(where, **prepared.charge.request(), timestamp=now(), out=str(out.resolve()))
     try:
-        work = Work(
-            out,
-            progress,
-            reserved_budget(path, reservation),
-            Publication(reservation, dict(prepared.data)),
-            lambda: _verified(kind, progress),
+        charged = ledger.charged_on(where, reservation)
+        publication = Publication(
+            reservation, dict(prepared.data), ledger={"url": where.public, "head": charged.to_dict()}
         )
+        work = Work(out, progress, reserved_budget(where, reservation), publication, lambda: _verified(kind, progress))
         manifest = signed_and_checked(
             kind.work(prepared, work),
             out,
             files=kind.files,
-            ledger_path=path,
+            where=where,
             reservation=reservation,
             problem=prepared.problem,
         )
     except BaseException as exc:
         for name in kind.files:  # the card and the weights go out with their manifest, or not at all
             (out / name).unlink(missing_ok=True)
-        if isinstance(exc, (Refused, InputError)):
-            ledger.withdraw(path, reservation)  # refused: nothing published, nothing spent
-        raise  # a crash leaves the reservation counted (the private work may have run)
-    # Only now is the release published; a crash before the commit leaves the reservation counted.
+        if isinstance(exc, (Refused, InputError)):  # refused: nothing published, nothing spent
+            stage = exc.stage if isinstance(exc, Refused) else "input"
+            ledger.withdraw(where, reservation, f"refused at its {stage} stage: nothing was published")
+        else:  # a fault: the private work may have run, so the reservation stays counted
+            exc.add_note(
+                f"reservation {reservation} stays counted on the ledger; nothing was published: "
+                f"`dpaudit-mix ledger withdraw {reservation} --why TEXT` clears it"
+            )
+        raise
+    # Only now is the release published; a crash before the commit leaves the reservation counted,
+    # and the next release into this folder (or `dpaudit-mix ledger recover`) commits it.
     write_json(out / "release.json", manifest.to_dict())
-    ledger.commit(path, reservation, manifest.digest, manifest.budget.spent_epsilon)
+    try:
+        ledger.commit(where, reservation, manifest.digest, manifest.budget.spent_epsilon)
+    except BaseException as exc:
+        exc.add_note(
+            f"the release is published ({out / 'release.json'}) but its commit was lost: "
+            f"`dpaudit-mix ledger recover {out}` commits it (its reservation {reservation} counts until then)"
+        )
+        raise
     return manifest
 
 
-def reserved_budget(ledger_path: Path, reservation: str) -> Budget:
+def reserved_budget(where: Location, reservation: str) -> Budget:
     """What the ledger says of the data with this reservation counted (the manifest says it):
-    recorded by the reservation under the lock where the data has a cap, else composed now."""
-    entry = ledger.entry(ledger_path, reservation)
+    recorded by the reservation where the data has a cap, else composed now."""
+    entry = ledger.entry(where, reservation)
     if entry.spent_epsilon is not None:
         return Budget(entry.spent_epsilon, entry.budget_epsilon, entry.delta)
-    spent, cap, delta = ledger.standing(ledger_path, entry.data_sha256, entry.problem_sha256)
+    spent, cap, delta = ledger.standing(where, entry.data_sha256, entry.problem_sha256)
     return Budget(spent, cap, delta)
 
 
@@ -107,7 +119,7 @@ def signed_and_checked(
     out: Path,
     *,
     files: tuple[str, ...],
-    ledger_path: Path,
+    where: Location,
     reservation: str,
     problem: bytes | None = None,
 ) -> Any:
@@ -116,38 +128,55 @@ def signed_and_checked(
     what check-release would reject."""
     listed = replace(manifest, publication=replace(manifest.publication, files=published_files(out, files)))
     signed = replace(listed, publication=replace(listed.publication, signature=signing.sign(listed.to_dict())))
-    trusted = Trust(signing.local_public_key(), "this machine's key", ledger_path, True, reservation)
+    trusted = Trust(signing.local_public_key(), "this machine's key", where, True, reservation)
     found = check_manifest(signed.to_dict(), out, problem, trusted)
     if found.problems:
         raise Refused("check", "the manifest fails check-release: " + "; ".join(found.problems))
     return signed
 
 
-def reserve(ledger_path: Path, **request: Any) -> str:
+def reserve(where: Location, **request: Any) -> str:
     """:func:`.ledger.reserve` with its refusals as a release's: over budget, or a cap or δ that
     is not the data's, is :class:`Refused` at the budget stage (nothing written)."""
     try:
-        return ledger.reserve(ledger_path, **request)
+        return ledger.reserve(where, **request)
     except ledger.OverBudget as over:
         raise Refused(
             "budget",
             f"this release would bring the epsilon spent on this data from {over.before:.4g} "
             f"to {over.after:.4g} (PLD, delta {request['delta']:g}), over its budget_epsilon {over.budget:g}",
-            private=f"the ledger is {ledger_path}",
+            private=f"the ledger is {where.shown}",
         ) from None
     except ledger.Conflict as conflict:
-        raise Refused("budget", str(conflict), private=f"the ledger is {ledger_path}") from None
+        raise Refused("budget", str(conflict), private=f"the ledger is {where.shown}") from None
 
 
-def check_published_folder(out: Path, ledger_path: Path | None) -> None:
-    """``out`` is published whole: never the folder that holds the signing key or a ledger (the
+def check_published_folder(out: Path, where: Location) -> None:
+    """``out`` is published whole: never the folder that holds the signing key or the ledger (the
     user state folder by default), nor one that holds a file of their names (one InputError)."""
-    for private in (signing.key_path(), ledger.default_path(), *(() if ledger_path is None else (ledger_path,))):
+    for private in (signing.key_path(), *(() if where.path is None else (where.path,))):
         require(
             out.resolve() != private.parent.resolve() and not (out / private.name).exists(),
             f"--out {out} is the folder of {private} (or holds a file of its name): a release folder is "
             "published whole; choose another --out",
         )
+
+
+def _published_already(out: Path, where: Location) -> None:
+    """A folder that holds a release.json is never released into again; where the ledger still
+    holds that release's reservation open (its commit was lost to a crash), it is committed now."""
+    if not (out / "release.json").exists():
+        return
+    note = ""
+    try:
+        recovered = ledger.recover(where, out)
+        note = f" (its lost commit was recovered: reservation {recovered} is committed now)"
+    except InputError:
+        pass  # committed already, or not this ledger's: nothing to recover here
+    raise InputError(
+        f"{out} already holds a published release (release.json){note}; a release is never overwritten: "
+        "choose another --out"
+    )
 
 
 def release(
@@ -156,36 +185,42 @@ def release(
     *,
     noise_multiplier: float | None = None,
     progress: bool = True,
-    ledger_path: Path | None = None,
+    ledger_path: str | Path | None = None,
 ) -> Published:
     """Run the gate and publish; on refusal write ``out/refused.json`` and raise :class:`Refused`.
     A spec that names a pipeline releases a model (the ``model`` kind), any other λ.
 
     A folder that already holds a published release is refused up front (a release is never
     overwritten); what an unfinished earlier run left (a card without release.json, a refusal)
-    is replaced only by this run's own outcome. ``ledger_path`` overrides the spec's ``ledger``
-    (and the default :func:`.ledger.default_path`).
+    is replaced only by this run's own outcome. ``ledger_path``: the ledger (a path or a URL;
+    default ``$DPAUDIT_MIX_LEDGER``, else the user state folder's), never a spec's.
     """
     spec_path = Path(spec_path)
+    where = ledger.location(ledger_path)
     check_output(out, folder=True)
+    if out.exists():
+        _published_already(out, where)
+    check_published_folder(out, where)
+    unimported = ledger.unimported_json(where)
     require(
-        not (out / "release.json").exists(),
-        f"{out} already holds a published release (release.json); a release is never overwritten: choose another --out",
+        unimported is None,
+        f"the machine's earlier JSON ledger {unimported} is not in the ledger {where.shown}: import it once "
+        f"(`dpaudit-mix ledger import {unimported}`), so its releases keep counting",
     )
-    check_published_folder(out, ledger_path)
     try:
-        signing.signing_key()  # a key others can read, or a corrupt one, refuses before any work
-        spec_bytes = read_spec_bytes(spec_path)
-        kind = RELEASE_KINDS.get(spec_kind(spec_path, spec_bytes))
-        manifest = _released(
-            kind,
-            spec_path,
-            spec_bytes,
-            out=out,
-            ledger_path=ledger_path,
-            noise_multiplier=noise_multiplier,
-            progress=progress,
-        )
+        with claimed(out):  # two releases into one --out: the second is refused
+            signing.signing_key()  # a key others can read, or a corrupt one, refuses before any work
+            spec_bytes = read_spec_bytes(spec_path)
+            kind = RELEASE_KINDS.get(spec_kind(spec_path, spec_bytes))
+            manifest = _released(
+                kind,
+                spec_path,
+                spec_bytes,
+                out=out,
+                where=where,
+                noise_multiplier=noise_multiplier,
+                progress=progress,
+            )
     except (Refused, InputError) as exc:
         refusal = exc if isinstance(exc, Refused) else Refused("input", str(exc), exit_code=EXIT_BAD_INPUT)
         for name in {*CARD, *MODEL_FILES}:  # nor what an unfinished earlier run of either kind left

@@ -59,12 +59,11 @@ class Charge:
 @dataclass(frozen=True)
 class Prepared:
     """A release fixed before anything is spent: its charge, the data its publication names, the
-    spec's ledger ("" for the default), the problem bytes check-release rebuilds from (None where
-    it rebuilds from the spec), and the kind's own state for its work."""
+    problem bytes check-release rebuilds from (None where it rebuilds from the spec), and the
+    kind's own state for its work."""
 
     charge: Charge
     data: dict[str, str]
-    ledger: str
     problem: bytes | None
     state: Any
 

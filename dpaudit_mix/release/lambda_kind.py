@@ -65,11 +65,10 @@ def _problem_bytes(spec: ReleaseSpec, out: Path) -> tuple[str, bytes]:
     return public_path(path, out), problem_io.read_bytes(path)
 
 
-def _public_spec(spec: ReleaseSpec, problem: str, out: Path) -> dict[str, Any]:
-    """The spec as the manifest publishes it: its paths as :func:`public_path` gives them (the
+def _public_spec(spec: ReleaseSpec, problem: str) -> dict[str, Any]:
+    """The spec as the manifest publishes it: its problem as :func:`public_path` gives it (the
     spec's exact bytes are bound by ``inputs.spec_sha256``)."""
-    ledger_name = public_path(Path(spec.ledger), out) if spec.ledger else ""
-    return {**asdict(spec), "problem": problem, "ledger": ledger_name}
+    return {**asdict(spec), "problem": problem}
 
 
 def work_folder(inputs: dict[str, str]) -> Path:
@@ -117,7 +116,7 @@ def _checked_release(fixed: _Fixed, work: Work) -> Manifest:
         task=prob.task,
         claim=_claim(spec, phase, fixed.calibrated),
         inputs=inputs,
-        spec=_public_spec(spec, inputs["problem"], out),
+        spec=_public_spec(spec, inputs["problem"]),
         verification={**verification_record(verification), "accountant_check": fixed.accountant_check},
         audit=audit_record(audit, spec, prob, fixed.sized),
         budget=work.budget,
@@ -215,7 +214,7 @@ class LambdaKind:
             aliases=budget_aliases(prob, key),
         )
         fixed = _Fixed(spec, prob, inputs, audited, phase, calibrated, checked_accountant, sized)
-        return Prepared(charge, {"sha256": key, "identity": identity}, spec.ledger, content, fixed)
+        return Prepared(charge, {"sha256": key, "identity": identity}, content, fixed)
 
     def work(self, prepared: Prepared, work: Work) -> Manifest:
         return _checked_release(prepared.state, work)

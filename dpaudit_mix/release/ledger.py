@@ -1,174 +1,79 @@
 """The privacy-budget ledger: every release on one sensitive data set, composed in the PLD accountant.
 
 Releasing twice on the same data spends budget twice, so the ledger keys releases by the data
-they spend: the identity of the sensitive data set (:mod:`..identity`), one key for λ and model
-releases alike; a problem that does not know where it came from falls back to the digest of its
-rows. Each entry records what every phase spent on which part of the data (all of it, or one
+they spend: the identity of the sensitive data set (:mod:`..base.identity`), one key for λ and
+model releases alike; a problem that does not know where it came from falls back to the digest of
+its rows. Each entry records what every phase spent on which part of the data (all of it, or one
 side of a partition, such as the pipeline's split A and split B), so that phases on disjoint
 parts compose in parallel (the worst part) and everything on one part sequentially (PLD), at the
-data's δ: the remaining budget is the cap minus exactly what the releases compose to, never
-less than any one release's own claim.
+data's δ: the remaining budget is the cap minus exactly what the releases compose to, never less
+than any one release's own claim.
 
-The ledger is a critical section (docs/concepts/release.md). :func:`reserve` checks the budget and appends a
-*reservation* under an exclusive lock, before verification starts; :func:`commit` turns it into
-the release's entry (with its manifest's digest), :func:`withdraw` removes it after a refusal. A
-crash leaves the reservation standing: the budget is over-counted, never under-counted, and two
-releases started together serialise on the lock and cannot spend one budget twice.
+The ledger is a database (:mod:`.ledger_store`: SQLite by default, PostgreSQL for a team), whose
+rows are an append-only, signed hash chain (:mod:`.ledger_chain`). :func:`reserve` checks the
+budget and appends a *reservation* in one serialised transaction, before verification starts;
+:func:`commit` appends the release's commit (with its manifest's digest), :func:`withdraw` a
+withdrawal with its reason. A crash leaves the reservation standing: the budget is over-counted,
+never under-counted, until :func:`recover` commits a release that was published, or
+:func:`withdraw` withdraws one that published nothing. Two releases started together serialise
+on the ledger's write lock and cannot spend one budget twice. Only the gate's protocol
+(:mod:`.gate`) reserves, commits and withdraws for a release.
 
-A ledger that cannot be read (truncated, not JSON, an entry failing its checks) refuses with the
-entry it stopped at; it never reads as empty. Its lock file records the sha256 of the ledger as
-last written here, so a ledger deleted, emptied or edited behind the package's back refuses too
-(an operator who means it deletes the lock file). Symlinks are resolved, so a shared ledger is
-written through, never replaced. A ledger of an earlier layout (v1–v4: entries keyed by a
-problem's bytes or rows, a model's by its cut images) is read as it is and migrated by the next
-release whose data it recognises: that release's older digests (``aliases``) name the entries
-and caps to carry over to the data's identity, history kept.
+A JSON ledger of an earlier layout (v1–v5) is imported once (:func:`import_json`), its history
+kept in the import row; the releases of an earlier layout that keyed data by a problem's bytes or
+rows are carried to the data's identity by the next reservation that names those keys
+(``aliases``), history kept.
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
+import contextlib
 import math
-import os
-import stat
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import asdict, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from .. import accounting
-from ..base.atomic import write_bytes
+from ..base import strict_json
+from ..base.atomic import write_json
 from ..base.cache import sha256_bytes, user_state_dir
 from ..base.errors import InputError, require
 from ..base.identity import ALL, is_part
-from .ledger_records import FORMAT, IDENTITIES, MAX_PARTITIONS, STATUSES, Conflict, Dataset, Entry, parse
-from .ledger_spend import Charge, composed, spent
+from . import signing
+from .ledger_chain import Broken, Row, State, entry_body, fold, signed_row, trust_body, verify
+from .ledger_records import IDENTITIES, Conflict, Dataset, Entry, parse
+from .ledger_spend import spent
+from .ledger_store import Location, Store, location
 
 __all__ = [
-    "FORMAT",
-    "IDENTITIES",
-    "MAX_PARTITIONS",
-    "STATUSES",
-    "Charge",
     "Conflict",
     "Dataset",
     "Entry",
+    "Head",
     "OverBudget",
+    "charged_on",
     "commit",
-    "composed",
-    "default_path",
     "entry",
+    "head",
+    "import_json",
+    "location",
     "read",
     "read_state",
+    "recover",
     "reserve",
+    "row_sha256",
     "set_budget",
     "spent",
     "standing",
+    "state",
+    "trust_key",
+    "unimported_json",
+    "verify_chain",
     "withdraw",
 ]
-
-
-def default_path() -> Path:
-    """``$DPAUDIT_MIX_LEDGER``, else ``ledger.json`` in the user state folder: one ledger for every
-    release on this machine, wherever its ``--out`` is."""
-    if os.environ.get("DPAUDIT_MIX_LEDGER"):
-        return Path(os.environ["DPAUDIT_MIX_LEDGER"])
-    return user_state_dir() / "ledger.json"
-
-
-def _real(path: Path) -> Path:
-    """The file a (possibly symlinked) ledger path names, so writes go through the link."""
-    return Path(os.path.realpath(path))
-
-
-def _recorded(lock: Path) -> str:
-    """The sha256 of the ledger as last written here ("" where it never was)."""
-    try:
-        return lock.read_text(encoding="utf-8").strip() if lock.is_file() else ""
-    except (OSError, UnicodeDecodeError):
-        return "unreadable"
-
-
-def read(path: Path) -> list[Entry]:
-    """The ledger's entries, checked ([] only where no ledger has ever been written)."""
-    return read_state(path)[1]
-
-
-def _check_path(path: Path, real: Path) -> None:
-    """The ledger and its lock are regular files (or absent) in a folder: never a FIFO that blocks
-    the open, a device that reads without end (/dev/full), or a folder."""
-    for target in (real, _lock_path(real)):
-        if target.exists():
-            require(
-                stat.S_ISREG(target.stat().st_mode),
-                f"the privacy ledger {path}: {target} is not a regular file (a device, FIFO or folder); refusing it",
-            )
-    parent = next(p for p in (real.parent, *real.parent.parents) if p.exists())
-    require(parent.is_dir(), f"the privacy ledger {path}: {parent} is not a folder")
-
-
-def read_state(path: Path) -> tuple[dict[str, Dataset], list[Entry]]:
-    """The ledger's data sets and entries, checked (empty only where no ledger was ever written)."""
-    real = _real(path)
-    _check_path(path, real)
-    lock = _lock_path(real)
-    recorded = _recorded(lock)
-    if not real.exists():
-        require(
-            not recorded,
-            f"the privacy ledger {path} is missing but its lock file {lock} shows it was written; "
-            "restore it (a deleted ledger is not 'nothing spent')",
-        )
-        return {}, []
-    try:
-        content = real.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read the privacy ledger {path}: {exc.strerror or exc}") from None
-    require(
-        not recorded or recorded == sha256_bytes(content),
-        f"the privacy ledger {path} was changed outside dpaudit-mix (its sha256 is not the one recorded in "
-        f"{lock}); restore it, or delete the lock file to accept it as it is",
-    )
-    try:
-        text = content.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"cannot read the privacy ledger {path}: {exc}") from None
-    return parse(path, text)
-
-
-def _lock_path(real: Path) -> Path:
-    return real.with_name(real.name + ".lock")
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[Path]:
-    """The real ledger path, held under an exclusive lock beside it (the lock file is never removed)."""
-    real = _real(path)
-    _check_path(path, real)
-    try:
-        real.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(_lock_path(real), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
-    except OSError as exc:
-        raise InputError(f"cannot use the privacy ledger {path}: {exc.strerror or exc}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield real
-    finally:
-        os.close(fd)  # releases the lock (so does the death of the process)
-
-
-def _write(real: Path, entries: list[Entry], datasets: dict[str, Dataset]) -> None:
-    """The ledger, then its digest in the lock file (a crash between the two refuses: fails closed)."""
-    body = {
-        "format": FORMAT,
-        "datasets": {key: d.to_dict() for key, d in datasets.items()},
-        "releases": [asdict(e) for e in entries],
-    }
-    content = (json.dumps(body, indent=2) + "\n").encode()
-    write_bytes(real, content)
-    _lock_path(real).write_text(sha256_bytes(content) + "\n", encoding="utf-8")
 
 
 class OverBudget(Exception):
@@ -179,23 +84,147 @@ class OverBudget(Exception):
         self.before, self.after, self.budget = before, after, budget
 
 
+@dataclass(frozen=True)
+class Head:
+    """A row of the chain, as a manifest records it: its number and its sha256."""
+
+    row: int
+    sha256: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"row": self.row, "sha256": self.sha256}
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _where(ledger: str | Path | Location | None) -> Location:
+    return ledger if isinstance(ledger, Location) else location(ledger)
+
+
+def state(ledger: str | Path | Location | None = None) -> State:
+    """The ledger's state: its rows folded (empty where it was never written)."""
+    return fold(Store(_where(ledger)).rows())
+
+
+def read_state(ledger: str | Path | Location | None = None) -> tuple[dict[str, Dataset], list[Entry]]:
+    """The ledger's data sets and its releases and open reservations."""
+    found = state(ledger)
+    return found.datasets, found.entries
+
+
+def read(ledger: str | Path | Location | None = None) -> list[Entry]:
+    """The ledger's releases and open reservations."""
+    return state(ledger).entries
+
+
+def head(ledger: str | Path | Location | None = None) -> Head | None:
+    """The chain's last row (None: an empty ledger)."""
+    rows = Store(_where(ledger)).rows()
+    return Head(rows[-1].seq, rows[-1].sha256) if rows else None
+
+
+def charged_on(ledger: str | Path | Location | None, reservation: str) -> Head:
+    """The row that reserved ``reservation``: the history a release was charged on, which its
+    manifest records and check-release finds again in the chain."""
+    for row in Store(_where(ledger)).rows():
+        if row.kind == "reserve" and row.body.get("entry", {}).get("id") == reservation:
+            return Head(row.seq, row.sha256)
+    raise InputError(f"the ledger {_where(ledger).shown} holds no reservation {reservation!r}")
+
+
+def row_sha256(ledger: str | Path | Location | None, seq: int) -> str | None:
+    """The sha256 of row ``seq`` (None: no such row)."""
+    rows = Store(_where(ledger)).rows()
+    return rows[seq - 1].sha256 if 1 <= seq <= len(rows) and rows[seq - 1].seq == seq else None
+
+
+def verify_chain(ledger: str | Path | Location | None = None, *, spends: bool = True) -> tuple[int, Broken | None]:
+    """The rows walked (:func:`.ledger_chain.verify`): how many, and the first that breaks (None:
+    intact). A chain cut short verifies on its own, so the last row this machine wrote or saw
+    intact (kept in its state folder) must still be there: a deleted newest row breaks too."""
+    where = _where(ledger)
+    rows = Store(where).rows()
+    broken = verify(rows, spends=spends)
+    seen = _seen_heads().get(where.shown)
+    if broken is None and isinstance(seen, dict) and isinstance(seen.get("row"), int) and seen["row"] >= 1:
+        row = seen["row"]
+        if len(rows) < row or rows[row - 1].sha256 != seen.get("sha256"):
+            broken = Broken(
+                row, "this machine wrote or saw it, and the ledger no longer holds it (deleted or rewritten)"
+            )
+    if broken is None and rows:
+        _remember(where, rows[-1])
+    return len(rows), broken
+
+
+def _heads_path() -> Path:
+    return user_state_dir() / "ledger-heads.json"
+
+
+def _seen_heads() -> dict[str, Any]:
+    """The last row this machine wrote or verified, per ledger (a file in its state folder)."""
+    try:
+        found = strict_json.loads(_heads_path().read_bytes(), str(_heads_path()))
+    except (OSError, InputError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _remember(where: Location, row: Row) -> None:
+    """Keep ``row`` as the last one this machine saw of this ledger (best effort: an unwritable
+    state folder only loses the check of a deleted newest row)."""
+    heads = {**_seen_heads(), where.shown: {"row": row.seq, "sha256": row.sha256}}
+    with contextlib.suppress(OSError):
+        write_json(_heads_path(), heads)
+
+
+Change = tuple[str, str, dict[str, Any]]  # (dataset, kind, body) of a row to append
+
+
+def _append(ledger: str | Path | Location | None, change: Callable[[State], list[Change]]) -> list[Row]:
+    """Append the rows ``change`` makes of the ledger's state, in its one write transaction, signed
+    by this machine's key: the first row of a new ledger trusts that key; a ledger that does not
+    trust it refuses, naming how to be trusted."""
+    where = _where(ledger)
+    key = signing.signing_key()
+    mine = signing.fingerprint(key.public_key())
+    store = Store(where)
+    with store.writing() as connection:
+        rows = store.rows(connection)
+        current = fold(rows)
+        new: list[Change] = [] if rows else [("", "trust-key", trust_body(key.public_key(), _now()))]
+        if rows:
+            require(
+                mine in current.trusted,
+                f"the ledger {where.shown} does not trust this machine's signing key ({mine}): on a machine "
+                "it trusts, run `dpaudit-mix ledger trust-key FILE`, FILE from this machine's "
+                "`dpaudit-mix signing-key --out FILE`",
+            )
+        new += change(current)
+        written: list[Row] = []
+        prev, seq = (rows[-1].sha256, rows[-1].seq) if rows else ("0" * 64, 0)
+        for dataset, kind, body in new:
+            seq += 1
+            row = signed_row(seq, dataset, kind, body, prev, key)
+            store.append(connection, row)
+            written.append(row)
+            prev = row.sha256
+    if written:
+        _remember(where, written[-1])
+    return written
+
+
 def _merged(
-    datasets: dict[str, Dataset],
-    entries: list[Entry],
-    key: str,
-    problem_sha256: str,
-    aliases: tuple[str, ...],
-) -> tuple[Dataset | None, dict[str, Dataset], list[Entry]]:
+    datasets: dict[str, Dataset], entries: list[Entry], key: str, problem_sha256: str, aliases: tuple[str, ...]
+) -> Dataset | None:
     """The data set ``key`` with what an earlier layout recorded for the same data under
-    ``aliases`` (or, v1, the problem file's bytes) carried over: those entries re-keyed, their
-    caps merged (the smallest holds; δ must agree), the old keys kept in ``aliases``."""
+    ``aliases``: their caps merged (the smallest holds; δ must agree), the old keys kept in its
+    ``aliases`` (the entries follow in the fold)."""
     found = [k for k in (key, *aliases) if k in datasets]
-    carried = [
-        replace(e, data_sha256=key) if e.on(key, problem_sha256, aliases) and e.data_sha256 != key else e
-        for e in entries
-    ]
     if not found:
-        return None, datasets, carried
+        return None
     olds = [datasets[k] for k in found]
     deltas = {d.delta for d in olds}
     if len(deltas) > 1:
@@ -204,17 +233,14 @@ def _merged(
             f"{', '.join(k[:16] for k in found)}; compose them by hand and keep one (`dpaudit-mix ledger show`)"
         )
     caps = [d.budget_epsilon for d in olds if d.budget_epsilon is not None]
-    since = min(d.since for d in olds)
-    merged = Dataset(
+    return Dataset(
         min(caps) if caps else None,
         olds[0].delta,
-        since,
+        min(d.since for d in olds),
         tuple(c for d in olds for c in d.changes),
         datasets[key].identity if key in datasets else "",
         tuple(dict.fromkeys((*(a for d in olds for a in d.aliases), *(k for k in found if k != key)))),
     )
-    rest = {k: d for k, d in datasets.items() if k not in found}
-    return merged, rest, carried
 
 
 def _check_fixed(fixed: Dataset, budget: float | None, delta: float, data_sha256: str) -> None:
@@ -234,7 +260,7 @@ def _check_fixed(fixed: Dataset, budget: float | None, delta: float, data_sha256
 
 
 def reserve(
-    path: Path,
+    ledger: str | Path | Location | None,
     *,
     data_sha256: str,
     problem_sha256: str,
@@ -249,31 +275,32 @@ def reserve(
     parts: tuple[str, ...] = (),
     kind: str = "",
     identity: str = "",
+    out: str = "",
 ) -> str:
-    """Check the budget and append a reservation, atomically; its id, :class:`OverBudget`, or
-    :class:`Conflict`.
+    """Check the budget and append a reservation, in one serialised transaction; its id,
+    :class:`OverBudget`, or :class:`Conflict`.
 
     The data set's cap and δ are the ledger's, fixed by its first release: ``budget`` (the
     spec's) must be that cap or None, ``delta`` that δ, and everything on the data is composed
-    at that δ. So neither a second spec with a larger cap (or none) nor a release at another δ
-    spends more on the same data. ``before``: phases this release runs on the data before
-    ``phase`` (a model release: its mixture's); ``parts``: the part of the data each of
-    ``(*before, phase)`` runs on (default: all of it); ``epsilon``: the release's own claim.
-    ``aliases``: the digests earlier layouts keyed this data by, migrated to ``data_sha256``."""
+    at that δ. ``before``: phases this release runs on the data before ``phase`` (a model
+    release: its mixture's); ``parts``: the part of the data each of ``(*before, phase)`` runs on
+    (default: all of it); ``epsilon``: the release's own claim; ``aliases``: the digests earlier
+    layouts keyed this data by; ``out``: the folder it releases into (what a recovery reads)."""
     require(identity in IDENTITIES, f"identity must be one of {IDENTITIES}, got {identity!r}")
     parts = parts or (ALL,) * (len(before) + 1)
     require(len(parts) == len(before) + 1 and all(is_part(p) for p in parts), f"bad parts {parts!r}")
-    with _locked(path) as real:
-        datasets, entries = read_state(real)
-        merged, datasets, entries = _merged(datasets, entries, data_sha256, problem_sha256, aliases)
+    reservation = uuid.uuid4().hex
+
+    def change(now: State) -> list[Change]:
+        merged = _merged(now.datasets, now.entries, data_sha256, problem_sha256, aliases)
         fixed = merged or Dataset(budget, delta, timestamp, identity=identity)
         fixed = replace(fixed, identity=identity or fixed.identity)
         _check_fixed(fixed, budget, delta, data_sha256)
         charges = tuple(zip((*before, phase), parts, strict=True))
-        total = None  # uncapped: composed after the lock (:func:`standing`), recorded at the commit
+        total = None  # uncapped: composed after the reservation (:func:`standing`), recorded at the commit
         if fixed.budget_epsilon is not None:
             total = spent(
-                entries,
+                now.entries,
                 data_sha256,
                 problem_sha256=problem_sha256,
                 delta=fixed.delta,
@@ -283,11 +310,11 @@ def reserve(
             )
             if total > fixed.budget_epsilon:
                 earlier = spent(
-                    entries, data_sha256, problem_sha256=problem_sha256, delta=fixed.delta, extra=(), aliases=aliases
+                    now.entries, data_sha256, problem_sha256=problem_sha256, delta=fixed.delta, aliases=aliases
                 )
                 raise OverBudget(earlier, total, fixed.budget_epsilon)
         entry = Entry(
-            id=uuid.uuid4().hex,
+            id=reservation,
             status="reserved",
             data_sha256=data_sha256,
             epsilon=epsilon,
@@ -304,75 +331,153 @@ def reserve(
             spent_epsilon=total,
             budget_epsilon=fixed.budget_epsilon,
         )
-        _write(real, [*entries, entry], {**datasets, data_sha256: fixed})
-        return entry.id
+        body = {"entry": entry_body(entry), "dataset": fixed.to_dict(), "out": out}
+        return [(data_sha256, "reserve", body)]
+
+    _append(ledger, change)
+    return reservation
 
 
-def entry(path: Path, reservation: str) -> Entry:
-    """The ledger's entry (or reservation) ``reservation``."""
-    entries = read(path)
-    return entries[_find(entries, reservation, path)]
+def entry(ledger: str | Path | Location | None, reservation: str) -> Entry:
+    """The ledger's entry (or open reservation) ``reservation``."""
+    return state(ledger).entry(reservation)
 
 
 def standing(
-    path: Path, data_sha256: str, problem_sha256: str, aliases: tuple[str, ...] = ()
+    ledger: str | Path | Location | None, data_sha256: str, problem_sha256: str, aliases: tuple[str, ...] = ()
 ) -> tuple[float, float | None, float]:
     """(ε spent, the cap, δ) on this data: what a release says ("spent X of Y on this data")."""
-    datasets, entries = read_state(path)
-    fixed = datasets.get(data_sha256)
-    require(fixed is not None, f"the privacy ledger {path} has no data set {data_sha256[:16]}")
+    now = state(ledger)
+    fixed = now.datasets.get(data_sha256)
+    require(fixed is not None, f"the privacy ledger {_where(ledger).shown} has no data set {data_sha256[:16]}")
     assert fixed is not None
-    return (
-        spent(entries, data_sha256, problem_sha256=problem_sha256, delta=fixed.delta, extra=(), aliases=aliases),
-        fixed.budget_epsilon,
-        fixed.delta,
-    )
+    total = spent(now.entries, data_sha256, problem_sha256=problem_sha256, delta=fixed.delta, aliases=aliases)
+    return total, fixed.budget_epsilon, fixed.delta
 
 
-def set_budget(path: Path, data: str, budget: float | None, timestamp: str) -> Dataset:
-    """Change a data set's cap, explicitly, logged in its ``changes`` (``data``: its digest or a
-    prefix of at least 8 characters that names one data set)."""
+def set_budget(ledger: str | Path | Location | None, data: str, budget: float | None, timestamp: str) -> Dataset:
+    """Change a data set's cap, explicitly: a ``cap`` row (``data``: its digest or a prefix of at
+    least 8 characters that names one data set)."""
     require(budget is None or (math.isfinite(budget) and budget > 0), f"a budget must be > 0, got {budget}")
-    with _locked(path) as real:
-        datasets, entries = read_state(real)
-        matches = [key for key in datasets if key.startswith(data)] if len(data) >= 8 else []
-        require(len(matches) == 1, f"{data!r} names {len(matches)} data sets in the ledger {path} (give 8+ characters)")
-        key = matches[0]
-        old = datasets[key]
-        change = {"from": old.budget_epsilon, "to": budget, "timestamp": timestamp}
-        datasets[key] = Dataset(budget, old.delta, old.since, (*old.changes, change))
-        _write(real, entries, datasets)
-        return datasets[key]
+    chosen: list[str] = []
+
+    def change(now: State) -> list[Change]:
+        matches = [key for key in now.datasets if key.startswith(data)] if len(data) >= 8 else []
+        require(len(matches) == 1, f"{data!r} names {len(matches)} data sets in the ledger (give 8+ characters)")
+        chosen.append(matches[0])
+        return [(matches[0], "cap", {"to": budget, "at": timestamp})]
+
+    _append(ledger, change)
+    return state(ledger).datasets[chosen[0]]
 
 
-def _find(entries: list[Entry], reservation: str, path: Path) -> int:
-    where = [i for i, e in enumerate(entries) if e.id == reservation]
-    require(len(where) == 1, f"the privacy ledger {path} lost reservation {reservation}")
-    return where[0]
+def commit(
+    ledger: str | Path | Location | None, reservation: str, manifest_sha256: str, spent_epsilon: float | None = None
+) -> None:
+    """The reservation becomes the release's entry, naming its manifest by digest, with the spend
+    its manifest states where the reservation did not record one (an uncapped data set)."""
+
+    def change(now: State) -> list[Change]:
+        found = now.entry(reservation)
+        require(found.status == "reserved", f"the ledger's reservation {reservation} is already committed")
+        body = {"id": reservation, "manifest_sha256": manifest_sha256, "spent_epsilon": spent_epsilon, "at": _now()}
+        return [(found.data_sha256, "commit", body)]
+
+    _append(ledger, change)
 
 
-def commit(path: Path, reservation: str, manifest_sha256: str, spent_epsilon: float | None = None) -> None:
-    """The reservation becomes the release's entry, naming its manifest by digest (a path would
-    record where a machine keeps its files; the digest is what identifies the release), with the
-    spend its manifest states where the reservation did not record one (an uncapped data set)."""
-    with _locked(path) as real:
-        datasets, entries = read_state(real)
-        i = _find(entries, reservation, path)
-        recorded = entries[i].spent_epsilon
-        entries[i] = replace(
-            entries[i],
-            status="released",
-            manifest_sha256=manifest_sha256,
-            spent_epsilon=recorded if recorded is not None else spent_epsilon,
+def withdraw(ledger: str | Path | Location | None, reservation: str, why: str) -> None:
+    """Withdraw a reservation whose release published nothing, with the reason (a signed row).
+    Refused while the folder it released into holds a release.json: that release was published,
+    and :func:`recover` commits it."""
+    require(bool(why.strip()), "a withdrawal says why (--why TEXT)")
+
+    def change(now: State) -> list[Change]:
+        found = now.entry(reservation)
+        require(found.status == "reserved", f"{reservation} was released: a published release is never withdrawn")
+        out = now.outs.get(reservation, "")
+        require(
+            not (out and (Path(out) / "release.json").exists()),
+            f"{out} holds a release.json: the release was published; `dpaudit-mix ledger recover {out}` commits it",
         )
-        _write(real, entries, datasets)
+        return [(found.data_sha256, "withdraw", {"id": reservation, "why": why, "at": _now()})]
+
+    _append(ledger, change)
 
 
-def withdraw(path: Path, reservation: str) -> None:
-    """Remove a reservation whose release was refused (nothing was published, nothing was spent)."""
-    with _locked(path) as real:
-        datasets, entries = read_state(real)
-        gone = entries.pop(_find(entries, reservation, path))
-        if not any(e.data_sha256 == gone.data_sha256 for e in entries):  # nothing spent: nothing fixed
-            datasets.pop(gone.data_sha256, None)
-        _write(real, entries, datasets)
+def trust_key(ledger: str | Path | Location | None, public_key_file: Path) -> str:
+    """Let the ledger accept rows signed by the key in ``public_key_file`` (another machine of the
+    team's: its ``dpaudit-mix signing-key``); a trust-key row, signed by this machine's trusted
+    key. Returns the key's fingerprint."""
+    public = signing.read_public_key(public_key_file)
+    _append(ledger, lambda now: [("", "trust-key", trust_body(public, _now()))])
+    return signing.fingerprint(public)
+
+
+def import_json(ledger: str | Path | Location | None, path: Path) -> int:
+    """Import a JSON ledger of any earlier layout, once: its data sets and releases, history
+    kept, in one import row that records the file's sha256. Returns the releases imported."""
+    try:
+        content = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read the JSON ledger {path}: {exc.strerror or exc}") from None
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"cannot read the JSON ledger {path}: {exc}") from None
+    datasets, entries = parse(path, text)
+    digest = sha256_bytes(content)
+
+    def change(now: State) -> list[Change]:
+        require(digest not in now.imported, f"{path} (sha256 {digest[:16]}…) was imported already")
+        body = {
+            "file_sha256": digest,
+            "file": str(path),
+            "at": _now(),
+            "datasets": {key: d.to_dict() for key, d in datasets.items()},
+            "releases": [entry_body(e) for e in entries],
+        }
+        return [("", "import", body)]
+
+    _append(ledger, change)
+    return len(entries)
+
+
+def unimported_json(ledger: str | Path | Location | None = None) -> Path | None:
+    """A JSON ledger beside this SQLite ledger that it has not imported (the gate refuses then):
+    the machine's earlier ledger, whose budget would otherwise start afresh."""
+    where = _where(ledger)
+    if where.path is None:
+        return None
+    beside = where.path.with_name("ledger.json")
+    if not beside.is_file():
+        return None
+    try:
+        digest = sha256_bytes(beside.read_bytes())
+    except OSError:
+        return beside
+    return None if digest in state(where).imported else beside
+
+
+def recover(ledger: str | Path | Location | None, folder: Path) -> str:
+    """Commit a release that was published (its release.json written and signed) but whose
+    commit was lost: its signature must hold under this machine's key and its reservation be
+    open in the ledger. Returns the reservation."""
+    from .manifest import manifest_digest
+
+    path = folder / "release.json"
+    try:
+        content = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    manifest = strict_json.loads(content, str(path))
+    require(isinstance(manifest, dict), f"{path} is not a manifest")
+    verdict = signing.verify(manifest, signing.local_public_key())
+    require(not verdict.problem and verdict.trusted, f"{path}: {verdict.problem or 'not signed by this machine'}")
+    digest = manifest_digest(manifest)
+    require(manifest.get("manifest_sha256") == digest, f"{path}: its digest does not match its contents")
+    reservation = manifest.get("release_id")
+    require(isinstance(reservation, str), f"{path} names no release id")
+    budget = manifest.get("budget") if isinstance(manifest.get("budget"), dict) else {}
+    commit(ledger, str(reservation), digest, budget.get("spent_epsilon"))
+    return str(reservation)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from itertools import product
 
 from .. import accounting
+from ..accounting.phases import MAX_STEPS
 from ..base.identity import ALL, split_part
 from .ledger_records import MAX_PARTITIONS, Entry
 
@@ -35,8 +36,25 @@ def composed(charges: list[Charge], delta: float, claims: tuple[float, ...] = ()
             if part == ALL or part in chosen or (split_part(part) or ("", ""))[0] not in partitions
         ]
         if phases:
-            worst = max(worst, accounting.epsilon(phases, delta, "pld"))
+            worst = max(worst, accounting.epsilon(compacted(phases), delta, "pld"))
     return max((worst, *claims))
+
+
+def compacted(phases: list[accounting.GaussianPhase]) -> list[accounting.GaussianPhase]:
+    """The same composition in the fewest phases: composition commutes, and T₁ then T₂ steps of
+    one (σ, q) mechanism are T₁ + T₂ steps of it, so phases of one (σ, q) merge (in pieces of at
+    most ``MAX_STEPS``). A data set's thousand releases of one configuration cost one PLD
+    composition, not a thousand."""
+    steps: dict[tuple[float, float], int] = {}
+    for p in phases:
+        steps[(p.noise_multiplier, p.sample_rate)] = steps.get((p.noise_multiplier, p.sample_rate), 0) + p.steps
+    pieces = []
+    for (sigma, q), total in steps.items():
+        while total > 0:
+            piece = min(total, MAX_STEPS)
+            pieces.append(accounting.GaussianPhase(sigma, q, piece))
+            total -= piece
+    return pieces
 
 
 def spent(

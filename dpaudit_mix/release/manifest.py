@@ -51,9 +51,12 @@ class Publication:
     data: dict[str, str]  # {"sha256": the ledger's key, "identity": "sensitive" | "rows"}
     files: dict[str, str] = field(default_factory=dict)  # name (beside release.json) → sha256
     signature: dict[str, str] | None = None
+    #: the ledger it was charged on: {"url": no password, "head": {"row", "sha256"} of its reservation}
+    ledger: dict[str, Any] = field(default_factory=dict)
 
     def fields(self) -> dict[str, Any]:
-        return {"release_id": self.release_id, "data": dict(self.data), "files": dict(self.files)}
+        found = {"release_id": self.release_id, "data": dict(self.data), "files": dict(self.files)}
+        return {**found, "ledger": self.ledger} if self.ledger else found
 
 
 class Digested:

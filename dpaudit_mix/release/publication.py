@@ -21,6 +21,7 @@ from ..base.cache import sha256_bytes
 from ..base.errors import InputError, require
 from ..base.identity import is_digest
 from . import ledger, signing
+from .ledger_store import Location
 from .manifest import manifest_digest
 
 #: the folder's ownership record (:mod:`..owned`), the one file beside release.json it does not list.
@@ -74,7 +75,7 @@ class Trust:
 
     key: Ed25519PublicKey | None
     key_source: str  # "--public-key FILE" or "this machine's key"
-    ledger_path: Path | None
+    ledger_path: Location | None
     ledger_given: bool = False
     reservation: str = ""
 
@@ -89,8 +90,8 @@ def trust(public_key: str | Path | None, ledger_path: str | Path | None) -> Trus
     return Trust(signing.local_public_key(), "this machine's key", _ledger(ledger_path), ledger_path is not None)
 
 
-def _ledger(path: str | Path | None) -> Path:
-    return Path(path) if path is not None else ledger.default_path()
+def _ledger(given: str | Path | None) -> Location:
+    return ledger.location(given)
 
 
 def inside(folder: Path, name: str) -> Path | None:
@@ -160,35 +161,39 @@ def check_publication(manifest: dict[str, Any], folder: Path, required: tuple[st
 
 
 def _check_ledger(manifest: dict[str, Any], digest: str, trusted: Trust, found: Checked) -> None:
-    """Where the ledger knows this data: it committed this very digest (or, before the commit, the
-    gate's reservation), with the budget the manifest states."""
-    path = trusted.ledger_path
+    """Where the ledger knows this data: its chain still holds the reservation the manifest was
+    charged on (the row and sha256 it records), and it committed this very digest (or, before the
+    commit, it is the gate's own reservation), with the budget the manifest states."""
+    where = trusted.ledger_path
     data = manifest.get("data")
     key = data.get("sha256") if isinstance(data, dict) else None
-    if path is None or not isinstance(key, str):
+    if where is None or not isinstance(key, str):
         found.notes.append("no ledger to check the release against")
         return
     try:
-        datasets, entries = ledger.read_state(path)
+        now = ledger.state(where)
     except InputError:
         if trusted.ledger_given:
             raise
-        found.notes.append(f"the ledger {path} cannot be read: the release was not checked against it")
+        found.notes.append(f"the ledger {where.shown} cannot be read: the release was not checked against it")
         return
-    mine = [e for e in entries if e.data_sha256 == key]
-    if key not in datasets and not mine:
+    mine = [e for e in now.entries if e.data_sha256 == key]
+    if key not in now.datasets and not mine:
         found.notes.append(
-            f"the ledger {path} records nothing on this data (released on another machine?): not checked"
+            f"the ledger {where.shown} records nothing on this data (released on another ledger?): not checked"
         )
         return
     found.checked.append("ledger")
+    charged = manifest.get("ledger")
+    if isinstance(charged, dict):
+        _check_charged_on(charged, where, found)
     if trusted.reservation:
         entry = [e for e in mine if e.id == trusted.reservation]
     else:
         entry = [e for e in mine if e.status == "released" and e.manifest_sha256 == digest]
     if not entry:
         found.problems.append(
-            f"ledger: {path} records releases on this data, but none committed this manifest (its digest "
+            f"ledger: {where.shown} records releases on this data, but none committed this manifest (its digest "
             f"{digest[:16]}…): it is not the release that was published"
         )
         return
@@ -207,3 +212,22 @@ def _check_ledger(manifest: dict[str, Any], digest: str, trusted: Trust, found: 
             f"budget: the manifest states spent {stated[0]!r} of {stated[1]!r}; the ledger recorded "
             f"{recorded.spent_epsilon:.6g} of {recorded.budget_epsilon!r} for this release"
         )
+
+
+def _check_charged_on(charged: dict[str, Any], where: Location, found: Checked) -> None:
+    """The chain still holds, unbroken up to it, the reservation row the manifest records."""
+    head = charged.get("head")
+    row = head.get("row") if isinstance(head, dict) else None
+    if not (isinstance(row, int) and isinstance(head, dict) and isinstance(head.get("sha256"), str)):
+        found.problems.append("ledger: the manifest's ledger head is not a row and a sha256")
+        return
+    _, broken = ledger.verify_chain(where, spends=False)  # links and signatures: `ledger verify` does all
+    if broken is not None and broken.seq <= row:
+        found.problems.append(f"ledger: the chain breaks before this release's row, at {broken.line()}")
+        return
+    if ledger.row_sha256(where, row) != head["sha256"]:
+        found.problems.append(
+            f"ledger: {where.shown} no longer holds the history this release was charged on (row {row} is not the "
+            "one its manifest records)"
+        )
+    found.checked.append("ledger chain")

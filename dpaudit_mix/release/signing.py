@@ -53,13 +53,14 @@ def payload(manifest: dict[str, Any]) -> bytes:
     return json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()
 
 
-def _raw(public: Ed25519PublicKey) -> bytes:
+def raw_public(public: Ed25519PublicKey) -> bytes:
+    """The raw 32 bytes of a public key (what a fingerprint hashes, and a ledger row records)."""
     return public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
 def fingerprint(public: Ed25519PublicKey) -> str:
     """``SHA256:`` and the hex sha256 of the raw 32-byte public key."""
-    return "SHA256:" + hashlib.sha256(_raw(public)).hexdigest()
+    return "SHA256:" + hashlib.sha256(raw_public(public)).hexdigest()
 
 
 def public_pem(public: Ed25519PublicKey) -> str:
@@ -144,7 +145,7 @@ def sign(manifest: dict[str, Any]) -> dict[str, str]:
     public = key.public_key()
     return {
         "algorithm": ALGORITHM,
-        "public_key": base64.b64encode(_raw(public)).decode(),
+        "public_key": base64.b64encode(raw_public(public)).decode(),
         "fingerprint": fingerprint(public),
         "value": base64.b64encode(key.sign(payload(manifest))).decode(),
     }
@@ -178,7 +179,7 @@ def verify(manifest: dict[str, Any], trusted: Ed25519PublicKey | None) -> Verdic
     named_print = fingerprint(named)
     if raw.get("fingerprint") != named_print:
         return Verdict("signature: its fingerprint is not that of the public key it names", False, named_print)
-    if trusted is not None and _raw(trusted) != _raw(named):
+    if trusted is not None and raw_public(trusted) != raw_public(named):
         return Verdict(
             f"signature: signed by key {named_print[:23]}…, not by the trusted key {fingerprint(trusted)[:23]}…",
             True,

@@ -17,6 +17,16 @@ from ..learner import LearnerConfig, learner_config
 MIN_AUDIT_RUNS = 1000
 
 
+def check_no_ledger(ledger: str) -> None:
+    """A release spec's ``ledger`` key is refused: one budget per data set holds only where every
+    release on the data charges the ledger the machine or the team keeps, never one a spec names."""
+    require(
+        ledger == "",
+        f"the spec key ledger = {ledger!r} is refused: a release charges the ledger the machine or team keeps; "
+        "name it with $DPAUDIT_MIX_LEDGER or --ledger",
+    )
+
+
 @dataclass(frozen=True)
 class ReleaseSpec:
     """Every key optional in the TOML file; unknown keys are rejected."""
@@ -44,10 +54,11 @@ class ReleaseSpec:
     budget_epsilon: float | None = (
         None  # the data's cap, fixed in the ledger by its first release (then: that or unset)
     )
-    ledger: str = ""  # default: $DPAUDIT_MIX_LEDGER, else ~/.local/state/dpaudit-mix/ledger.json
+    ledger: str = ""  # refused: the budget lives where the machine or team keeps it, not where a spec points
 
     def __post_init__(self) -> None:
         check_fields(self)
+        check_no_ledger(self.ledger)
         accounting.check_epsilon(self.epsilon)
         accounting.check_delta(self.delta)
         self.learner()
