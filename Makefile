@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test selftest full lint docs chromium bench clean fashion-mnist
+.PHONY: demo test selftest full lint docs chromium postgres bench clean fashion-mnist
 
 # torch==2.13.0 is named in the same pip call, so pip takes the local CPU wheel, never a CUDA build.
 # constraints.txt pins every package to the versions the tests ran with; pyproject.toml keeps ranges.
@@ -68,6 +68,16 @@ chromium:
 		(apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || \
 		echo "chromium: apt-get could not install it; the browser tests skip"; \
 	else echo "chromium: no apt-get as root here; install Debian's chromium for the browser tests"; fi
+
+# Debian's PostgreSQL 15, which the ledger's tests start themselves (as the postgres user, in a
+# temporary folder, on a loopback port); under CI=true a PostgreSQL case that cannot start one fails.
+postgres:
+	@if [ -x /usr/lib/postgresql/15/bin/initdb ] && id postgres >/dev/null 2>&1; then echo "postgres: present"; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+		apt-get install -y -qq postgresql-15 >/dev/null 2>&1 || \
+		(apt-get update -qq && apt-get install -y -qq postgresql-15 >/dev/null) || \
+		echo "postgres: apt-get could not install it; the PostgreSQL cases skip (fail under CI=true)"; \
+	else echo "postgres: no apt-get as root here; install Debian's postgresql-15 for the ledger's tests"; fi
 
 bench: $(STAMP)
 	$(PY) bench/learner.py
