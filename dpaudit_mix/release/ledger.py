@@ -27,23 +27,22 @@ rows are carried to the data's identity by the next reservation that names those
 
 from __future__ import annotations
 
-import contextlib
 import math
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from .. import accounting
 from ..base import strict_json
-from ..base.atomic import write_json
-from ..base.cache import sha256_bytes, user_state_dir
+from ..base.cache import sha256_bytes
 from ..base.errors import InputError, require
 from ..base.identity import ALL, is_part
 from . import signing
-from .ledger_chain import Broken, Row, State, entry_body, fold, signed_row, trust_body, verify
+from .ledger_chain import Row, State, entry_body, fold, signed_row, trust_body
+from .ledger_history import Head, charged_on, head, remember, row_sha256, unimported_json, verify_chain, where_of
 from .ledger_records import IDENTITIES, Conflict, Dataset, Entry, parse
 from .ledger_spend import spent
 from .ledger_store import Location, Store, location
@@ -84,28 +83,13 @@ class OverBudget(Exception):
         self.before, self.after, self.budget = before, after, budget
 
 
-@dataclass(frozen=True)
-class Head:
-    """A row of the chain, as a manifest records it: its number and its sha256."""
-
-    row: int
-    sha256: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"row": self.row, "sha256": self.sha256}
-
-
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _where(ledger: str | Path | Location | None) -> Location:
-    return ledger if isinstance(ledger, Location) else location(ledger)
-
-
 def state(ledger: str | Path | Location | None = None) -> State:
     """The ledger's state: its rows folded (empty where it was never written)."""
-    return fold(Store(_where(ledger)).rows())
+    return fold(Store(where_of(ledger)).rows())
 
 
 def read_state(ledger: str | Path | Location | None = None) -> tuple[dict[str, Dataset], list[Entry]]:
@@ -119,67 +103,6 @@ def read(ledger: str | Path | Location | None = None) -> list[Entry]:
     return state(ledger).entries
 
 
-def head(ledger: str | Path | Location | None = None) -> Head | None:
-    """The chain's last row (None: an empty ledger)."""
-    rows = Store(_where(ledger)).rows()
-    return Head(rows[-1].seq, rows[-1].sha256) if rows else None
-
-
-def charged_on(ledger: str | Path | Location | None, reservation: str) -> Head:
-    """The row that reserved ``reservation``: the history a release was charged on, which its
-    manifest records and check-release finds again in the chain."""
-    for row in Store(_where(ledger)).rows():
-        if row.kind == "reserve" and row.body.get("entry", {}).get("id") == reservation:
-            return Head(row.seq, row.sha256)
-    raise InputError(f"the ledger {_where(ledger).shown} holds no reservation {reservation!r}")
-
-
-def row_sha256(ledger: str | Path | Location | None, seq: int) -> str | None:
-    """The sha256 of row ``seq`` (None: no such row)."""
-    rows = Store(_where(ledger)).rows()
-    return rows[seq - 1].sha256 if 1 <= seq <= len(rows) and rows[seq - 1].seq == seq else None
-
-
-def verify_chain(ledger: str | Path | Location | None = None, *, spends: bool = True) -> tuple[int, Broken | None]:
-    """The rows walked (:func:`.ledger_chain.verify`): how many, and the first that breaks (None:
-    intact). A chain cut short verifies on its own, so the last row this machine wrote or saw
-    intact (kept in its state folder) must still be there: a deleted newest row breaks too."""
-    where = _where(ledger)
-    rows = Store(where).rows()
-    broken = verify(rows, spends=spends)
-    seen = _seen_heads().get(where.shown)
-    if broken is None and isinstance(seen, dict) and isinstance(seen.get("row"), int) and seen["row"] >= 1:
-        row = seen["row"]
-        if len(rows) < row or rows[row - 1].sha256 != seen.get("sha256"):
-            broken = Broken(
-                row, "this machine wrote or saw it, and the ledger no longer holds it (deleted or rewritten)"
-            )
-    if broken is None and rows:
-        _remember(where, rows[-1])
-    return len(rows), broken
-
-
-def _heads_path() -> Path:
-    return user_state_dir() / "ledger-heads.json"
-
-
-def _seen_heads() -> dict[str, Any]:
-    """The last row this machine wrote or verified, per ledger (a file in its state folder)."""
-    try:
-        found = strict_json.loads(_heads_path().read_bytes(), str(_heads_path()))
-    except (OSError, InputError):
-        return {}
-    return found if isinstance(found, dict) else {}
-
-
-def _remember(where: Location, row: Row) -> None:
-    """Keep ``row`` as the last one this machine saw of this ledger (best effort: an unwritable
-    state folder only loses the check of a deleted newest row)."""
-    heads = {**_seen_heads(), where.shown: {"row": row.seq, "sha256": row.sha256}}
-    with contextlib.suppress(OSError):
-        write_json(_heads_path(), heads)
-
-
 Change = tuple[str, str, dict[str, Any]]  # (dataset, kind, body) of a row to append
 
 
@@ -187,7 +110,7 @@ def _append(ledger: str | Path | Location | None, change: Callable[[State], list
     """Append the rows ``change`` makes of the ledger's state, in its one write transaction, signed
     by this machine's key: the first row of a new ledger trusts that key; a ledger that does not
     trust it refuses, naming how to be trusted."""
-    where = _where(ledger)
+    where = where_of(ledger)
     key = signing.signing_key()
     mine = signing.fingerprint(key.public_key())
     store = Store(where)
@@ -212,7 +135,7 @@ def _append(ledger: str | Path | Location | None, change: Callable[[State], list
             written.append(row)
             prev = row.sha256
     if written:
-        _remember(where, written[-1])
+        remember(where, written[-1])
     return written
 
 
@@ -349,7 +272,7 @@ def standing(
     """(ε spent, the cap, δ) on this data: what a release says ("spent X of Y on this data")."""
     now = state(ledger)
     fixed = now.datasets.get(data_sha256)
-    require(fixed is not None, f"the privacy ledger {_where(ledger).shown} has no data set {data_sha256[:16]}")
+    require(fixed is not None, f"the privacy ledger {where_of(ledger).shown} has no data set {data_sha256[:16]}")
     assert fixed is not None
     total = spent(now.entries, data_sha256, problem_sha256=problem_sha256, delta=fixed.delta, aliases=aliases)
     return total, fixed.budget_epsilon, fixed.delta
@@ -441,22 +364,6 @@ def import_json(ledger: str | Path | Location | None, path: Path) -> int:
 
     _append(ledger, change)
     return len(entries)
-
-
-def unimported_json(ledger: str | Path | Location | None = None) -> Path | None:
-    """A JSON ledger beside this SQLite ledger that it has not imported (the gate refuses then):
-    the machine's earlier ledger, whose budget would otherwise start afresh."""
-    where = _where(ledger)
-    if where.path is None:
-        return None
-    beside = where.path.with_name("ledger.json")
-    if not beside.is_file():
-        return None
-    try:
-        digest = sha256_bytes(beside.read_bytes())
-    except OSError:
-        return beside
-    return None if digest in state(where).imported else beside
 
 
 def recover(ledger: str | Path | Location | None, folder: Path) -> str:
