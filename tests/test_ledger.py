@@ -310,3 +310,15 @@ def test_the_ledger_command_shows_and_changes_a_cap(capsys, tmp_path: Path) -> N
     assert main(["ledger", "set-budget", "d" * 8, "--ledger", book]) == 2  # neither --epsilon nor --no-cap
     assert main(["ledger", "withdraw", "x" * 32, "--ledger", book]) == 2  # no --why
     assert main(["ledger", "show", "--ledger", "/dev/full"]) == 2
+
+
+def test_a_key_that_signed_is_never_silently_replaced(tmp_path: Path, monkeypatch) -> None:
+    """The key this machine made signs a release row; deleted, it is an error naming its
+    fingerprint, not a new key whose releases the ledger would take for another machine's."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    _reserve(str(tmp_path / "ledger.sqlite"))
+    made = signing.fingerprint(signing.signing_key().public_key())
+    signing.key_path().unlink()
+    with pytest.raises(InputError, match=f"missing, and this machine's key {made} has signed"):
+        _reserve(str(tmp_path / "ledger.sqlite"))
+    assert not signing.key_path().exists()

@@ -374,3 +374,20 @@ def test_a_bad_key_an_unpublishable_out_or_a_bad_audit_key_is_refused_before_any
     assert main(["release", str(mine), "--out", str(tmp_path / "c")]) == 2
     assert "$DPAUDIT_MIX_LEDGER or --ledger" in capsys.readouterr().err
     assert time.monotonic() - started < 60 and not (tmp_path / "ledger.sqlite").exists()
+
+
+def test_an_example_and_a_user_level_release_do_not_compose_as_one(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Example level, then user level, on one data set with cap 1.5: composed as one relation the
+    two would read "1.465 of 1.5", though with users of 2 rows the first is worth more at user
+    level. The second is refused (exit 3, stage budget), naming the units; nothing is charged."""
+    monkeypatch.setattr(gate, "VERIFY_LEVEL", TINY)
+    prob = random_problem(80, 4, seed=7)
+    path = tmp_path / "users.npz"
+    save(Problem(prob.logp, prob.sources, users=np.arange(80) // 2, task="t"), path)
+    example = write_spec(tmp_path, path, budget_epsilon=1.5, audit_canaries=["max_clip"])
+    assert main(["release", str(example), "--out", str(tmp_path / "example")]) == 0
+    user = write_spec(tmp_path, path, "user.toml", budget_epsilon=1.5, audit_canaries=["max_clip"], user_level=True)
+    assert main(["release", str(user), "--out", str(tmp_path / "user")]) == 3
+    err = capsys.readouterr().err
+    assert "REFUSED (budget)" in err and "releases are at example level" in err and "1.465" not in err
+    assert [e.user_level for e in ledger.read()] == [False]

@@ -133,6 +133,9 @@ def _shown(ledger: Any, where: Any) -> dict[str, Any]:
             "releases": sum(e.data_sha256 == key for e in now.entries),
             "open_reservations": [e.id for e in now.entries if e.data_sha256 == key and e.status == "reserved"],
             "kinds": sorted({e.kind or "unknown" for e in now.entries if e.data_sha256 == key}),
+            "unit": sorted(
+                {"user level" if e.user_level else "example level" for e in now.entries if e.data_sha256 == key}
+            ),
         }
         for key, fixed in now.datasets.items()
     }

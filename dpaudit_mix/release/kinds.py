@@ -50,6 +50,7 @@ class Charge:
     aliases: tuple[str, ...] = ()  # the keys earlier ledger layouts gave this data
     before: tuple[accounting.GaussianPhase, ...] = ()  # phases run on the data before ``phase``
     parts: tuple[str, ...] = ()  # the part of the data each of (*before, phase) runs on
+    max_rows_per_user: int = 0  # at user level, the largest user's rows (the unit's size)
 
     def request(self) -> dict[str, Any]:
         """The charge as :func:`.ledger.reserve`'s keywords (its phases kept as phases)."""

@@ -78,6 +78,14 @@ def work_folder(inputs: dict[str, str]) -> Path:
     return user_cache_dir() / "release-audits" / f"{inputs['problem_sha256'][:16]}-{inputs['spec_sha256'][:16]}"
 
 
+def _largest_user(prob: Problem) -> int:
+    """The most rows one user holds (the unit a user-level release protects)."""
+    import numpy as np
+
+    assert prob.users is not None
+    return int(np.unique(prob.users, return_counts=True)[1].max())
+
+
 def budget_aliases(prob: Problem, key: str) -> tuple[str, ...]:
     """The keys earlier ledger layouts gave this problem's data (its rows' digest, v3; the exact
     one, v2): what the ledger migrates to ``key``."""
@@ -212,6 +220,7 @@ class LambdaKind:
             kind="lambda",
             identity=identity,
             aliases=budget_aliases(prob, key),
+            max_rows_per_user=_largest_user(prob) if spec.user_level else 0,
         )
         fixed = _Fixed(spec, prob, inputs, audited, phase, calibrated, checked_accountant, sized)
         return Prepared(charge, {"sha256": key, "identity": identity}, content, fixed)

@@ -182,6 +182,20 @@ def _check_fixed(fixed: Dataset, budget: float | None, delta: float, data_sha256
         )
 
 
+def _check_unit(
+    entries: list[Entry], data_sha256: str, problem_sha256: str, aliases: tuple[str, ...], user_level: bool
+) -> None:
+    """A :class:`Conflict` when the data set's releases are of the other unit."""
+    levels = {e.user_level for e in entries if e.on(data_sha256, problem_sha256, aliases)}
+    if levels and levels != {user_level}:
+        had, asked = ("example", "user") if user_level else ("user", "example")
+        raise Conflict(
+            f"this data set's releases are at {had} level; a {asked}-level release cannot be composed with them "
+            f"(an example-level epsilon is a user-level one only by group privacy at the largest user's rows): "
+            f"release at {had} level"
+        )
+
+
 def reserve(
     ledger: str | Path | Location | None,
     *,
@@ -199,6 +213,7 @@ def reserve(
     kind: str = "",
     identity: str = "",
     out: str = "",
+    max_rows_per_user: int = 0,
 ) -> str:
     """Check the budget and append a reservation, in one serialised transaction; its id,
     :class:`OverBudget`, or :class:`Conflict`.
@@ -208,7 +223,12 @@ def reserve(
     at that δ. ``before``: phases this release runs on the data before ``phase`` (a model
     release: its mixture's); ``parts``: the part of the data each of ``(*before, phase)`` runs on
     (default: all of it); ``epsilon``: the release's own claim; ``aliases``: the digests earlier
-    layouts keyed this data by; ``out``: the folder it releases into (what a recovery reads)."""
+    layouts keyed this data by; ``out``: the folder it releases into (what a recovery reads);
+    ``max_rows_per_user``: at user level, the largest user's rows (its unit, recorded).
+
+    Releases of two units on one data set (example level, user level) are refused: an
+    example-level ε is a user-level one only by group privacy at the largest user's size, which
+    the ledger does not compose."""
     require(identity in IDENTITIES, f"identity must be one of {IDENTITIES}, got {identity!r}")
     parts = parts or (ALL,) * (len(before) + 1)
     require(len(parts) == len(before) + 1 and all(is_part(p) for p in parts), f"bad parts {parts!r}")
@@ -219,6 +239,7 @@ def reserve(
         fixed = merged or Dataset(budget, delta, timestamp, identity=identity)
         fixed = replace(fixed, identity=identity or fixed.identity)
         _check_fixed(fixed, budget, delta, data_sha256)
+        _check_unit(now.entries, data_sha256, problem_sha256, aliases, user_level)
         charges = tuple(zip((*before, phase), parts, strict=True))
         total = None  # uncapped: composed after the reservation (:func:`standing`), recorded at the commit
         if fixed.budget_epsilon is not None:
@@ -254,7 +275,8 @@ def reserve(
             spent_epsilon=total,
             budget_epsilon=fixed.budget_epsilon,
         )
-        body = {"entry": entry_body(entry), "dataset": fixed.to_dict(), "out": out}
+        unit = {"level": "user", "max_rows_per_user": max_rows_per_user} if user_level else {"level": "example"}
+        body = {"entry": entry_body(entry), "dataset": fixed.to_dict(), "out": out, "unit": unit}
         return [(data_sha256, "reserve", body)]
 
     _append(ledger, change)

@@ -45,6 +45,12 @@ def key_path() -> Path:
     return user_state_dir() / "release-signing-key.pem"
 
 
+def _made_path(path: Path) -> Path:
+    """Where the fingerprint of the key made at ``path`` is kept (public: it only remembers that
+    this machine had a key, so a lost one is an error, not a new identity)."""
+    return path.with_name(path.name + ".fingerprint")
+
+
 def payload(manifest: dict[str, Any]) -> bytes:
     """What is signed: the canonical JSON of every field but the signature."""
     import json
@@ -88,7 +94,15 @@ def signing_key() -> Ed25519PrivateKey:
         raise InputError(f"cannot use the release signing key {path}: {exc.strerror or exc}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        made = _made_path(path)
         if not path.exists():
+            if made.is_file():  # this machine made a key that has signed: never silently a new one
+                raise InputError(
+                    f"the release signing key {path} is missing, and this machine's key "
+                    f"{made.read_text(encoding='utf-8').strip()} has signed releases and ledger rows: restore it "
+                    f"(a new key's releases would not be this machine's to the ledger or a reader); to start a "
+                    f"new key on purpose, remove {made} and have the ledger trust the new one"
+                )
             key = Ed25519PrivateKey.generate()
             pem = key.private_bytes(
                 serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -99,6 +113,7 @@ def signing_key() -> Ed25519PrivateKey:
                 os.fsync(out)
             finally:
                 os.close(out)
+            made.write_text(fingerprint(key.public_key()) + "\n", encoding="utf-8")
             return key
         info = path.lstat()
         require(stat.S_ISREG(info.st_mode), f"the release signing key {path} is not a regular file")
