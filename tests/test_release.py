@@ -42,6 +42,7 @@ def write_spec(tmp_path: Path, problem_file: Path, name: str = "spec.toml", **ke
         "audit_runs": 2000,
         "detect": 2.5,  # what 2000 runs catch (2.0 takes 4000: the power tests below)
         "chunk_size": 1024,
+        "identity": "rows",  # a problem file made here, not by `dpaudit-mix problem`: keyed by its rows
         **keys,
     }
     path = tmp_path / name

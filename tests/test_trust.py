@@ -278,7 +278,7 @@ def released(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("signed")
     prob = random_problem(80, 4, seed=7)
     save(Problem(prob.logp, prob.sources, heldout_logp=random_problem(10, 4, seed=8).logp, task="t"), folder / "p.npz")
-    spec = _lambda_spec(folder / "spec.toml", str(folder / "p.npz"), task="t")
+    spec = _lambda_spec(folder / "spec.toml", str(folder / "p.npz"), task="t", identity="rows")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(gate, "VERIFY_LEVEL", TINY)
         patch.setenv("DPAUDIT_MIX_LEDGER", str(folder / "ledger.sqlite"))
@@ -444,14 +444,21 @@ def test_an_accountant_that_under_reports_is_refused_before_the_audit(tmp_path: 
     try:
         audited = lambda_kind.run_audit
         monkeypatch.setattr(lambda_kind, "run_audit", lambda *a, **k: pytest.fail("the audit ran"))
-        spec = _lambda_spec(tmp_path / "liar.toml", str(tmp_path / "p.npz"), task="t", accountant="liar")
+        spec = _lambda_spec(
+            tmp_path / "liar.toml", str(tmp_path / "p.npz"), task="t", accountant="liar", identity="rows"
+        )
         assert main(["release", str(spec), "--out", str(tmp_path / "liar")]) == 3
         err = capsys.readouterr().err
         assert "REFUSED (verification)" in err and "under-reports" in err and "PLD gives" in err
         assert ledger.read(tmp_path / "ledger.sqlite") == []
         monkeypatch.setattr(lambda_kind, "run_audit", audited)
         spec = _lambda_spec(  # its larger σ leaves 2000 runs catching σ/4 (σ/3 is flagged 0.90 of the time: the edge)
-            tmp_path / "careful.toml", str(tmp_path / "p.npz"), task="t", accountant="careful", detect=4.0
+            tmp_path / "careful.toml",
+            str(tmp_path / "p.npz"),
+            task="t",
+            accountant="careful",
+            detect=4.0,
+            identity="rows",
         )
         assert main(["release", str(spec), "--out", str(tmp_path / "careful")]) == 0
         check = json.loads((tmp_path / "careful" / "release.json").read_text())["verification"]["accountant_check"]
@@ -460,3 +467,45 @@ def test_an_accountant_that_under_reports_is_refused_before_the_audit(tmp_path: 
     finally:
         accounting.ACCOUNTANTS.unregister("liar")
         accounting.ACCOUNTANTS.unregister("careful")
+
+
+def test_an_identity_a_file_cannot_shed_or_forge(tmp_path: Path, capsys, monkeypatch) -> None:
+    """A problem made by `problem --data` carries its data's identity signed with its rows: the
+    gate keys it by that identity. Stripped of it, with another data set's identity written in, or
+    re-signed by a key nobody trusts, it is refused (exit 2) before anything is spent; with
+    identity = "rows" the spec keys it by its rows, and the card says so."""
+    import dataclasses
+
+    from dpaudit_mix.release import provenance
+
+    monkeypatch.setattr(gate, "VERIFY_LEVEL", TINY)
+    made = tmp_path / "made.npz"
+    assert main(["problem", "--data", str(_world(tmp_path / "data")), "--out", str(made)]) == 0
+    capsys.readouterr()
+    prob = load(made)
+    trusted = {signing.fingerprint(signing.signing_key().public_key()): signing.signing_key().public_key()}
+    assert provenance.verified(prob, trusted) == ""
+    identity = prob.meta["sensitive_sha256"]
+    other = ("a" if identity[0] != "a" else "b") + identity[1:]
+    stranger = tmp_path / "stranger"
+    monkeypatch.setenv("XDG_STATE_HOME", str(stranger))
+    resigned = provenance.sealed(prob)  # another machine's key, which neither this one nor its ledger trusts
+    monkeypatch.undo()
+    monkeypatch.setattr(gate, "VERIFY_LEVEL", TINY)
+    bare = {k: v for k, v in prob.meta.items() if k != "sensitive_sha256" and not k.startswith("identity_")}
+    cases = {
+        "stripped": (dataclasses.replace(prob, meta=bare), "carries no identity"),
+        "forged": (dataclasses.replace(prob, meta={**prob.meta, "sensitive_sha256": other}), "does not hold"),
+        "re-signed": (resigned, "neither this machine nor the ledger trusts"),
+    }
+    for name, (changed, said) in cases.items():
+        save(changed, tmp_path / f"{name}.npz")
+        spec = _lambda_spec(tmp_path / f"{name}.toml", str(tmp_path / f"{name}.npz"))
+        assert main(["release", str(spec), "--out", str(tmp_path / name)]) == 2, name
+        assert said in capsys.readouterr().err, name
+    assert ledger.read() == []
+    rows = _lambda_spec(tmp_path / "rows.toml", str(tmp_path / "stripped.npz"), identity="rows")
+    assert main(["release", str(rows), "--out", str(tmp_path / "rows")]) == 0
+    manifest = json.loads((tmp_path / "rows" / "release.json").read_text())
+    assert manifest["data"]["identity"] == "rows"
+    assert "identity: this file's rows only" in (tmp_path / "rows" / "release.md").read_text()

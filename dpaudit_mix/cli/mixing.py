@@ -97,6 +97,7 @@ def cmd_problem(args: argparse.Namespace) -> None:
 
     from ..optimum import mixmin
     from ..recovery.metrics import cos_similarity
+    from ..release.provenance import sealed
 
     require((args.name is None) != (args.data is None), "give a world NAME or --data DATA.toml (one of them)")
     name = args.name if args.data is None else args.data
@@ -105,7 +106,7 @@ def cmd_problem(args: argparse.Namespace) -> None:
     proxy = registry.proxy_spec(name, args.proxy, args.proxy_epochs)
     build = registry.build_public if args.public else registry.build
     prob = build(name, args.task or registry.tasks(name)[0], seed=args.seed, proxy=proxy)
-    problem_io.save(prob, args.out)
+    problem_io.save(sealed(prob), args.out)  # its identity signed: the key of its data's one budget
     star = mixmin(prob.logp).weights
     emit(
         {

@@ -339,10 +339,18 @@ class ModelKind:
     parts: frozenset[str] = MODEL_PARTS
 
     def prepare(
-        self, spec_path: Path, spec_bytes: bytes, out: Path, *, noise_multiplier: float | None, progress: bool
+        self,
+        spec_path: Path,
+        spec_bytes: bytes,
+        out: Path,
+        *,
+        noise_multiplier: float | None,
+        progress: bool,
+        trusted: dict[str, Any],
     ) -> kinds.Prepared:
         """The claim, its accountant checked, and the canaries this finetune carries, held to the
-        spec's detect before anything is spent."""
+        spec's detect before anything is spent (its data's identity is its world's, computed
+        here: ``trusted`` has nothing to vouch for)."""
         ready = prepare(spec_path, spec_bytes, out, progress)
         spec = ready.spec
         calibrated = ready.claim.finetune_phase.noise_multiplier

@@ -18,7 +18,7 @@ def provenance(manifest: dict[str, Any], fingerprint: str) -> str:
     """The card's line on which release this is, on which data, and who signs it: a card copied
     from another release names another id, and the fingerprint is the key to check it with."""
     data = manifest["data"]
-    what = "its sensitive data's identity" if data["identity"] == "sensitive" else "the problem's rows (no identity)"
+    what = "its sensitive data's identity" if data["identity"] == "sensitive" else "identity: this file's rows only"
     charged = manifest.get("ledger") or {}
     head = charged.get("head") or {}
     on = (

@@ -43,6 +43,12 @@ VERIFY_LEVEL = QUICK
 register_release_kind("lambda", LambdaKind())  # built in, through the call a user's kind makes
 
 
+def _local_key() -> dict[str, Any]:
+    """This machine's signing key, by fingerprint (what it signed, it trusts)."""
+    public = signing.signing_key().public_key()
+    return {signing.fingerprint(public): public}
+
+
 def _verified(kind: ReleaseKind, progress: bool) -> Verification:
     """verify-accountant of what ``kind`` runs, at :data:`VERIFY_LEVEL`; a failure refuses."""
     verification = verify(VERIFY_LEVEL, progress=progress, parts=kind.parts)
@@ -62,7 +68,10 @@ def _released(
     progress: bool,
 ) -> Digested:
     """The protocol (the module's order) for one ``kind``: its manifest, published."""
-    prepared: Prepared = kind.prepare(spec_path, spec_bytes, out, noise_multiplier=noise_multiplier, progress=progress)
+    trusted = {**ledger.state(where).trusted, **_local_key()}
+    prepared: Prepared = kind.prepare(
+        spec_path, spec_bytes, out, noise_multiplier=noise_multiplier, progress=progress, trusted=trusted
+    )
     reservation = reserve(where, **prepared.charge.request(), timestamp=now(), out=str(out.resolve()))
     try:
         charged = ledger.charged_on(where, reservation)

@@ -11,7 +11,8 @@ so this layer never imports the pipeline and a λ release never loads it. A kind
   their signed manifest, or not at all);
 - ``parts``: what its release runs, so what verify-accountant checks before its work;
 - ``prepare``: everything fixed before a unit of privacy is spent (the claim calibrated, its
-  accountant checked, its audit sized, every input error raised), and the ledger charge;
+  accountant checked, its audit sized, every input error raised), and the ledger charge; it is
+  given the keys whose signatures it may believe (``trusted``: this machine's and the ledger's);
 - ``work``: the private work, given the reservation, returning the unsigned manifest.
 """
 
@@ -89,7 +90,14 @@ class ReleaseKind(Protocol):
     parts: frozenset[str]
 
     def prepare(
-        self, spec_path: Path, spec_bytes: bytes, out: Path, *, noise_multiplier: float | None, progress: bool
+        self,
+        spec_path: Path,
+        spec_bytes: bytes,
+        out: Path,
+        *,
+        noise_multiplier: float | None,
+        progress: bool,
+        trusted: dict[str, Any],
     ) -> Prepared: ...
 
     def work(self, prepared: Prepared, work: Work) -> Digested: ...

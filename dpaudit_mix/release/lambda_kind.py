@@ -43,6 +43,7 @@ from .card import CARD, write_card
 from .kinds import Charge, Prepared, Work, now, released_sigma, verification_record
 from .lambda_audit import audit_record, audit_spec
 from .manifest import LambdaClaim, Manifest, public_path
+from .provenance import verified
 from .refused import Refused
 from .spec import MIN_AUDIT_RUNS, ReleaseSpec
 
@@ -76,6 +77,24 @@ def work_folder(inputs: dict[str, str]) -> Path:
     thousands of seeded runs on the sensitive data), outside the release folder, in the user
     cache, keyed by the problem and spec digests so that a rerun resumes its chunks."""
     return user_cache_dir() / "release-audits" / f"{inputs['problem_sha256'][:16]}-{inputs['spec_sha256'][:16]}"
+
+
+def _budget_key(spec: ReleaseSpec, prob: Problem, trusted: dict[str, Any]) -> tuple[str, str]:
+    """The ledger key of the data a release spends, and what it hashes. A problem built here (an
+    embedded one, a data manifest's) knows its identity; a problem file's is believed only under
+    a trusted signature over its rows (:mod:`.provenance`); else the spec must say
+    ``identity = "rows"`` to key it by its rows."""
+    key, identity = problem_io.budget_key(prob)
+    if spec.problem in registry.PROBLEMS or is_manifest(spec.problem) or spec.identity == "rows":
+        return (key, identity) if spec.identity != "rows" else (problem_io.data_sha256(prob), "rows")
+    why = verified(prob, trusted)
+    require(
+        not why,
+        f"{spec.problem}: {why}, so no budget can be kept for its data: make it with `dpaudit-mix problem` "
+        '(which signs the identity of the data it is made from), or set identity = "rows" in the spec to key it '
+        "by its rows alone (the card says so)",
+    )
+    return key, identity
 
 
 def _largest_user(prob: Problem) -> int:
@@ -173,7 +192,14 @@ class LambdaKind:
     parts: frozenset[str] = LAMBDA_PARTS
 
     def prepare(
-        self, spec_path: Path, spec_bytes: bytes, out: Path, *, noise_multiplier: float | None, progress: bool
+        self,
+        spec_path: Path,
+        spec_bytes: bytes,
+        out: Path,
+        *,
+        noise_multiplier: float | None,
+        progress: bool,
+        trusted: dict[str, Any],
     ) -> Prepared:
         spec = parse_spec(ReleaseSpec, spec_path, spec_bytes)
         name, content = _problem_bytes(spec, out)
@@ -208,7 +234,7 @@ class LambdaKind:
         }
         audited = audit_spec(spec, prob, inputs, sized.size)  # its keys and input checks, before the ledger
         mechanism(audited.mechanism).plan(audited, prob, mixing_data(prob, audited), sigma)
-        key, identity = problem_io.budget_key(prob)
+        key, identity = _budget_key(spec, prob, trusted)
         charge = Charge(
             data_sha256=key,
             problem_sha256=inputs["problem_sha256"],

@@ -55,10 +55,13 @@ class ReleaseSpec:
         None  # the data's cap, fixed in the ledger by its first release (then: that or unset)
     )
     ledger: str = ""  # refused: the budget lives where the machine or team keeps it, not where a spec points
+    # "rows": key a problem file by its rows (said on the card), where it carries no signed identity
+    identity: str = ""
 
     def __post_init__(self) -> None:
         check_fields(self)
         check_no_ledger(self.ledger)
+        require(self.identity in ("", "rows"), f'identity must be "rows" or left out, got {self.identity!r}')
         accounting.check_epsilon(self.epsilon)
         accounting.check_delta(self.delta)
         self.learner()
