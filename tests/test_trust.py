@@ -487,11 +487,12 @@ def test_an_identity_a_file_cannot_shed_or_forge(tmp_path: Path, capsys, monkeyp
     assert provenance.verified(prob, trusted) == ""
     identity = prob.meta["sensitive_sha256"]
     other = ("a" if identity[0] != "a" else "b") + identity[1:]
-    stranger = tmp_path / "stranger"
-    monkeypatch.setenv("XDG_STATE_HOME", str(stranger))
+    import os
+
+    home = os.environ["XDG_STATE_HOME"]
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "stranger"))
     resigned = provenance.sealed(prob)  # another machine's key, which neither this one nor its ledger trusts
-    monkeypatch.undo()
-    monkeypatch.setattr(gate, "VERIFY_LEVEL", TINY)
+    monkeypatch.setenv("XDG_STATE_HOME", home)
     bare = {k: v for k, v in prob.meta.items() if k != "sensitive_sha256" and not k.startswith("identity_")}
     cases = {
         "stripped": (dataclasses.replace(prob, meta=bare), "carries no identity"),

@@ -338,23 +338,14 @@ class ModelKind:
     files: tuple[str, ...] = MODEL_FILES
     parts: frozenset[str] = MODEL_PARTS
 
-    def prepare(
-        self,
-        spec_path: Path,
-        spec_bytes: bytes,
-        out: Path,
-        *,
-        noise_multiplier: float | None,
-        progress: bool,
-        trusted: dict[str, Any],
-    ) -> kinds.Prepared:
+    def prepare(self, asked: kinds.Asked) -> kinds.Prepared:
         """The claim, its accountant checked, and the canaries this finetune carries, held to the
         spec's detect before anything is spent (its data's identity is its world's, computed
         here: ``trusted`` has nothing to vouch for)."""
-        ready = prepare(spec_path, spec_bytes, out, progress)
+        ready = prepare(asked.spec_path, asked.spec_bytes, asked.out, asked.progress)
         spec = ready.spec
         calibrated = ready.claim.finetune_phase.noise_multiplier
-        sigma = kinds.released_sigma(calibrated, noise_multiplier)
+        sigma = kinds.released_sigma(calibrated, asked.noise_multiplier)
         claim = ready.claim if sigma == calibrated else _with_sigma(ready.claim, sigma)
         ready = replace(ready, claim=claim)
         checked_accountant = check_release_accountant(

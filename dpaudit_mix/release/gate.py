@@ -29,7 +29,7 @@ from ..verification.suite import Verification, verify
 from . import ledger, signing
 from .card import CARD
 from .check import MODEL_FILES, check_manifest
-from .kinds import RELEASE_KINDS, Prepared, ReleaseKind, Work, now, register_release_kind, spec_kind
+from .kinds import RELEASE_KINDS, Asked, Prepared, ReleaseKind, Work, now, register_release_kind, spec_kind
 from .lambda_kind import LambdaKind
 from .ledger_store import Location
 from .manifest import Budget, Digested, Publication, public_path, published_files
@@ -69,9 +69,7 @@ def _released(
 ) -> Digested:
     """The protocol (the module's order) for one ``kind``: its manifest, published."""
     trusted = {**ledger.state(where).trusted, **_local_key()}
-    prepared: Prepared = kind.prepare(
-        spec_path, spec_bytes, out, noise_multiplier=noise_multiplier, progress=progress, trusted=trusted
-    )
+    prepared: Prepared = kind.prepare(Asked(spec_path, spec_bytes, out, noise_multiplier, progress, trusted))
     reservation = reserve(where, **prepared.charge.request(), timestamp=now(), out=str(out.resolve()))
     try:
         charged = ledger.charged_on(where, reservation)

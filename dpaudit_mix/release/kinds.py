@@ -59,6 +59,20 @@ class Charge:
 
 
 @dataclass(frozen=True)
+class Asked:
+    """What a release is asked: the spec (its path and its bytes, read once), the folder, a σ
+    larger than the calibrated one (or None), whether to show progress, and the keys whose
+    signatures it may believe (this machine's and the ledger's, by fingerprint)."""
+
+    spec_path: Path
+    spec_bytes: bytes
+    out: Path
+    noise_multiplier: float | None
+    progress: bool
+    trusted: dict[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True)
 class Prepared:
     """A release fixed before anything is spent: its charge, the data its publication names, the
     problem bytes check-release rebuilds from (None where it rebuilds from the spec), and the
@@ -89,16 +103,7 @@ class ReleaseKind(Protocol):
     files: tuple[str, ...]
     parts: frozenset[str]
 
-    def prepare(
-        self,
-        spec_path: Path,
-        spec_bytes: bytes,
-        out: Path,
-        *,
-        noise_multiplier: float | None,
-        progress: bool,
-        trusted: dict[str, Any],
-    ) -> Prepared: ...
+    def prepare(self, asked: Asked) -> Prepared: ...
 
     def work(self, prepared: Prepared, work: Work) -> Digested: ...
 

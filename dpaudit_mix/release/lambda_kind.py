@@ -40,7 +40,7 @@ from . import signing
 from .accountant_check import check_release_accountant
 from .audit_size import AuditSize, audit_size
 from .card import CARD, write_card
-from .kinds import Charge, Prepared, Work, now, released_sigma, verification_record
+from .kinds import Asked, Charge, Prepared, Work, now, released_sigma, verification_record
 from .lambda_audit import audit_record, audit_spec
 from .manifest import LambdaClaim, Manifest, public_path
 from .provenance import verified
@@ -191,22 +191,14 @@ class LambdaKind:
     files: tuple[str, ...] = CARD
     parts: frozenset[str] = LAMBDA_PARTS
 
-    def prepare(
-        self,
-        spec_path: Path,
-        spec_bytes: bytes,
-        out: Path,
-        *,
-        noise_multiplier: float | None,
-        progress: bool,
-        trusted: dict[str, Any],
-    ) -> Prepared:
+    def prepare(self, asked: Asked) -> Prepared:
+        spec_path, spec_bytes, out = asked.spec_path, asked.spec_bytes, asked.out
         spec = parse_spec(ReleaseSpec, spec_path, spec_bytes)
         name, content = _problem_bytes(spec, out)
         prob = problem_io.loads(content, Path(name))  # these bytes are hashed, audited, fitted and released
         require(not spec.user_level or prob.users is not None, "user_level = true needs a problem file with 'users'")
         calibrated = accounting.calibrate(spec.epsilon, spec.delta, spec.sample_rate, spec.steps, spec.accountant)
-        sigma = released_sigma(calibrated, noise_multiplier)
+        sigma = released_sigma(calibrated, asked.noise_multiplier)
         phase = accounting.GaussianPhase(sigma, spec.sample_rate, spec.steps)
         checked_accountant = check_release_accountant(spec.accountant, spec.epsilon, spec.delta, [phase])
         audited_claim = Claim(  # the audit's: at the calibrated σ
@@ -234,7 +226,7 @@ class LambdaKind:
         }
         audited = audit_spec(spec, prob, inputs, sized.size)  # its keys and input checks, before the ledger
         mechanism(audited.mechanism).plan(audited, prob, mixing_data(prob, audited), sigma)
-        key, identity = _budget_key(spec, prob, trusted)
+        key, identity = _budget_key(spec, prob, asked.trusted)
         charge = Charge(
             data_sha256=key,
             problem_sha256=inputs["problem_sha256"],
