@@ -23,6 +23,8 @@ from .optimum import mixmin
 from .problem import save
 from .recovery.metrics import cos_similarity
 from .release.gate import Refused, release
+from .release.ledger_history import forget
+from .release.ledger_store import location
 from .release.manifest import Manifest
 
 OUT = Path("reports/demo")
@@ -92,6 +94,7 @@ def main() -> int:
     shutil.rmtree(OUT / "release", ignore_errors=True)
     for name in ("ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm"):
         (OUT / name).unlink(missing_ok=True)
+    forget(location(OUT / "ledger.sqlite"))  # deleted on purpose: not a history rewritten
     try:
         manifest = release(RELEASE_SPEC, OUT / "release", ledger_path=OUT / "ledger.sqlite").manifest
     except Refused as refusal:

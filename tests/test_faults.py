@@ -323,7 +323,7 @@ def test_a_commit_lost_after_release_json_is_recovered(capsys, tmp_path: Path, p
     (open_one,) = ledger.read()
     assert open_one.status == "reserved" and (out / "release.json").exists()
     assert main(["ledger", "withdraw", open_one.id, "--why", "a mistake"]) == 2  # it was published
-    assert "holds a release.json" in capsys.readouterr().err
+    assert "holds this reservation's release.json" in capsys.readouterr().err
     assert main(["check-release", str(out / "release.json")]) == 3  # not yet committed
     assert main(["ledger", "recover", str(out)]) == 0
     capsys.readouterr()

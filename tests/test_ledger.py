@@ -322,3 +322,48 @@ def test_a_key_that_signed_is_never_silently_replaced(tmp_path: Path, monkeypatc
     with pytest.raises(InputError, match=f"missing, and this machine's key {made} has signed"):
         _reserve(str(tmp_path / "ledger.sqlite"))
     assert not signing.key_path().exists()
+
+
+def test_nothing_is_written_onto_a_history_changed_by_hand(tmp_path: Path) -> None:
+    """Rows deleted from under this machine: the next reservation is refused naming the row (not
+    chained onto what is left, which would then verify), whatever name the ledger is reached by."""
+    book = tmp_path / "ledger.sqlite"
+    for _ in range(2):
+        ledger.commit(str(book), _reserve(str(book), budget=10.0), "a" * 64)
+    alias = tmp_path / "alias.sqlite"
+    alias.symlink_to(book)
+    _tamper(str(book), "DELETE FROM ledger_rows WHERE seq > 3")
+    for name in (book, alias):
+        with pytest.raises(ledger.BrokenChain, match="breaks at row 5"):
+            _reserve(str(name), budget=10.0)
+        assert ledger.verify_chain(str(name))[1] is not None
+    assert _rows(str(book)) == 3
+
+
+def test_a_dead_reservation_is_withdrawn_though_another_release_filled_its_folder(tmp_path: Path) -> None:
+    """A release killed mid-way leaves its reservation; another release later published into the
+    same folder names another id, so the dead one can still be withdrawn (not jammed)."""
+    book, out = str(tmp_path / "ledger.sqlite"), tmp_path / "r"
+    dead = ledger.reserve(
+        book, data_sha256="d" * 64, problem_sha256="f" * 64, epsilon=1.0, delta=DELTA, phase=PHASE,
+        user_level=False, timestamp="t", budget=None, out=str(out),
+    )  # fmt: skip
+    out.mkdir()
+    (out / "release.json").write_text(json.dumps({"release_id": "another"}))
+    ledger.withdraw(book, dead, "killed mid-release; the folder holds a later release")
+    assert ledger.read(book) == []
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("", "--ledger is empty"),
+        ("postgresql://u@[::1:5432/db", "cannot be read"),
+        ("sqlite:////no/such/folder/x.sqlite", "does not exist"),
+        ("x.sqlite?mode=ro", "carries options"),
+    ],
+)
+def test_a_ledger_address_that_names_nothing_is_one_line(capsys, given: str, said: str) -> None:
+    assert main(["ledger", "verify", "--ledger", given]) == 2
+    err = capsys.readouterr().err
+    assert said in err and err.count("\n") == 1

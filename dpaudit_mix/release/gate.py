@@ -156,6 +156,8 @@ def reserve(where: Location, **request: Any) -> str:
         ) from None
     except ledger.Conflict as conflict:
         raise Refused("budget", str(conflict), private=f"the ledger is {where.shown}") from None
+    except ledger.BrokenChain as broken:  # a history changed by hand: no budget to check against
+        raise Refused("budget", str(broken)) from None
 
 
 def check_published_folder(out: Path, where: Location) -> None:
@@ -216,6 +218,7 @@ def release(
     )
     try:
         with claimed(out):  # two releases into one --out: the second is refused
+            (out / "refused.json").unlink(missing_ok=True)  # an earlier refusal's: this run writes its own
             signing.signing_key()  # a key others can read, or a corrupt one, refuses before any work
             spec_bytes = read_spec_bytes(spec_path)
             kind = RELEASE_KINDS.get(spec_kind(spec_path, spec_bytes))

@@ -42,12 +42,24 @@ from ..base.errors import InputError, require
 from ..base.identity import ALL, is_part
 from . import signing
 from .ledger_chain import Row, State, entry_body, fold, signed_row, trust_body
-from .ledger_history import Head, charged_on, head, remember, row_sha256, unimported_json, verify_chain, where_of
+from .ledger_history import (
+    Head,
+    chain_broken,
+    charged_on,
+    head,
+    remember,
+    row_sha256,
+    unimported_json,
+    verify_chain,
+    where_of,
+)
 from .ledger_records import IDENTITIES, Conflict, Dataset, Entry, parse
+from .ledger_rules import OverBudget, check_fixed, check_unit, merged_dataset, within_cap
 from .ledger_spend import spent
 from .ledger_store import Location, Store, location
 
 __all__ = [
+    "BrokenChain",
     "Conflict",
     "Dataset",
     "Entry",
@@ -75,12 +87,8 @@ __all__ = [
 ]
 
 
-class OverBudget(Exception):
-    """The reservation would take the data past its budget: nothing was written."""
-
-    def __init__(self, before: float, after: float, budget: float = math.inf) -> None:
-        super().__init__(f"{before:.4g} -> {after:.4g} of {budget:g}")
-        self.before, self.after, self.budget = before, after, budget
+class BrokenChain(InputError):
+    """The ledger's chain was changed outside dpaudit-mix: nothing is written onto it."""
 
 
 def _now() -> str:
@@ -116,6 +124,12 @@ def _append(ledger: str | Path | Location | None, change: Callable[[State], list
     store = Store(where)
     with store.writing() as connection:
         rows = store.rows(connection)
+        broken = chain_broken(where, rows)
+        if broken is not None:  # nothing is written onto a history that was changed by hand
+            raise BrokenChain(
+                f"the ledger {where.shown} breaks at {broken.line()}: nothing is written onto it "
+                "(`dpaudit-mix ledger verify` says the same; restore the database)"
+            )
         current = fold(rows)
         new: list[Change] = [] if rows else [("", "trust-key", trust_body(key.public_key(), _now()))]
         if rows:
@@ -135,65 +149,8 @@ def _append(ledger: str | Path | Location | None, change: Callable[[State], list
             written.append(row)
             prev = row.sha256
     if written:
-        remember(where, written[-1])
+        remember(where, written[-1], rows[0] if rows else written[0])
     return written
-
-
-def _merged(
-    datasets: dict[str, Dataset], entries: list[Entry], key: str, problem_sha256: str, aliases: tuple[str, ...]
-) -> Dataset | None:
-    """The data set ``key`` with what an earlier layout recorded for the same data under
-    ``aliases``: their caps merged (the smallest holds; δ must agree), the old keys kept in its
-    ``aliases`` (the entries follow in the fold)."""
-    found = [k for k in (key, *aliases) if k in datasets]
-    if not found:
-        return None
-    olds = [datasets[k] for k in found]
-    deltas = {d.delta for d in olds}
-    if len(deltas) > 1:
-        raise Conflict(
-            f"this data was recorded at several deltas {sorted(deltas)} under the ledger's older keys "
-            f"{', '.join(k[:16] for k in found)}; compose them by hand and keep one (`dpaudit-mix ledger show`)"
-        )
-    caps = [d.budget_epsilon for d in olds if d.budget_epsilon is not None]
-    return Dataset(
-        min(caps) if caps else None,
-        olds[0].delta,
-        min(d.since for d in olds),
-        tuple(c for d in olds for c in d.changes),
-        datasets[key].identity if key in datasets else "",
-        tuple(dict.fromkeys((*(a for d in olds for a in d.aliases), *(k for k in found if k != key)))),
-    )
-
-
-def _check_fixed(fixed: Dataset, budget: float | None, delta: float, data_sha256: str) -> None:
-    """A :class:`Conflict` unless a release's cap (None: left out) and δ are the data set's own."""
-    if budget is not None and budget != fixed.budget_epsilon:
-        cap = "no cap" if fixed.budget_epsilon is None else f"budget_epsilon {fixed.budget_epsilon:g}"
-        raise Conflict(
-            f"this data's cap is {cap}, fixed in the ledger on {fixed.since}; a spec cannot change it "
-            f"(budget_epsilon {budget:g} asked): use `dpaudit-mix ledger set-budget {data_sha256[:16]}` "
-            "(logged), or leave budget_epsilon out"
-        )
-    if delta != fixed.delta:
-        raise Conflict(
-            f"this data is accounted at delta {fixed.delta:g} (fixed by its first release on {fixed.since}); a "
-            f"release at delta {delta:g} cannot be composed with it: release at delta {fixed.delta:g}"
-        )
-
-
-def _check_unit(
-    entries: list[Entry], data_sha256: str, problem_sha256: str, aliases: tuple[str, ...], user_level: bool
-) -> None:
-    """A :class:`Conflict` when the data set's releases are of the other unit."""
-    levels = {e.user_level for e in entries if e.on(data_sha256, problem_sha256, aliases)}
-    if levels and levels != {user_level}:
-        had, asked = ("example", "user") if user_level else ("user", "example")
-        raise Conflict(
-            f"this data set's releases are at {had} level; a {asked}-level release cannot be composed with them "
-            f"(an example-level epsilon is a user-level one only by group privacy at the largest user's rows): "
-            f"release at {had} level"
-        )
 
 
 def reserve(
@@ -224,39 +181,21 @@ def reserve(
     release: its mixture's); ``parts``: the part of the data each of ``(*before, phase)`` runs on
     (default: all of it); ``epsilon``: the release's own claim; ``aliases``: the digests earlier
     layouts keyed this data by; ``out``: the folder it releases into (what a recovery reads);
-    ``max_rows_per_user``: at user level, the largest user's rows (its unit, recorded).
-
-    Releases of two units on one data set (example level, user level) are refused: an
-    example-level ε is a user-level one only by group privacy at the largest user's size, which
-    the ledger does not compose."""
+    ``max_rows_per_user``: at user level, the largest user's rows (its unit, recorded; a release
+    of the other unit on the data is refused, :func:`.ledger_rules.check_unit`)."""
     require(identity in IDENTITIES, f"identity must be one of {IDENTITIES}, got {identity!r}")
     parts = parts or (ALL,) * (len(before) + 1)
     require(len(parts) == len(before) + 1 and all(is_part(p) for p in parts), f"bad parts {parts!r}")
     reservation = uuid.uuid4().hex
 
     def change(now: State) -> list[Change]:
-        merged = _merged(now.datasets, now.entries, data_sha256, problem_sha256, aliases)
+        merged = merged_dataset(now.datasets, now.entries, data_sha256, problem_sha256, aliases)
         fixed = merged or Dataset(budget, delta, timestamp, identity=identity)
         fixed = replace(fixed, identity=identity or fixed.identity)
-        _check_fixed(fixed, budget, delta, data_sha256)
-        _check_unit(now.entries, data_sha256, problem_sha256, aliases, user_level)
+        check_fixed(fixed, budget, delta, data_sha256)
+        check_unit(now.entries, data_sha256, problem_sha256, aliases, user_level)
         charges = tuple(zip((*before, phase), parts, strict=True))
-        total = None  # uncapped: composed after the reservation (:func:`standing`), recorded at the commit
-        if fixed.budget_epsilon is not None:
-            total = spent(
-                now.entries,
-                data_sha256,
-                problem_sha256=problem_sha256,
-                delta=fixed.delta,
-                extra=charges,
-                aliases=aliases,
-                claims=(epsilon,),
-            )
-            if total > fixed.budget_epsilon:
-                earlier = spent(
-                    now.entries, data_sha256, problem_sha256=problem_sha256, delta=fixed.delta, aliases=aliases
-                )
-                raise OverBudget(earlier, total, fixed.budget_epsilon)
+        total = within_cap(now.entries, fixed, data_sha256, problem_sha256, aliases, charges, epsilon=epsilon)
         entry = Entry(
             id=reservation,
             status="reserved",
@@ -342,12 +281,23 @@ def withdraw(ledger: str | Path | Location | None, reservation: str, why: str) -
         require(found.status == "reserved", f"{reservation} was released: a published release is never withdrawn")
         out = now.outs.get(reservation, "")
         require(
-            not (out and (Path(out) / "release.json").exists()),
-            f"{out} holds a release.json: the release was published; `dpaudit-mix ledger recover {out}` commits it",
+            not (out and _published_id(Path(out)) == reservation),
+            f"{out} holds this reservation's release.json: it was published; `dpaudit-mix ledger recover {out}` "
+            "commits it",
         )
         return [(found.data_sha256, "withdraw", {"id": reservation, "why": why, "at": _now()})]
 
     _append(ledger, change)
+
+
+def _published_id(folder: Path) -> str | None:
+    """The release id of the release.json ``folder`` holds (None: none, or one that cannot be read:
+    a folder another release was published into names another id)."""
+    try:
+        found = strict_json.loads((folder / "release.json").read_bytes(), str(folder / "release.json"))
+    except (OSError, InputError):
+        return None
+    return found.get("release_id") if isinstance(found, dict) else None
 
 
 def trust_key(ledger: str | Path | Location | None, public_key_file: Path) -> str:

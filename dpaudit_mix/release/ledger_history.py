@@ -57,20 +57,33 @@ def row_sha256(ledger: str | Path | Location | None, seq: int) -> str | None:
 def verify_chain(ledger: str | Path | Location | None = None, *, spends: bool = True) -> tuple[int, Broken | None]:
     """The rows walked (:func:`.ledger_chain.verify`): how many, and the first that breaks (None:
     intact). A chain cut short verifies on its own, so the last row this machine wrote or saw
-    intact (kept in its state folder) must still be there: a deleted newest row breaks too."""
+    intact (kept in its state folder, by the ledger's first row and by its name) must still be
+    there: a deleted newest row breaks too."""
     where = where_of(ledger)
     rows = Store(where).rows()
-    broken = verify(rows, spends=spends)
-    seen = _seen_heads().get(where.shown)
-    if broken is None and isinstance(seen, dict) and isinstance(seen.get("row"), int) and seen["row"] >= 1:
-        row = seen["row"]
-        if len(rows) < row or rows[row - 1].sha256 != seen.get("sha256"):
-            broken = Broken(
-                row, "this machine wrote or saw it, and the ledger no longer holds it (deleted or rewritten)"
-            )
+    broken = verify(rows, spends=spends) or _behind(where, rows)
     if broken is None and rows:
-        remember(where, rows[-1])
+        remember(where, rows[-1], rows[0])
     return len(rows), broken
+
+
+def chain_broken(where: Location, rows: list[Row]) -> Broken | None:
+    """Where the chain breaks by its links, signatures and this machine's memory (not its
+    recorded spends: a write checks this much, ``ledger verify`` all)."""
+    return verify(rows, spends=False) or _behind(where, rows)
+
+
+def _behind(where: Location, rows: list[Row]) -> Broken | None:
+    """A row this machine wrote or saw, by this ledger's first row or by its name, that the ledger
+    no longer holds."""
+    heads = _seen_heads()
+    for key in ((f"genesis:{rows[0].sha256}",) if rows else ()) + (f"at:{where.shown}",):
+        seen = heads.get(key)
+        if isinstance(seen, dict) and isinstance(seen.get("row"), int) and seen["row"] >= 1:
+            row = seen["row"]
+            if len(rows) < row or rows[row - 1].sha256 != seen.get("sha256"):
+                return Broken(row, "this machine wrote or saw it; the ledger no longer holds it (deleted or rewritten)")
+    return None
 
 
 def _heads_path() -> Path:
@@ -86,10 +99,20 @@ def _seen_heads() -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
-def remember(where: Location, row: Row) -> None:
-    """Keep ``row`` as the last one this machine saw of this ledger (best effort: an unwritable
-    state folder only loses the check of a deleted newest row)."""
-    heads = {**_seen_heads(), where.shown: {"row": row.seq, "sha256": row.sha256}}
+def remember(where: Location, row: Row, first: Row) -> None:
+    """Keep ``row`` as the last one this machine saw of this ledger, by its first row (whatever
+    name it is reached by) and by its name (best effort: an unwritable state folder only loses the
+    check of a deleted newest row)."""
+    seen = {"row": row.seq, "sha256": row.sha256}
+    heads = {**_seen_heads(), f"genesis:{first.sha256}": seen, f"at:{where.shown}": seen}
+    with contextlib.suppress(OSError):
+        write_json(_heads_path(), heads)
+
+
+def forget(where: Location) -> None:
+    """Forget what this machine saw of the ledger at ``where``'s name: for a ledger deleted on
+    purpose (a demonstration's, made afresh on every run), never for one that holds a budget."""
+    heads = {key: seen for key, seen in _seen_heads().items() if key != f"at:{where.shown}"}
     with contextlib.suppress(OSError):
         write_json(_heads_path(), heads)
 

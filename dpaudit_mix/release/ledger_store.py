@@ -71,9 +71,11 @@ def location(given: str | Path | None = None) -> Location:
     ``ledger.sqlite`` in the user state folder. A path is an SQLite file; a URL is
     ``sqlite:///PATH`` or ``postgresql://…`` (libpq's form). A JSON ledger is refused by name: it
     is imported (``dpaudit-mix ledger import FILE``), not written."""
+    require(given is None or str(given).strip() != "", "--ledger is empty: give a path or a URL, or leave it out")
     raw = str(given) if given is not None else os.environ.get("DPAUDIT_MIX_LEDGER") or ""
     if not raw:
         return _sqlite(user_state_dir() / "ledger.sqlite")
+    require("?" not in raw, f"the ledger {_without_password(raw)} carries options (?...): name the database alone")
     if raw.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
         from sqlalchemy.engine import make_url
 
@@ -82,7 +84,7 @@ def location(given: str | Path | None = None) -> Location:
         except Exception as exc:  # SQLAlchemy's own ArgumentError and a bad port's ValueError
             raise InputError(f"the ledger URL {_without_password(raw)} cannot be read: {exc}") from None
         return Location(url.render_as_string(hide_password=False), _without_password(raw), None)
-    if raw.startswith("sqlite:///"):
+    if raw.startswith("sqlite:///"):  # SQLAlchemy's form: sqlite:///relative, sqlite:////absolute
         return _sqlite(Path(raw[len("sqlite:///") :]))
     require("://" not in raw, f"the ledger {raw!r} is neither a path nor a sqlite:/// or postgresql:// URL")
     require(
@@ -97,14 +99,17 @@ def _without_password(raw: str) -> str:
     """A URL as a person may see it: its password, if any, as ``***``."""
     from urllib.parse import urlsplit
 
-    parts = urlsplit(raw)
-    if parts.password is None:
-        return raw
-    return parts._replace(netloc=f"{parts.username or ''}:***@{parts.netloc.rsplit('@', 1)[1]}").geturl()
+    try:
+        parts = urlsplit(raw)
+        if parts.password is None:
+            return raw
+        return parts._replace(netloc=f"{parts.username or ''}:***@{parts.netloc.rsplit('@', 1)[1]}").geturl()
+    except ValueError:  # not a URL a parser reads: its scheme alone
+        return raw.split("://", 1)[0] + "://…"
 
 
 def _sqlite(path: Path) -> Location:
-    path = Path(os.path.abspath(path))
+    path = Path(os.path.realpath(path))  # a symlinked ledger is the file it names
     return Location(f"sqlite:///{path}", str(path), path)
 
 
@@ -201,8 +206,12 @@ class Store:
         """Every row, in order (none where the ledger was never written)."""
         if connection is not None:
             return _read(connection)
-        if self.where.sqlite and not (self.where.path and self.where.path.exists()):
-            return []
+        if self.where.path is not None and not self.where.path.exists():
+            require(
+                self.where.path.parent.is_dir(),
+                f"no ledger at {self.where.shown}: its folder {self.where.path.parent} does not exist",
+            )
+            return []  # a ledger nothing was written to yet
         with self._failures():
             from sqlalchemy import inspect
 
