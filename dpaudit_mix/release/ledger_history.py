@@ -68,9 +68,15 @@ def verify_chain(ledger: str | Path | Location | None = None, *, spends: bool = 
 
 
 def chain_broken(where: Location, rows: list[Row]) -> Broken | None:
-    """Where the chain breaks by its links, signatures and this machine's memory (not its
-    recorded spends: a write checks this much, ``ledger verify`` all)."""
-    return verify(rows, spends=False) or _behind(where, rows)
+    """Where the chain breaks by its links, its signatures since the last row this machine saw
+    (those before were checked then) and this machine's memory; not its recorded spends (a write
+    checks this much, ``ledger verify`` all)."""
+    behind = _behind(where, rows)
+    if behind is not None:
+        return behind
+    seen = _seen_heads().get(f"genesis:{rows[0].sha256}") if rows else None
+    since = seen["row"] + 1 if isinstance(seen, dict) and isinstance(seen.get("row"), int) else 1
+    return verify(rows, spends=False, signed_from=since)
 
 
 def _behind(where: Location, rows: list[Row]) -> Broken | None:
