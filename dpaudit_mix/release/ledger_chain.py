@@ -110,10 +110,13 @@ def _apply(state: State, row: Row) -> None:
     elif row.kind == "reserve":
         entry = Entry(**body["entry"])
         aliases = tuple(body["dataset"]["aliases"])
-        state.entries = [  # what an earlier layout recorded of this data, carried to its key
-            replace(e, data_sha256=row.dataset) if e.on(row.dataset, entry.problem_sha256, aliases) else e
-            for e in state.entries
-        ]
+        if aliases or any(not e.data_sha256 for e in state.entries):  # an earlier layout's keys, carried over
+            state.entries = [
+                replace(e, data_sha256=row.dataset)
+                if e.data_sha256 != row.dataset and e.on(row.dataset, entry.problem_sha256, aliases)
+                else e
+                for e in state.entries
+            ]
         for old in aliases:
             state.datasets.pop(old, None)
         state.datasets[row.dataset] = dataset_of(body["dataset"])
