@@ -29,9 +29,9 @@ from dpaudit_mix.release import ledger
 DELTA = 1e-5
 
 
-def _release(spec: Path, out: Path) -> subprocess.Popen:
+def _release(spec: Path, out: Path, book: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "dpaudit_mix.cli", "release", str(spec), "--out", str(out)],
+        [sys.executable, "-m", "dpaudit_mix.cli", "release", str(spec), "--out", str(out), "--ledger", str(book)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -58,13 +58,13 @@ def main() -> int:
         data = data_sha256(load(problem))
         outcomes = []
         for trial in range(args.trials):
-            book = root / f"ledger-{trial}.json"
+            book = root / f"ledger-{trial}.sqlite"
             spec = root / f"spec-{trial}.toml"
             spec.write_text(
                 f'problem = "{problem}"\nepsilon = 1.0\nsteps = 20\naudit_runs = 2000\n'
-                f'budget_epsilon = 1.2\nledger = "{book}"\n'
+                'budget_epsilon = 1.2\nidentity = "rows"\n'
             )
-            procs = [_release(spec, root / f"out-{trial}-{i}") for i in range(2)]
+            procs = [_release(spec, root / f"out-{trial}-{i}", book) for i in range(2)]
             results = [(p.wait(), p.stderr.read()) for p in procs]
             codes = sorted(code for code, _ in results)
             stages = [
@@ -81,13 +81,13 @@ def main() -> int:
             )
         print(f"{sum(outcomes)} of {len(outcomes)} trials: exactly one published, the other refused at the budget")
 
-        book = root / "ledger-kill.json"
+        book = root / "ledger-kill.sqlite"
         spec = root / "spec-kill.toml"
         spec.write_text(
             f'problem = "{problem}"\nepsilon = 1.0\nsteps = 20\naudit_runs = 200000\n'
-            f'budget_epsilon = 1.2\nledger = "{book}"\n'
+            'budget_epsilon = 1.2\nidentity = "rows"\n'
         )
-        victim = _release(spec, root / "out-kill")
+        victim = _release(spec, root / "out-kill", book)
         chunks = user_cache_dir() / "release-audits"  # a release audits in its private work folder
         while victim.poll() is None and not any(chunks.glob("*/chunks/*.npz")):
             time.sleep(0.5)
