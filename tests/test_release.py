@@ -306,7 +306,7 @@ def test_a_data_sets_budget_cannot_be_walked_around(tmp_path: Path, problem_file
     assert main(["release", str(first), "--out", str(tmp_path / "first")]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["budget_epsilon"] == 1.2 and 0.99 <= printed["spent_epsilon"] <= 1.0
-    assert "of 1.2 on this data" in (tmp_path / "first" / "release.md").read_text()
+    assert "of 1.2 (example-level) on this data" in (tmp_path / "first" / "release.md").read_text()
     prob = load(problem_file)
     rows = np.random.default_rng(0).permutation(prob.n)
     moved = tmp_path / "moved.npz"

@@ -80,9 +80,10 @@ def write_card(manifest: dict[str, Any], out: Path, fingerprint: str) -> None:
         ),
         (
             "p",
-            f"Spent ε = {budget['spent_epsilon']:.4g} of {cap} on this data set after this release (every release "
-            f"on it, λ and models, this one included, composed by PLD at δ = {budget['delta']:g}: parallel across "
-            "disjoint splits, sequential on the same examples).",
+            f"Spent ε = {budget['spent_epsilon']:.4g} of {cap} "
+            f"({'user' if claim['user_level'] else 'example'}-level) on this data set after this release "
+            f"(every release on it, λ and models, this one included, composed by PLD at δ = {budget['delta']:g}: "
+            "parallel across disjoint splits, sequential on the same examples).",
         ),
         (
             "p",

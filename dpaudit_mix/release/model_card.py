@@ -67,10 +67,10 @@ def write_model_card(manifest: dict[str, Any], out: Path, fingerprint: str) -> N
         ),
         (
             "p",
-            f"Spent ε = {budget['spent_epsilon']:.4g} of {cap} on this data set after this release (both phases "
-            "of this model charged to the split each ran on, with every other release on the data, λ and models, "
-            f"composed by PLD at δ = {budget['delta']:g}: parallel across disjoint splits, sequential on the same "
-            "examples).",
+            f"Spent ε = {budget['spent_epsilon']:.4g} of {cap} (example-level) on this data set after this "
+            "release (both phases of this model charged to the split each ran on, with every other release on the "
+            f"data, λ and models, composed by PLD at δ = {budget['delta']:g}: parallel across disjoint splits, "
+            "sequential on the same examples).",
         ),
         (
             "p",
