@@ -1,5 +1,5 @@
 """The reports as a person reads them: the demo's audit report and release card, a model release's
-card and a one-run audit's report, opened in Debian's Chromium through Playwright, offline.
+card, a one-run audit's report and a weight-recovery report, opened in Debian's Chromium through Playwright, offline.
 
 Each page: no console error, every image loaded with alt text, every link resolving inside the
 page or beside it, no address outside the machine, and readable at a phone's 375 px (nothing wider
@@ -21,8 +21,10 @@ import pytest
 from dpaudit_mix import accounting, demo
 from dpaudit_mix.base.randomness import stream
 from dpaudit_mix.cli import main
+from dpaudit_mix.problem import Problem, save
 from dpaudit_mix.release import gate
 
+from .conftest import random_problem
 from .test_model_release import BARE, _specs
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -74,7 +76,15 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     epsilon = repr(accounting.epsilon([accounting.GaussianPhase(sigma, 1.0, 1)], 1e-5))
     claim = ["--epsilon", epsilon, "--delta", "1e-5", *phase]
     assert main(["audit-scores", str(root / "canaries.npz"), "--one-run", *claim, "--out", str(root / "one")]) == 0
+    toy = random_problem(600, 6, seed=21, users=True)
+    save(Problem(toy.logp, toy.sources, users=toy.users, task="toy"), root / "toy.npz")
+    (root / "recovery.toml").write_text(
+        f'problem = "{root / "toy.npz"}"\nepsilons = [0.3, 10.0]\nrhos = [0.2, 1.0]\nseeds = 8\nsteps = 40\n'
+        'user_level_tasks = ["toy"]\nk_values = [2, 4, 6]\nk_fit_min = 2\n'
+    )
+    assert main(["recovery", str(root / "recovery.toml"), "--out", str(root / "recovery")]) == 0
     return {
+        "recovery report": root / "recovery" / "report.html",
         "demo report": root / "demo" / "report.html",
         "release card": root / "demo" / "release" / "release.html",
         "model card": root / "model" / "release.html",
@@ -146,6 +156,9 @@ def _check_page(browser: Any, name: str, page_file: Path, tmp_path: Path) -> Non
         assert "σ = " in text and "q = 1" in text and "T = 1" in text and "m = 2000 canaries" in text
     if name in ("demo report", "one-run report"):
         assert re.search(r"catch|power", text, flags=re.I), name
+    if name == "recovery report":  # the paired tests behind each mark, and the marks they earned
+        assert "Holm p" in text and "Wilcoxon p" in text and "95% CI" in text and "▲" in text
+        assert "Table 11" in text and "Low power" not in text
     if name == "release card":
         released = json.loads(page_file.with_name("release.json").read_text())
         assert released["audit"]["power"]["detects"] and "released λ" in text

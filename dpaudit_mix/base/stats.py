@@ -47,12 +47,27 @@ def paired_tests(differences: Mapping[float, np.ndarray]) -> pd.DataFrame:
             "p": DescrStatsW(values).ttest_mean(0.0)[1] if testable else math.nan,
         }
     table = pd.DataFrame.from_dict(rows, orient="index", columns=COLUMNS[:4])
-    table["p_holm"] = math.nan
-    tested = table["p"].notna()
+    table["p_holm"] = holm(table["p"])
+    return table
+
+
+def holm(p: pd.Series) -> pd.Series:
+    """Holm's step-down adjustment of a family of p-values (statsmodels): the family-wise error
+    rate stays at ALPHA however many members reject. A NaN (a member that ran no test) stays NaN
+    and is not counted in the family.
+
+    Args:
+        p: the family's raw p-values, NaN where no test ran.
+
+    Returns:
+        The adjusted p-values, on ``p``'s index.
+    """
+    adjusted = pd.Series(math.nan, index=p.index, dtype=float)
+    tested = p.notna()
     if tested.any():
         with _set_aside_heap():
-            table.loc[tested, "p_holm"] = multipletests(table.loc[tested, "p"], method="holm")[1]
-    return table
+            adjusted[tested] = multipletests(p[tested], method="holm")[1]
+    return adjusted
 
 
 @contextmanager
