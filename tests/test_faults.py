@@ -385,3 +385,55 @@ def test_two_releases_into_one_folder_at_once_one_is_refused(capsys, tmp_path: P
     with claimed(out):  # another release holds the folder
         assert main(["release", str(write_spec(tmp_path, problem_file)), "--out", str(out)]) == 2
     assert "being released into by another command" in capsys.readouterr().err and ledger.read() == []
+
+
+def test_a_kill_during_the_card_leaves_nothing_in_the_release_folder(tmp_path: Path, problem_file: Path) -> None:
+    """The card and its figures (λ among them) are made beside --out and moved in whole once signed:
+    a SIGKILL after lambda.png is drawn leaves the release folder without it; the next release
+    into the folder clears what the killed one left beside it, and publishes."""
+    from dpaudit_mix.release import ledger
+
+    spec, out = write_spec(tmp_path, problem_file), tmp_path / "r"
+    killed = (
+        "import os, signal, sys\n"
+        "from dpaudit_mix.release import gate, lambda_kind\n"
+        "from dpaudit_mix.cli import main\n"
+        "from tests.test_verify import TINY\n"
+        "gate.VERIFY_LEVEL = TINY\n"
+        "card = lambda_kind.write_card\n"
+        "def drawn_then_killed(manifest, folder, fingerprint):\n"
+        "    card(manifest, folder, fingerprint)\n"
+        "    assert (folder / 'lambda.png').exists()\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "lambda_kind.write_card = drawn_then_killed\n"
+        "main(['release', sys.argv[1], '--out', sys.argv[2]])\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", killed, str(spec), str(out)], cwd=Path(__file__).parents[1], capture_output=True
+    )
+    assert run.returncode == -9, run.stderr.decode()[-2000:]
+    assert list(out.iterdir()) == []  # neither lambda.png nor any other file of the card
+    left = list(tmp_path.glob(f".r{gate.STAGING}*"))
+    assert len(left) == 1 and (left[0] / "lambda.png").exists()  # the killed run's, beside --out
+    (reserved,) = ledger.read()  # the private work ran: its reservation stays counted
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gate, "VERIFY_LEVEL", TINY)
+        assert main(["release", str(spec), "--out", str(out)]) == 0
+    assert not list(tmp_path.glob(f".r{gate.STAGING}*")) and (out / "lambda.png").exists()
+    assert main(["check-release", str(out / "release.json")]) == 0  # nothing the killed run made is in it
+    assert [e.id for e in ledger.read()][0] == reserved.id
+
+
+def test_an_out_folder_holding_other_files_is_refused_before_any_charge(
+    capsys, tmp_path: Path, problem_file: Path
+) -> None:
+    """A release folder is published whole: a file the release does not write (a CSV of ids) would
+    go out unlisted, so the folder is refused up front, the file untouched and nothing reserved."""
+    from dpaudit_mix.release import ledger
+
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "ids.csv").write_text("id\n7\n")
+    assert main(["release", str(write_spec(tmp_path, problem_file)), "--out", str(out)]) == 2
+    assert "holds ids.csv, which a release does not write" in capsys.readouterr().err
+    assert ledger.read() == [] and (out / "ids.csv").read_text() == "id\n7\n"

@@ -7,15 +7,20 @@ the claim, the calibrating accountant checked against PLD, the audit sized: ever
 before anything is spent) → the budget reserved in the ledger (under its lock; keyed by the
 sensitive data's identity) → the kind's work, verify-accountant first → the manifest listed,
 signed and put through every check of check-release → release.json, and the reservation
-committed with that digest. One cleanup path for every kind: on any failure the kind's files
-(the card, the weights) are removed, as they go out with their signed manifest or not at all;
+committed with that digest. The kind's files (the card, its figures, the weights) are made in a
+staging folder beside ``--out`` and moved in whole once signed and checked, as they go out with
+their signed manifest or not at all. One cleanup path for every kind: on any failure the staging
+folder is removed;
 a refusal withdraws the reservation and writes refused.json; a crash leaves it counted (the
 private work may have run). Only this module reserves, commits and withdraws.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -33,7 +38,7 @@ from .kinds import RELEASE_KINDS, Asked, Prepared, ReleaseKind, Work, now, regis
 from .lambda_kind import LambdaKind
 from .ledger_store import Location
 from .manifest import Budget, Digested, Publication, public_path, published_files
-from .publication import Trust
+from .publication import OWNED, Trust
 from .published import Published
 from .refused import Refused
 
@@ -71,23 +76,24 @@ def _released(
     trusted = {**ledger.state(where).trusted, **_local_key()}
     prepared: Prepared = kind.prepare(Asked(spec_path, spec_bytes, out, noise_multiplier, progress, trusted))
     reservation = reserve(where, **prepared.charge.request(), timestamp=now(), out=str(out.resolve()))
+    staging = _staging(out)
     try:
         charged = ledger.charged_on(where, reservation)
         publication = Publication(
             reservation, dict(prepared.data), ledger={"url": where.public, "head": charged.to_dict()}
         )
-        work = Work(out, progress, reserved_budget(where, reservation), publication, lambda: _verified(kind, progress))
+        budget = reserved_budget(where, reservation)
+        work = Work(staging, progress, budget, publication, lambda: _verified(kind, progress))
         manifest = signed_and_checked(
             kind.work(prepared, work),
-            out,
+            staging,
             files=kind.files,
             where=where,
             reservation=reservation,
             problem=prepared.problem,
         )
     except BaseException as exc:
-        for name in kind.files:  # the card and the weights go out with their manifest, or not at all
-            (out / name).unlink(missing_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)  # the card and the weights go out with their manifest, or not at all
         if isinstance(exc, (Refused, InputError)):  # refused: nothing published, nothing spent
             stage = exc.stage if isinstance(exc, Refused) else "input"
             ledger.withdraw(where, reservation, f"refused at its {stage} stage: nothing was published")
@@ -99,6 +105,7 @@ def _released(
         raise
     # Only now is the release published; a crash before the commit leaves the reservation counted,
     # and the next release into this folder (or `dpaudit-mix ledger recover`) commits it.
+    _moved_in(staging, out)
     write_json(out / "release.json", manifest.to_dict())
     try:
         ledger.commit(where, reservation, manifest.digest, manifest.budget.spent_epsilon)
@@ -109,6 +116,44 @@ def _released(
         )
         raise
     return manifest
+
+
+#: the hidden folder beside ``--out`` a release's files are made in: ``.<out's name>`` + this + a random tail.
+STAGING = ".staging-"
+
+
+def _staging(out: Path) -> Path:
+    """A fresh folder beside ``out`` for the kind's files: the card and its figures (λ among them)
+    are made there and moved into ``out`` only once signed and checked, so a kill mid-card leaves
+    nothing in the release folder. Folders an earlier, killed run left beside ``out`` go first
+    (``out`` is claimed by this process, so none of them is another run's)."""
+    for stale in out.resolve().parent.glob(f".{out.name}{STAGING}*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f".{out.name}{STAGING}", dir=out.resolve().parent))
+
+
+def _moved_in(staging: Path, out: Path) -> None:
+    """Every file made in ``staging`` renamed into ``out`` (one file system: each rename is atomic),
+    then ``staging`` removed; release.json, written after, is what makes them a publication."""
+    made = {p.name: p for p in staging.iterdir()}
+    for name in {*CARD, *MODEL_FILES, OWNED} - set(made):  # an unfinished earlier run's, of the other kind
+        (out / name).unlink(missing_ok=True)
+    for name, path in made.items():
+        os.replace(path, out / name)
+    staging.rmdir()
+
+
+def _stale_only(out: Path) -> None:
+    """``out`` may hold only what a release of either kind writes (an unfinished earlier run's
+    card, replaced by this run's outcome): a release folder is published whole, so any other file
+    would be published unlisted (one InputError, before anything is charged)."""
+    ours = {*CARD, *MODEL_FILES, OWNED, "refused.json"}
+    others = sorted(p.name for p in out.iterdir() if p.name not in ours) if out.is_dir() else []
+    require(
+        not others,
+        f"--out {out} holds {', '.join(others[:3])}{' …' if len(others) > 3 else ''}, which a release does not "
+        "write: a release folder is published whole, so choose an empty --out",
+    )
 
 
 def reserved_budget(where: Location, reservation: str) -> Budget:
@@ -210,6 +255,7 @@ def release(
     if out.exists():
         _published_already(out, where)
     check_published_folder(out, where)
+    _stale_only(out)
     unimported = ledger.unimported_json(where)
     require(
         unimported is None,
@@ -233,7 +279,7 @@ def release(
             )
     except (Refused, InputError) as exc:
         refusal = exc if isinstance(exc, Refused) else Refused("input", str(exc), exit_code=EXIT_BAD_INPUT)
-        for name in {*CARD, *MODEL_FILES}:  # nor what an unfinished earlier run of either kind left
+        for name in {*CARD, *MODEL_FILES, OWNED}:  # nor what an unfinished earlier run of either kind left
             (out / name).unlink(missing_ok=True)
         try:
             write_json(

@@ -86,9 +86,10 @@ class Prepared:
 
 @dataclass(frozen=True)
 class Work:
-    """What a kind's work is given: the folder, the reservation's budget and publication, and
-    the protocol's verify-accountant of the kind's parts (``verified()``: the passed
-    verification, else :class:`Refused`), for the work to run where it fits."""
+    """What a kind's work is given: the folder to write its files into (a staging folder beside
+    ``--out``, moved in whole once the manifest is signed and checked), the reservation's budget
+    and publication, and the protocol's verify-accountant of the kind's parts (``verified()``:
+    the passed verification, else :class:`Refused`), for the work to run where it fits."""
 
     out: Path
     progress: bool
