@@ -2,7 +2,8 @@
 
 R = 2,000 runs, n = 9,000, k = 14, T = 100, full batch (a synthetic problem of that shape). The
 Opacus figure times a few single fits through a GradSampleModule + DPOptimizer and scales to R.
-Prints ratios measured in this one run. Usage: python bench/learner.py [--runs R] [--opacus-fits F]
+Prints ratios measured in this one run and writes them to bench/results/learner.md.
+Usage: python bench/learner.py [--runs R] [--opacus-fits F]
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import record
 import torch
 from opacus import GradSampleModule
 from opacus.optimizers import DPOptimizer
+from record import Ratio
 from threadpoolctl import threadpool_limits
 
 from dpaudit_mix.base.randomness import stream
@@ -90,12 +93,21 @@ def main() -> None:
         opacus_fit(p, config)
     per_fit = (time.perf_counter() - start) / args.opacus_fits
     opacus_total = per_fit * args.runs
-    print(f"runs={args.runs} n={N} k={K} T={T} full batch, {threads} threads")
-    print(f"batched learner        {batched:8.2f} s   ({args.runs / batched:,.0f} runs/s)")
-    print(f"GEMM-only roofline     {roofline:8.2f} s   batched/roofline = {batched / roofline:.2f}x")
-    print(
+    lines = [
+        f"runs={args.runs} n={N} k={K} T={T} full batch, {threads} threads",
+        f"batched learner        {batched:8.2f} s   ({args.runs / batched:,.0f} runs/s)",
+        f"GEMM-only roofline     {roofline:8.2f} s   batched/roofline = {batched / roofline:.2f}x",
         f"Opacus per-run loop    {opacus_total:8.1f} s   ({per_fit:.2f} s/fit x {args.runs}; "
-        f"{args.opacus_fits} fits timed)   speed-up = {opacus_total / batched:,.0f}x"
+        f"{args.opacus_fits} fits timed)   speed-up = {opacus_total / batched:,.0f}x",
+    ]
+    print("\n".join(lines))
+    record.write(
+        "learner",
+        "```\n" + "\n".join(lines) + "\n```",
+        [
+            Ratio("batched learner over its GEMM-only roofline", batched / roofline, "lower"),
+            Ratio("speed-up over the per-run Opacus loop", opacus_total / batched, "higher"),
+        ],
     )
 
 

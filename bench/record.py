@@ -1,0 +1,112 @@
+"""Where a bench's figures go: ``bench/results/NAME.md``, the one place the docs quote them from.
+
+A results file says when, on what machine and by which command its figures were measured, then
+holds the bench's table as it printed it, and, for a bench that measures ratios, a ``Ratios``
+table (name, value, which way is better) that ``bench/compare.py`` reads to show a slip the day
+it happens. The docs include these files at build time (``<!-- results: NAME -->`` in a page,
+docs/hooks.py); ``tests/test_docs.py`` fails on a measured figure in the docs that no results file
+holds.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+#: the heading of a results file's ratio table, which bench/compare.py reads.
+RATIOS = "## Ratios"
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """One measured ratio: its name (stable across runs, the key compare.py matches on), its value,
+    and whether a higher or a lower value is better."""
+
+    name: str
+    value: float
+    better: str  # "higher" or "lower"
+
+    def __post_init__(self) -> None:
+        if self.better not in ("higher", "lower"):
+            raise ValueError(f"better must be 'higher' or 'lower', got {self.better!r}")
+        if "|" in self.name:
+            raise ValueError(f"a ratio's name holds no '|': {self.name!r}")
+
+
+def machine() -> str:
+    """The machine in one line: OS, architecture, cores, CPU model, Python and torch."""
+    model = ""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        names = [
+            line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")
+        ]
+        model = names[0] if names else ""
+    try:
+        import torch
+
+        torch_version = f", torch {torch.__version__}"
+    except ImportError:
+        torch_version = ""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (
+        f"{platform.system()} {platform.machine()}, {cores} cores{f' ({model})' if model else ''}, "
+        f"Python {platform.python_version()}{torch_version}"
+    )
+
+
+def write(name: str, body: str, ratios: Sequence[Ratio] = (), *, command: str | None = None) -> Path:
+    """``bench/results/NAME.md``: today's date, the machine, the command, ``body`` (Markdown: the
+    bench's table or lines, as printed), then the ratios. Returns the file's path.
+
+    Args:
+        name: the bench's name (the file's stem).
+        body: what the bench measured, as Markdown.
+        ratios: the ratios compare.py tracks (none for a bench that measures only times).
+        command: the command that made it; default this process's ``python`` command line.
+    """
+    if command is None:
+        script = Path(sys.argv[0]).resolve()
+        shown = script.relative_to(ROOT) if script.is_relative_to(ROOT) else Path(script.name)
+        command = " ".join(["python", shown.as_posix(), *sys.argv[1:]])
+    lines = [
+        f"# bench/{name}",
+        "",
+        f"- date: {date.today().isoformat()}",
+        f"- machine: {machine()}",
+        f"- command: `{command}`",
+        "",
+        body.strip(),
+        "",
+    ]
+    if ratios:
+        lines += [RATIOS, "", "| ratio | value | better |", "|---|---|---|"]
+        lines += [f"| {r.name} | {r.value:.3g} | {r.better} |" for r in ratios]
+        lines.append("")
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.md"
+    path.write_text("\n".join(lines))
+    print(f"results: {path.relative_to(ROOT)}")
+    return path
+
+
+def read_ratios(text: str) -> dict[str, Ratio]:
+    """The ratios of a results file's text (empty where it has none)."""
+    if RATIOS not in text:
+        return {}
+    ratios = {}
+    for line in text.split(RATIOS, 1)[1].splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0] not in ("ratio", "---"):
+            try:
+                ratios[cells[0]] = Ratio(cells[0], float(cells[1]), cells[2])
+            except ValueError:
+                continue
+    return ratios
