@@ -287,6 +287,21 @@ def _ragged_users(count: int, seed: int) -> list[torch.Tensor]:
     return users
 
 
+def test_batched_user_gradients_reuse_their_buffers_across_sizes() -> None:
+    """The batched pass keeps its buffers between calls: a larger call, a smaller one (ragged and
+    not), then the larger again give what fresh buffers and the per-user loop give."""
+    from dpaudit_mix.models import userdp
+
+    model = lm.new_model(Key(4))
+    large, small = _ragged_users(9, 5), [u[:2] for u in _ragged_users(3, 2)]
+    first = userdp.per_user_gradients(model, large)
+    for users in (small, [u[:1] for u in small], large):
+        batched = userdp.per_user_gradients(model, users)
+        loop = torch.stack([user_gradient(model, u) for u in users])
+        assert float(((batched - loop).norm(dim=1) / loop.norm(dim=1)).max()) < 1e-5
+    assert torch.equal(batched, first)  # the same users give the same result, whatever the buffers held
+
+
 def test_batched_user_gradients_equal_the_per_user_loop(monkeypatch) -> None:
     """The CharGRU's one-pass per-user gradients, and the step they release on the same draws,
     equal one backward pass per user (to float rounding)."""

@@ -22,10 +22,10 @@ import torch
 from torch import nn
 
 from .. import accounting
-from ..base.alphabet import V
 from ..base.errors import require
 from ..base.randomness import Key, RandomSource, source
-from .chargru import WINDOW, CharGRU, window_nll
+from .chargru import CharGRU, window_nll
+from .gru_gradients import char_gru_gradients
 
 
 @dataclass(frozen=True)
@@ -70,76 +70,14 @@ def user_gradient(model: nn.Module, data: torch.Tensor) -> torch.Tensor:
 
 def per_user_gradients(model: nn.Module, users: list[torch.Tensor]) -> torch.Tensor:
     """(B, P): :func:`user_gradient` of each of the B users. A CharGRU's come from one batched
-    forward and backward over every user's windows (:func:`_char_gru_gradients`, equal up to float
-    rounding); any other model's from one backward pass per user."""
+    pass over every user's windows (:func:`.gru_gradients.char_gru_gradients`, equal up to
+    float rounding); any other model's from one backward pass per user."""
     trainable = [p for p in model.parameters() if p.requires_grad]
     if isinstance(model, CharGRU) and users and len(trainable) == len(list(model.parameters())):
-        return _char_gru_gradients(model, users)
+        return char_gru_gradients(model, users)
     size = sum(p.numel() for p in trainable)
     device = trainable[0].device
     return torch.stack([user_gradient(model, u) for u in users]) if users else torch.zeros((0, size), device=device)
-
-
-def _char_gru_gradients(model: CharGRU, users: list[torch.Tensor]) -> torch.Tensor:
-    """Per-user gradients of the CharGRU in one pass. The GRU runs by hand on all N windows
-    (users padded to the same count; a padded window scores nothing) with the shared weights;
-    autograd gives the loss's gradient at every layer's output, and each weight's per-user
-    gradient is then Σ over that user's rows of (output gradient)ᵀ(input): one ``bmm`` per
-    weight, the embedding's by ``index_add``. Gates follow ``nn.GRU``: r, z, n."""
-    count, most = len(users), max(len(u) for u in users)
-    device = model.head.weight.device
-    data = torch.full((count, most, WINDOW + 1), -1, dtype=torch.int64, device=device)
-    for i, u in enumerate(users):
-        data[i, : len(u)] = u
-    rows = count * most
-    inputs = data[:, :, :-1].clamp(min=0).reshape(rows, WINDOW)
-    targets = data[:, :, 1:].reshape(rows, WINDOW)
-    emb, w_ih, w_hh, b_ih, b_hh, w_head, b_head = (p.detach() for p in model.parameters())
-    x = emb[inputs].requires_grad_(True)  # (rows, L, E)
-    gates_i = [x @ w.T + b for w, b in zip(w_ih.chunk(3), b_ih.chunk(3), strict=True)]  # r, z, n: (rows, L, H)
-    steps = [g.unbind(1) for g in gates_i]
-    h = torch.zeros(rows, w_hh.shape[1], device=device, requires_grad=True)
-    hidden: list[torch.Tensor] = []
-    previous: list[torch.Tensor] = []
-    gates_h: tuple[list[torch.Tensor], ...] = ([], [], [])
-    for t in range(WINDOW):
-        previous.append(h)
-        h_r, h_z, h_n = (h @ w.T + b for w, b in zip(w_hh.chunk(3), b_hh.chunk(3), strict=True))
-        for store, gate in zip(gates_h, (h_r, h_z, h_n), strict=True):
-            store.append(gate)
-        r = torch.sigmoid(steps[0][t] + h_r)
-        z = torch.sigmoid(steps[1][t] + h_z)
-        n = torch.tanh(steps[2][t] + r * h_n)
-        h = n + z * (h - n)
-        hidden.append(h)
-    out = torch.stack(hidden, dim=1)  # (rows, L, H)
-    logits = out @ w_head.T + b_head
-    nll = nn.functional.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=-1, reduction="none")
-    scored = (targets >= 0).sum(dim=1).clamp(min=1)
-    loss = (nll.reshape(rows, WINDOW).sum(dim=1) / scored).sum()
-    grads = torch.autograd.grad(loss, [logits, x, *gates_i, *(g for store in gates_h for g in store)])
-    d_logits, d_x, d_gi = grads[0], grads[1], grads[2:5]
-    d_gh = [torch.stack(grads[5 + j * WINDOW : 5 + (j + 1) * WINDOW], dim=1) for j in range(3)]
-
-    def per_user(t: torch.Tensor) -> torch.Tensor:
-        return t.reshape(count, most * WINDOW, t.shape[-1])  # a view: a user's rows are contiguous
-
-    def outer(d: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-        return torch.bmm(per_user(d).transpose(1, 2), per_user(a.detach()))
-
-    h_prev = torch.stack(previous, dim=1)
-    index = (torch.arange(count, device=device)[:, None] * V + inputs.reshape(count, -1)).reshape(-1)
-    g_emb = torch.zeros(count * V, emb.shape[1], device=device).index_add_(0, index, d_x.reshape(-1, emb.shape[1]))
-    parts = [
-        g_emb.reshape(count, -1),
-        torch.cat([outer(d, x) for d in d_gi], dim=1),
-        torch.cat([outer(d, h_prev) for d in d_gh], dim=1),
-        torch.cat([per_user(d).sum(1) for d in d_gi], dim=1),
-        torch.cat([per_user(d).sum(1) for d in d_gh], dim=1),
-        outer(d_logits, out),
-        per_user(d_logits).sum(1),
-    ]
-    return torch.cat([part.reshape(count, -1) for part in parts], dim=1)
 
 
 def clip_rows(per_user: torch.Tensor, clip: float) -> torch.Tensor:
