@@ -164,9 +164,11 @@ def _prepare(problem: Problem, user_level: bool) -> _Prepared:
 
 
 def _clip_weights(f: np.ndarray, floor: np.ndarray | float) -> np.ndarray:
-    """Clipped per-example weights in place: min(1/f, C/‖p̃‖) = 1 / max(f, ‖p̃‖/C) with floor = ‖p̃‖/C."""
+    """Clipped per-example weights in place: min(1/f, C/‖p̃‖) = 1 / max(f, ‖p̃‖/C) with floor = ‖p̃‖/C.
+    1/x by ``np.divide``: numpy's float32 ``reciprocal`` loop took twice as long (113 against 56
+    µs on a block's 9,000 × 64 weights), and the same IEEE division gives the same bits."""
     np.maximum(f, floor, out=f)
-    return cast(np.ndarray, np.reciprocal(f, out=f))
+    return cast(np.ndarray, np.divide(1.0, f, out=f))
 
 
 def _noise_scale(sigma_clip: float, k: int) -> np.ndarray:
@@ -199,16 +201,23 @@ SHIPPED = Privatiser()
 
 
 def _clipped_sum(
-    prep: _Prepared, lam: np.ndarray, clip: float, mask: np.ndarray | None, privatiser: Privatiser = SHIPPED
+    prep: _Prepared,
+    lam: np.ndarray,
+    clip: float,
+    mask: np.ndarray | None,
+    privatiser: Privatiser = SHIPPED,
+    floor: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Σ over sampled units of the clipped centred gradients, (k, R) for λ of shape (k, R)."""
+    """Σ over sampled units of the clipped centred gradients, (k, R) for λ of shape (k, R).
+    ``floor``: ‖p̃‖/C for each example and run, (n, R), where the caller keeps it between steps
+    (a floor broadcast from (n, 1) made numpy's maximum twice as slow)."""
     f = prep.p @ lam
     if prep.user_starts is None:
-        privatiser.clip_weights(f, (prep.norm_centred / clip)[:, None])
+        privatiser.clip_weights(f, (prep.norm_centred / clip)[:, None] if floor is None else floor)
         if mask is not None:
             f *= mask
         return cast(np.ndarray, -(prep.p_centred.T @ f))
-    np.reciprocal(f, out=f)
+    np.divide(1.0, f, out=f)
     per_example = prep.p_centred[:, :, None] * f[:, None, :]  # (n, k, R)
     per_user = np.add.reduceat(per_example, prep.user_starts, axis=0)  # (U, k, R)
     norms = np.sqrt(np.einsum("ukr,ukr->ur", per_user, per_user))
@@ -263,6 +272,7 @@ def _fit_block(
     if not config.poisson:
         gaussians = np.stack([s.standard_normal((T, k)) for s in streams], axis=2).astype(np.float32)
     log_lam = np.full((k, r_count), -np.log(k))
+    floor = None if prep.user_starts is not None else np.repeat((prep.norm_centred / C)[:, None], r_count, axis=1)
     scores = np.zeros(r_count) if canary is not None else None
     included = np.zeros(r_count, dtype=np.float32) if include is None else include.astype(np.float32)
     for t in range(T):
@@ -277,14 +287,14 @@ def _fit_block(
             step_noise = np.stack([s.standard_normal(k) for s in streams], axis=1).astype(np.float32)
         else:
             step_noise = gaussians[t]
-        total = _clipped_sum(prep, lam, C, mask, privatiser)
+        total = _clipped_sum(prep, lam, C, mask, privatiser, floor)
         if canary is not None:
             canary_grad = _canary_gradient(canary, lam, C, privatiser)
             residual = canary_in * canary_grad + noise_scale * step_noise
             if config.poisson:
                 # A real attacker sees only the noisy sum and λ_t: subtract the sum expected
                 # under sampling, not the realised one (that would void amplification).
-                residual += total - q * _clipped_sum(prep, lam, C, None, privatiser)
+                residual += total - q * _clipped_sum(prep, lam, C, None, privatiser, floor)
             total = total + canary_in * canary_grad
             norms = np.linalg.norm(canary_grad, axis=0)
             scores += np.einsum("kr,kr->r", residual, canary_grad) / np.maximum(norms, 1e-30)
