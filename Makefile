@@ -79,8 +79,13 @@ postgres:
 		echo "postgres: apt-get could not install it; the PostgreSQL cases skip (fail under CI=true)"; \
 	else echo "postgres: no apt-get as root here; install Debian's postgresql-15 for the ledger's tests"; fi
 
+# The benches that measure ratios, each writing bench/results/NAME.md, then every ratio against
+# its committed previous result (bench/compare.py: a table of those worse by more than 15 %;
+# a report, never a failure).
 bench: $(STAMP)
 	$(PY) bench/learner.py
+	$(PY) bench/userdp.py
+	$(PY) bench/compare.py
 
 clean:
 	rm -rf $(VENV) reports/demo

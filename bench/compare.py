@@ -65,12 +65,13 @@ def main() -> int:
         for name, ratio in now.items():
             if name in before:
                 rows.append((path.stem, name, revision, before[name], ratio, change(before[name], ratio)))
-    header = "| bench | ratio | before (rev) | now | worse by |\n|---|---|---|---|---|"
+    header = "| bench | ratio | before (rev) | now | change |\n|---|---|---|---|---|"
 
     def line(row: tuple[str, str, str, Ratio, Ratio, float]) -> str:
         bench, name, revision, before, now, worse = row
+        moved = f"{worse:.0%} worse" if worse > 0 else f"{-worse:.0%} better" if worse < 0 else "same"
         cells = [bench, f"{name} ({now.better} is better)", f"{before.value:.3g} ({revision})", f"{now.value:.3g}"]
-        return "| " + " | ".join([*cells, f"{worse:+.0%}"]) + " |"
+        return "| " + " | ".join([*cells, moved]) + " |"
 
     slipped = [row for row in rows if row[5] > args.tolerance]
     if slipped:

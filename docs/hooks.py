@@ -3,7 +3,10 @@
 - ``reference/cli.md``: every command's description, options (with their help, defaults and
   choices) and examples, read from the argparse parsers of :func:`dpaudit_mix.cli.build_parser`;
 - ``reference/specs.md``: every spec kind's keys with their type, default and meaning, read from
-  the spec dataclasses (the meaning is the comment on, or just above, each field).
+  the spec dataclasses (the meaning is the comment on, or just above, each field);
+
+and the benchmarks' figures, never typed by hand: a page's line ``<!-- results: NAME -->`` becomes
+``bench/results/NAME.md`` (its date, machine, command, table and ratios), as the bench wrote it.
 
 ``tests/test_docs.py`` checks both against the parsers and the dataclasses they come from.
 """
@@ -14,6 +17,7 @@ import argparse
 import dataclasses
 import inspect
 import re
+from pathlib import Path
 from typing import Any
 
 #: the spec kinds a user writes, by the folder their shipped examples live in.
@@ -187,3 +191,29 @@ def on_files(files: Any, config: Any) -> Any:
     for path, content in (("reference/cli.md", cli_page()), ("reference/specs.md", specs_page())):
         files.append(File.generated(config, path, content=content))
     return files
+
+
+#: where the benches write their figures (bench/record.py), and the line a page includes one by.
+RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
+INCLUDE = re.compile(r"^( *)<!-- results: ([a-z0-9_]+) -->$", flags=re.M)
+
+
+def results_included(markdown: str) -> str:
+    """``markdown`` with each ``<!-- results: NAME -->`` line replaced by bench/results/NAME.md,
+    indented as the line is (inside a list item, say), its headings made bold lines (they belong
+    to the page's list item, not its outline). A name with no results file is an error: the build
+    fails rather than show a hole."""
+
+    def included(match: re.Match[str]) -> str:
+        indent, path = match.group(1), RESULTS / f"{match.group(2)}.md"
+        if not path.is_file():
+            raise ValueError(f"{match.group(0).strip()}: no {path.relative_to(RESULTS.parent.parent)} (run the bench)")
+        text = re.sub(r"^#+ (.*)$", r"**\1**", path.read_text(encoding="utf-8").strip(), flags=re.M)
+        return "\n".join(indent + line if line else "" for line in text.splitlines())
+
+    return INCLUDE.sub(included, markdown)
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """Include the benches' results files where a page names them."""
+    return results_included(markdown)

@@ -1,0 +1,44 @@
+"""bench/compare.py, the report that shows a slip the day it happens: every recorded ratio against
+the committed previous result, in a repository of its own."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _results(speedup: float, roofline: float) -> str:
+    return (
+        "# bench/x\n\n- date: 2026-12-07\n\n```\nfigures\n```\n\n## Ratios\n\n| ratio | value | better |\n"
+        f"|---|---|---|\n| speed-up | {speedup} | higher |\n| over the roofline | {roofline} | lower |\n"
+    )
+
+
+def test_compare_lists_every_ratio_worse_by_more_than_the_tolerance(tmp_path: Path) -> None:
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    for name in ("record.py", "compare.py"):
+        shutil.copy(ROOT / "bench" / name, tmp_path / "bench" / name)
+    results = tmp_path / "bench" / "results" / "x.md"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    results.write_text(_results(5.0, 1.40))
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "before"], check=True)
+
+    def compare() -> str:
+        done = subprocess.run([sys.executable, str(tmp_path / "bench" / "compare.py")], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    results.write_text(_results(4.0, 1.50))  # 20 % worse, and 7 % worse: one slip
+    said = compare()
+    assert "1 ratio(s) worse by more than 15%" in said and "| x | speed-up (higher is better) | 5 (" in said
+    assert "20% worse" in said and "over the roofline" not in said
+    subprocess.run([*git, "commit", "-qam", "after"], check=True)  # committed: compared with the one before
+    assert "20% worse" in compare()
+    results.write_text(_results(6.0, 1.0))
+    assert "no ratio worse by more than 15% (2 compared)" in compare()
