@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import record
 
 from dpaudit_mix.audit.many_run.engine import run_audit
 from dpaudit_mix.audit.spec import AuditSpec
@@ -68,4 +69,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with record.captured("audit"):
+        main()

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import record
 
 from dpaudit_mix import accounting
 from dpaudit_mix.base.randomness import stream
@@ -64,4 +65,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with record.captured("audit_scores"):
+        main()

@@ -16,6 +16,8 @@
    user cache (its CPU, budget 60 s); and the test suite as `make test` runs it (budget 480 s).
 Each command runs in a fresh temporary output folder (no stage cache; built problems and
 proxies come from the user cache, as for a user's second command).
+Writes bench/results/budgets.md (a run with --only: budgets-ONLY.md), each budgeted command's
+share of its budget a ratio.
 Usage: python bench/budgets.py [--no-pipeline] [--only SUBSTRING | --only waits | --only demo | --only lambda]
 """
 
@@ -31,6 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import record
+from record import Ratio
+
 from dpaudit_mix.base.randomness import stream
 from dpaudit_mix.data import registry
 from dpaudit_mix.learner import LearnerConfig, fit
@@ -41,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def wall(*argv: str) -> float:
     with tempfile.TemporaryDirectory() as out:
-        env = {**os.environ, "DPAUDIT_MIX_LEDGER": os.path.join(out, "ledger.json")}
+        env = {**os.environ, "DPAUDIT_MIX_LEDGER": os.path.join(out, "ledger.sqlite")}
         start = time.perf_counter()
         subprocess.run(
             [sys.executable, "-m", "dpaudit_mix.cli", *argv, "--out", os.path.join(out, "out")],
@@ -53,20 +58,25 @@ def wall(*argv: str) -> float:
         return time.perf_counter() - start
 
 
-def measured(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+def measured(
+    argv: list[str], env: dict[str, str] | None = None, printed: list[str] | None = None
+) -> tuple[float, float]:
     """(wall, CPU of the process and its children) seconds of ``argv``, run from the repository
-    (``env``: variables set for it)."""
+    (``env``: variables set for it; ``printed``: given, it gets what the command printed)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run(
+    done = subprocess.run(
         argv,
         check=True,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL if printed is None else subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         cwd=ROOT,
         env={**os.environ, **(env or {})},
+        text=True,
     )
     seconds = time.perf_counter() - start
+    if printed is not None:
+        printed.append(done.stdout)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return seconds, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
 
@@ -78,9 +88,12 @@ def demo_waits() -> list[tuple[str, float, float | None]]:
         # as after the install: no user cache, no reports/demo (the demo's own folder, which it
         # rewrites on every run) to resume its audit from
         shutil.rmtree(ROOT / "reports" / "demo", ignore_errors=True)
-        first = measured(demo, {"DPAUDIT_MIX_CACHE": cache})[0]
+        printed: list[str] = []
+        first = measured(demo, {"DPAUDIT_MIX_CACHE": cache}, printed)[0]
         again = measured(demo, {"DPAUDIT_MIX_CACHE": cache})[0]  # its caches and reports/demo now there
-        return [("demo (after the install, empty caches)", first, 90.0), ("  run again", again, None)]
+    print("the demo printed (what the README shows):")
+    print("\n".join("  " + line for line in printed[0].splitlines()))
+    return [("demo (after the install, empty caches)", first, 90.0), ("  run again", again, None)]
 
 
 def release_wait() -> list[tuple[str, float, float | None]]:
@@ -89,7 +102,7 @@ def release_wait() -> list[tuple[str, float, float | None]]:
     cli = [sys.executable, "-m", "dpaudit_mix.cli"]
     with tempfile.TemporaryDirectory() as out, tempfile.TemporaryDirectory() as cache:
         release = [*cli, "release", "releases/default.toml", "--out", str(Path(out) / "r")]
-        env = {"DPAUDIT_MIX_CACHE": cache, "DPAUDIT_MIX_LEDGER": str(Path(out) / "ledger.json")}
+        env = {"DPAUDIT_MIX_CACHE": cache, "DPAUDIT_MIX_LEDGER": str(Path(out) / "ledger.sqlite")}
         seconds, cpu = measured(release, env)
     return [("release releases/default.toml (fresh cache)", seconds, None), ("  its CPU (user + sys)", cpu, 60.0)]
 
@@ -109,7 +122,7 @@ def waits() -> list[tuple[str, float, float | None]]:
         audit = [*cli, "audit", "audits/opacus-one-run.toml", "--out", out]
         rows.append(("audit audits/opacus-one-run.toml", measured(audit)[0], None))
         rows.append(("  its rerun, CPU beyond start-up", measured(audit)[1] - start_up, 3.0))
-    marks = "not selftest and not full"  # the Makefile's test target
+    marks = "not selftest and not full and not guides"  # the Makefile's test target
     tests = [sys.executable, "-m", "pytest", "-q", "-n", "auto", "--dist", "worksteal", "-m", marks]
     rows.append(("make test (the suite)", measured(tests)[0], 480.0))
     return rows
@@ -130,9 +143,12 @@ def cell_speedup(seeds: int = 5, repeats: int = 5) -> tuple[float, float]:
     return batched, (time.perf_counter() - start) / repeats
 
 
-def row(name: str, seconds: float, budget: float | None) -> None:
+def row(name: str, seconds: float, budget: float | None, ratios: list[Ratio]) -> None:
+    """Print a command's time against its budget; a budgeted one's share of it is a ratio."""
     ratio = f"{seconds / budget:.2f} of budget {budget:.0f} s" if budget else "no budget"
     print(f"{name:<42} {seconds:7.1f} s   {ratio}", flush=True)
+    if budget:
+        ratios.append(Ratio(f"{name.strip()}: share of its {budget:.0f} s budget", seconds / budget, "lower"))
 
 
 def main() -> None:
@@ -140,6 +156,13 @@ def main() -> None:
     parser.add_argument("--no-pipeline", action="store_true")
     parser.add_argument("--only", default="", help="run only the commands whose name holds this")
     args = parser.parse_args()
+    # a part run by --only keeps its own results file, so the whole run's stays as it was
+    name = "budgets" if not args.only else "budgets-" + "".join(c if c.isalnum() else "-" for c in args.only)
+    with record.captured(name) as result:
+        measure(args, result.ratios)
+
+
+def measure(args: argparse.Namespace, ratios: list[Ratio]) -> None:
     commands: list[tuple[tuple[str, ...], float | None]] = [
         (("verify-accountant", "--quick"), 120.0),
         (("verify-accountant", "--quick", "--self-test"), None),
@@ -155,7 +178,7 @@ def main() -> None:
         name = " ".join(argv)
         if args.only not in name:
             continue
-        row(name, wall(*argv), budget)
+        row(name, wall(*argv), budget, ratios)
     for rows in (demo_waits, release_wait, waits):
         if (
             args.only in ("", "waits")
@@ -163,7 +186,7 @@ def main() -> None:
             or (rows is release_wait and args.only == "lambda")
         ):
             for name, seconds, budget in rows():
-                row(name, seconds, budget)
+                row(name, seconds, budget, ratios)
     if args.only:
         return
     batched, looped = cell_speedup()
@@ -171,6 +194,7 @@ def main() -> None:
         f"recovery cell (5 runs): vectorised {batched * 1e3:.1f} ms, loop of fits {looped * 1e3:.1f} ms, "
         f"speed-up {looped / batched:.1f}x"
     )
+    ratios.append(Ratio("recovery cell: vectorised call over the loop of fits", looped / batched, "higher"))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import argparse
 import time
 
 import numpy as np
+import record
 import torch
 from torch import nn
 from torch.utils.data import TensorDataset
@@ -80,4 +81,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with record.captured("canaries"):
+        main()

@@ -15,6 +15,7 @@ import argparse
 
 import numpy as np
 import pandas as pd
+import record
 from statsmodels.stats.weightstats import DescrStatsW
 
 
@@ -55,4 +56,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with record.captured("composition"):
+        main()

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import record
 
 from dpaudit_mix.base.randomness import stream
 from dpaudit_mix.base.resources import available_bytes
@@ -73,4 +74,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with record.captured("data_files"):
+        main()

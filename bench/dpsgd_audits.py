@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import record
+
 from dpaudit_mix.audit.spec import load_spec
 
 SPECS = {"opacus": "audits/opacus.toml", "user-dpsgd": "audits/user-dpsgd.toml"}
@@ -70,4 +72,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with record.captured("dpsgd_audits"):
+        main()

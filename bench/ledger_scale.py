@@ -27,6 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import record
+
 from dpaudit_mix import accounting
 from dpaudit_mix.cli import main
 from dpaudit_mix.release import ledger
@@ -122,4 +124,5 @@ def main_bench() -> None:
 
 
 if __name__ == "__main__":
-    main_bench()
+    with record.captured("ledger_scale"):
+        main_bench()

@@ -17,6 +17,7 @@ import argparse
 import time
 
 import numpy as np
+import record
 from scipy.stats import beta
 
 from dpaudit_mix import accounting
@@ -79,4 +80,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with record.captured("one_run"):
+        main()

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import time
 
+import record
+
 from dpaudit_mix import accounting
 from dpaudit_mix.audit.dirac import dirac_scores, simulated_released
 from dpaudit_mix.audit.one_run.audit import audit_one_run
@@ -47,4 +49,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with record.captured("one_run_call"):
+        main()

@@ -18,6 +18,7 @@ import argparse
 import time
 
 import numpy as np
+import record
 from scipy.stats import beta
 
 from dpaudit_mix import accounting
@@ -130,4 +131,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with record.captured("one_run_fdp"):
+        main()

@@ -15,6 +15,7 @@ import argparse
 from unittest import mock
 
 import numpy as np
+import record
 from scipy.special import expit
 from statsmodels.stats.proportion import proportion_confint
 
@@ -65,4 +66,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with record.captured("one_run_ties"):
+        main()

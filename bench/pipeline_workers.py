@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import record
+
 TARGET_SECONDS = 45 * 60
 
 
@@ -72,4 +74,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with record.captured("pipeline_workers"):
+        main()

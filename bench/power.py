@@ -16,6 +16,7 @@ import argparse
 import time
 
 import numpy as np
+import record
 from statsmodels.stats.proportion import proportion_confint
 
 from dpaudit_mix import accounting
@@ -118,4 +119,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with record.captured("power"):
+        main()

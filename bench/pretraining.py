@@ -16,6 +16,7 @@ import argparse
 import time
 
 import numpy as np
+import record
 import torch
 from statsmodels.stats.weightstats import DescrStatsW
 from threadpoolctl import threadpool_limits
@@ -77,4 +78,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with record.captured("pretraining"):
+        main()

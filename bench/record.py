@@ -10,11 +10,13 @@ holds.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import platform
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 
@@ -110,3 +112,41 @@ def read_ratios(text: str) -> dict[str, Ratio]:
             except ValueError:
                 continue
     return ratios
+
+
+@dataclass
+class Captured:
+    """What a bench printed inside :func:`captured`, and the ratios it adds to its results file."""
+
+    ratios: list[Ratio] = field(default_factory=list)
+
+
+class _Tee(io.TextIOBase):
+    """stdout as it was, and a copy of everything written to it."""
+
+    def __init__(self, shown: io.TextIOBase) -> None:
+        self.shown, self.copy = shown, io.StringIO()
+
+    def write(self, text: str) -> int:
+        self.copy.write(text)
+        return self.shown.write(text)
+
+    def flush(self) -> None:
+        self.shown.flush()
+
+
+@contextlib.contextmanager
+def captured(name: str, *, command: str | None = None) -> Iterator[Captured]:
+    """Run a bench's printing body; when it finishes without an exception, write what it printed
+    (as a fenced block) and the ratios it added to ``bench/results/NAME.md``. A bench that fails
+    leaves the last results file as it was.
+
+    Args:
+        name: the results file's stem.
+        command: as for :func:`write`.
+    """
+    tee, result = _Tee(sys.stdout), Captured()  # type: ignore[arg-type]
+    with contextlib.redirect_stdout(tee):
+        yield result
+    printed = "\n".join(line.rstrip() for line in tee.copy.getvalue().strip().splitlines())
+    write(name, f"```\n{printed}\n```", result.ratios, command=command)

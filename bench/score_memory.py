@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import record
 
 from dpaudit_mix.audit.many_run.score_file import working_bytes
 from dpaudit_mix.base import npz
@@ -87,4 +88,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with record.captured("score_memory"):
+        main()

@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 
+import record
+
 TARGET_CPU_S = 0.6
 CLI = [sys.executable, "-m", "dpaudit_mix"]  # the entry point dpaudit-mix runs
 COMMANDS = {
@@ -103,4 +105,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with record.captured("startup"):
+        main()

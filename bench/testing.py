@@ -13,6 +13,7 @@ import types
 import warnings
 from pathlib import Path
 
+import record
 from opacus.accountants import PRVAccountant, RDPAccountant
 from opacus.accountants.utils import get_noise_multiplier
 
@@ -66,4 +67,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with record.captured("testing"):
+        main()

@@ -15,6 +15,7 @@ import argparse
 import time
 
 import numpy as np
+import record
 from scipy.stats import ttest_rel
 
 from dpaudit_mix.audit.attack import attack
@@ -55,4 +56,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with record.captured("ties"):
+        main()

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import record
 
 from dpaudit_mix import accounting
 from dpaudit_mix.audit.attack import BUILTIN_STRATEGIES, attack
@@ -111,4 +112,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with record.captured("tightness"):
+        main()

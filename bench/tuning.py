@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+import record
 from statsmodels.stats.weightstats import DescrStatsW
 
 from dpaudit_mix import accounting, mix
@@ -127,4 +128,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with record.captured("tuning"):
+        main()

@@ -421,7 +421,7 @@ def test_a_kill_during_the_card_leaves_nothing_in_the_release_folder(tmp_path: P
         assert main(["release", str(spec), "--out", str(out)]) == 0
     assert not list(tmp_path.glob(f".r{gate.STAGING}*")) and (out / "lambda.png").exists()
     assert main(["check-release", str(out / "release.json")]) == 0  # nothing the killed run made is in it
-    assert [e.id for e in ledger.read()][0] == reserved.id
+    assert reserved.id in {e.id for e in ledger.read()}  # the killed run's reservation still counts
 
 
 def test_an_out_folder_holding_other_files_is_refused_before_any_charge(

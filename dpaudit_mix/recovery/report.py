@@ -204,25 +204,24 @@ def _method(seeds: int, comparisons: list[Comparison]) -> list[Block]:
             f"adjusted p is below {ALPHA:g} and DP-MixMin is closer to (farther from) λ★ than uniform.",
         )
     ]
+    warnings = []
     if seeds < LOW_POWER_SEEDS:
-        pairs = min(c.pairs for c in comparisons)
-        family = max(
-            sum(1 for d in comparisons if (d.user_level, d.metric) == (c.user_level, c.metric)) for c in comparisons
+        warnings.append(
+            f"Low power: {seeds} seed{'s' if seeds != 1 else ''} per cell (fewer than {LOW_POWER_SEEDS}). "
+            "A value without a mark is not evidence that DP-MixMin fails to beat uniform; run more seeds."
         )
-        floor = min(1.0, 2 * 0.5**pairs * family)
-        blocks.append(
-            (
-                "strong",
-                f"Low power: {seeds} seed{'s' if seeds != 1 else ''} per cell (fewer than {LOW_POWER_SEEDS}). "
-                "A value without a mark is not evidence that DP-MixMin fails to beat uniform; run more seeds."
-                + (
-                    f" At {pairs} pairs and {family} cells, no Holm-adjusted p can fall below {floor:.2g}, so "
-                    "no cell of the smallest size can earn a mark."
-                    if pairs < SMALL and floor >= ALPHA
-                    else ""
-                ),
-            )
+    pairs = min(c.pairs for c in comparisons)
+    family = max(
+        sum(1 for d in comparisons if (d.user_level, d.metric) == (c.user_level, c.metric)) for c in comparisons
+    )
+    floor = min(1.0, 2 * 0.5**pairs * family)
+    if pairs < SMALL and floor >= ALPHA:
+        warnings.append(
+            f"At {pairs} pairs and {family} cells, no Holm-adjusted p can fall below {floor:.2g}, so no cell "
+            "of the smallest size can earn a mark."
         )
+    if warnings:
+        blocks.append(("strong", " ".join(warnings)))
     return blocks
 
 
