@@ -55,7 +55,7 @@ def finetune(images: np.ndarray, labels: np.ndarray, epochs: int, canaries: int,
     return seconds, attached.audit(epsilon=claimed, delta=DELTA, phases=phases, accountant="prv")
 
 
-def main() -> None:
+def main() -> float:
     parser = argparse.ArgumentParser()
     parser.add_argument("--canaries", type=int, default=10_000)
     parser.add_argument("--examples", type=int, default=4000)
@@ -77,9 +77,10 @@ def main() -> None:
     print(f"finetune without canaries: {plain:.2f} s; with {args.canaries}: {with_canaries:.2f} s")
     print(f"ratio {with_canaries / plain:.3f} (target <= 1.2)")
     for result in audits:
-        print(f"one-run audit: {result.to_dict()}")
+        print(f"one-run audit: {result.summary()}")
+    return with_canaries / plain
 
 
 if __name__ == "__main__":
-    with record.captured("canaries"):
-        main()
+    with record.captured("canaries") as recorded:
+        recorded.ratios.append(record.Ratio("finetune with canaries over without", main(), "lower"))

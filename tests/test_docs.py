@@ -140,23 +140,18 @@ RESULTS = ROOT / "bench" / "results"
 #: A number here may only fall: a page gains no figure typed by hand, and one moved to a results
 #: file (or deleted) lowers its count, which the test then asks to be written down.
 NOT_YET_FROM_RESULTS: dict[str, int] = {
-    "README.md": 5,
-    "benchmarks.md": 2,
-    "concepts/audit.md": 32,
-    "concepts/learner.md": 19,
+    "concepts/audit.md": 30,
+    "concepts/learner.md": 16,
     "concepts/pipeline.md": 8,
     "concepts/users-code.md": 4,
     "concepts/warmsyn.md": 18,
-    "getting-started.md": 7,
     "guides/command-line.md": 1,
-    "guides/one-run.md": 4,
     "guides/pipeline-image.md": 58,
-    "guides/pipeline-text.md": 81,
+    "guides/pipeline-text.md": 79,
     "guides/release-model.md": 7,
-    "guides/release.md": 1,
     "guides/verify-in-ci.md": 1,
     "guides/weight-recovery.md": 1,
-    "guides/your-own-data.md": 22,
+    "guides/your-own-data.md": 21,
 }
 
 
