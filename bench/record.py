@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import os
 import platform
 import sys
@@ -99,19 +100,25 @@ def write(name: str, body: str, ratios: Sequence[Ratio] = (), *, command: str | 
     return path
 
 
-def read_ratios(text: str) -> dict[str, Ratio]:
-    """The ratios of a results file's text (empty where it has none)."""
+def read_ratios(text: str) -> tuple[dict[str, Ratio], list[str]]:
+    """The ratios of a results file's text (none where it has no ratio table), and one line for
+    each row of its table that is not a ratio (a value that is no finite number, a direction that
+    is neither higher nor lower), so that a broken row is said, never skipped."""
     if RATIOS not in text:
-        return {}
-    ratios = {}
+        return {}, []
+    ratios, problems = {}, []
     for line in text.split(RATIOS, 1)[1].splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 3 and cells[0] not in ("ratio", "---"):
-            try:
-                ratios[cells[0]] = Ratio(cells[0], float(cells[1]), cells[2])
-            except ValueError:
-                continue
-    return ratios
+        if not line.strip() or cells[0] in ("ratio", "---"):
+            continue
+        try:
+            value = float(cells[1]) if len(cells) == 3 else math.nan
+            if not math.isfinite(value):
+                raise ValueError(f"not a finite number of three cells: {line.strip()!r}")
+            ratios[cells[0]] = Ratio(cells[0], value, cells[2])
+        except ValueError as err:
+            problems.append(f"{cells[0]}: {err}")
+    return ratios, problems
 
 
 @dataclass

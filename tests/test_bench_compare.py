@@ -42,3 +42,34 @@ def test_compare_lists_every_ratio_worse_by_more_than_the_tolerance(tmp_path: Pa
     assert "20% worse" in compare()
     results.write_text(_results(6.0, 1.0))
     assert "no ratio worse by more than 15% (2 compared)" in compare()
+
+
+def test_compare_says_what_it_cannot_compare_and_never_hides_a_slip(tmp_path: Path) -> None:
+    """Found by an outside test: a NaN, a changed direction, a dropped row and a zero before were
+    each read as 'no ratio worse'; a bad revision passed as '0 compared'."""
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    for name in ("record.py", "compare.py"):
+        shutil.copy(ROOT / "bench" / name, tmp_path / "bench" / name)
+    results = tmp_path / "bench" / "results" / "x.md"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    results.write_text(_results(5.0, 0))
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "before"], check=True)
+
+    def compare(*argv: str) -> tuple[int, str]:
+        done = subprocess.run(
+            [sys.executable, str(tmp_path / "bench" / "compare.py"), *argv], capture_output=True, text=True
+        )
+        return done.returncode, done.stdout + done.stderr
+
+    results.write_text(_results(float("nan"), 1000))  # a NaN, and a zero before that grew
+    code, said = compare()
+    assert code == 0 and "| x | speed-up (higher is better) | 5 (HEAD) | – | gone |" in said
+    assert "inf% worse" in said and "x.md: speed-up: not a finite number" in said
+    results.write_text(_results(4.0, 0).replace("| 4.0 | higher |", "| 4.0 | lower |"))
+    assert "turned around" in compare()[1]
+    assert compare("--against", "nosuchrev") == (
+        2,
+        "compare: --against nosuchrev is not a revision of this repository\n",
+    )

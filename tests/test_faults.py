@@ -437,3 +437,17 @@ def test_an_out_folder_holding_other_files_is_refused_before_any_charge(
     assert main(["release", str(write_spec(tmp_path, problem_file)), "--out", str(out)]) == 2
     assert "holds ids.csv, which a release does not write" in capsys.readouterr().err
     assert ledger.read() == [] and (out / "ids.csv").read_text() == "id\n7\n"
+
+
+def test_an_out_that_is_a_symbolic_link_is_refused_and_its_target_untouched(
+    capsys, tmp_path: Path, problem_file: Path
+) -> None:
+    """A refused --out was still written into: refused.json appeared in the link's target (found
+    by an outside test). A release folder is written only where it is named."""
+    from dpaudit_mix.release import ledger
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    assert main(["release", str(write_spec(tmp_path, problem_file)), "--out", str(tmp_path / "link") + "/"]) == 2
+    assert "is a symbolic link" in capsys.readouterr().err
+    assert list((tmp_path / "real").iterdir()) == [] and ledger.read() == []

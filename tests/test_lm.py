@@ -302,6 +302,17 @@ def test_batched_user_gradients_reuse_their_buffers_across_sizes() -> None:
     assert torch.equal(batched, first)  # the same users give the same result, whatever the buffers held
 
 
+def test_what_the_batched_pass_was_not_built_for_goes_to_the_per_user_loop() -> None:
+    """A float64 CharGRU (the batched pass keeps float32 buffers) gets the per-user loop's answer,
+    not an error from the fast path (found by an outside test)."""
+    from dpaudit_mix.models import userdp
+
+    model = lm.new_model(Key(6)).double()
+    users = _ragged_users(3, 7)
+    loop = torch.stack([user_gradient(model, u) for u in users])
+    assert torch.equal(userdp.per_user_gradients(model, users), loop)
+
+
 def test_batched_user_gradients_equal_the_per_user_loop(monkeypatch) -> None:
     """The CharGRU's one-pass per-user gradients, and the step they release on the same draws,
     equal one backward pass per user (to float rounding)."""

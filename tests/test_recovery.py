@@ -10,7 +10,7 @@ from dpaudit_mix.base.backend import Backend
 from dpaudit_mix.base.errors import InputError
 from dpaudit_mix.cli import main
 from dpaudit_mix.problem import Problem, save
-from dpaudit_mix.recovery.grid import run_recovery
+from dpaudit_mix.recovery.grid import Cell, Score, Spread, run_recovery
 from dpaudit_mix.recovery.spec import RecoverySpec, load_recovery_spec
 
 from .conftest import random_problem
@@ -219,3 +219,24 @@ def test_the_k_band_is_an_interval_in_log_space(tmp_path: Path, problem_file: Pa
     band = _log_interval(run_recovery(spec, progress=False).k_scaling)
     assert list(band["k"]) == [2, 4, 6]
     assert (band["low"] > 0).all() and (band["low"] <= band["centre"]).all() and (band["centre"] <= band["high"]).all()
+
+
+def _cell(runs: list[float], uniform: float) -> Cell:
+    spread = Spread.of(np.array(runs))
+    score = Score(spread, Spread.of(np.zeros(len(runs))), Spread.of(np.zeros(len(runs))), uniform, 0.0, 0.0, ())
+    return Cell("toy", 3, 1.0, 0.5, False, 100, None, 1.0, score)
+
+
+def test_runs_that_beat_uniform_by_the_same_amount_are_as_significant_as_nearly_equal_ones() -> None:
+    """No spread leaves the t-test undefined; the Wilcoxon test decides alone, so eight identical
+    improvements are marked as eight that differ by a float's last bit are (found by an outside test)."""
+    from dpaudit_mix.recovery.comparison import against_uniform
+
+    same = [0.9] * 8
+    nudged = [*same[:-1], float(np.nextafter(0.9, 1.0))]
+    marks = [next(c for c in against_uniform((_cell(runs, 0.5),)) if c.metric == "cos_star") for runs in (same, nudged)]
+    assert [c.mark for c in marks] == ["▲", "▲"]
+    assert marks[0].p == pytest.approx(2 / 2**8) and np.isnan(marks[0].p_t) and marks[0].ci95 == (0.4, 0.4)
+    assert marks[0].to_dict()["p_t"] is None  # NaN never reaches recovery.json
+    broken = next(c for c in against_uniform((_cell([0.9, float("nan")] * 4, 0.5),)) if c.metric == "cos_star")
+    assert broken.mark == "" and broken.ci95 is None  # a diverged run: no test, no NaN interval

@@ -24,7 +24,7 @@ from torch import nn
 from .. import accounting
 from ..base.errors import require
 from ..base.randomness import Key, RandomSource, source
-from .chargru import CharGRU, window_nll
+from .chargru import WINDOW, CharGRU, window_nll
 from .gru_gradients import char_gru_gradients
 
 
@@ -68,12 +68,24 @@ def user_gradient(model: nn.Module, data: torch.Tensor) -> torch.Tensor:
     return torch.cat([g.reshape(-1) for g in grads])
 
 
+def _batched_pass_fits(model: CharGRU, users: list[torch.Tensor], trainable: list[nn.Parameter]) -> bool:
+    """Whether :func:`.gru_gradients.char_gru_gradients` takes this call: the CharGRU trained whole
+    in float32, and every user's windows int64, (m ≥ 1, WINDOW + 1); else the per-user loop does."""
+    return (
+        bool(users)
+        and len(trainable) == len(list(model.parameters()))
+        and all(p.dtype == torch.float32 for p in trainable)
+        and all(u.dtype == torch.int64 and u.ndim == 2 and len(u) >= 1 and u.shape[1] == WINDOW + 1 for u in users)
+    )
+
+
 def per_user_gradients(model: nn.Module, users: list[torch.Tensor]) -> torch.Tensor:
-    """(B, P): :func:`user_gradient` of each of the B users. A CharGRU's come from one batched
-    pass over every user's windows (:func:`.gru_gradients.char_gru_gradients`, equal up to
-    float rounding); any other model's from one backward pass per user."""
+    """(B, P): :func:`user_gradient` of each of the B users. A float32 CharGRU's come from one
+    batched pass over every user's windows (:func:`.gru_gradients.char_gru_gradients`, equal up
+    to float rounding) where they are what that pass is built for (int64 windows of WINDOW + 1
+    codes); any other model's, or other input's, from one backward pass per user."""
     trainable = [p for p in model.parameters() if p.requires_grad]
-    if isinstance(model, CharGRU) and users and len(trainable) == len(list(model.parameters())):
+    if isinstance(model, CharGRU) and _batched_pass_fits(model, users, trainable):
         return char_gru_gradients(model, users)
     size = sum(p.numel() for p in trainable)
     device = trainable[0].device

@@ -6,7 +6,8 @@ oriented so that a positive difference means DP-MixMin is closer to λ★ (cos�
 α_u − α). Each cell gets the mean difference with its 95 % t-interval, a two-sided paired t-test,
 and, below ``SMALL`` pairs where the t-test's normality cannot be taken on trust, the Wilcoxon
 signed-rank test too (scipy). A cell's p is the larger of the two: rejecting only when both
-reject keeps the level of each. Holm's method runs over every (ε, ρ) cell of one level and one
+reject keeps the level of each; where the differences have no spread (the t-test undefined), the
+Wilcoxon test's alone. Holm's method runs over every (ε, ρ) cell of one level and one
 metric, and ▲ (▼) marks a cell only where that adjusted p is below ALPHA and DP-MixMin is
 better (worse). The σ = 0 row is the learner's bias floor, not a private result: it is not tested.
 """
@@ -52,7 +53,7 @@ class Comparison:
         ci95: the mean's 95 % t-interval; None without spread.
         p_t: the two-sided paired t-test's p; NaN without spread.
         p_wilcoxon: the Wilcoxon signed-rank p, below ``SMALL`` pairs; None above.
-        p: the cell's p: the larger of the two where both ran.
+        p: the cell's p: the larger of the two where both ran, else the one that ran.
         p_holm: ``p`` Holm-adjusted over the cells of this level and metric.
     """
 
@@ -84,9 +85,14 @@ class Comparison:
 
 
 def _tested(differences: np.ndarray) -> tuple[tuple[float, float] | None, float, float | None]:
-    """The 95 % interval, the t-test's p and (below SMALL pairs) the Wilcoxon p of the differences."""
-    if len(differences) < 2 or np.std(differences) == 0:
+    """The 95 % interval, the t-test's p and (below SMALL pairs) the Wilcoxon p of the differences.
+    Differences without spread leave the t-test undefined; where they are not all zero the
+    Wilcoxon test alone decides, at any number of pairs (eight runs that all beat uniform by the
+    same amount are as significant as eight that differ by a float's last bit)."""
+    if len(differences) < 2 or not np.all(np.isfinite(differences)) or np.all(differences == 0):
         return None, math.nan, None
+    if np.all(differences == differences[0]):
+        return (float(differences[0]), float(differences[0])), math.nan, float(wilcoxon(differences).pvalue)
     stats = DescrStatsW(differences)
     low, high = stats.tconfint_mean(alpha=0.05)
     p_t = float(stats.ttest_mean(0.0)[1])
@@ -114,7 +120,7 @@ def against_uniform(cells: tuple[Cell, ...]) -> list[Comparison]:
                 [sign * (np.array(getattr(c.score, metric).runs) - getattr(c.score, reference)) for c in group]
             )
             ci95, p_t, p_w = _tested(differences)
-            p = p_t if p_w is None or math.isnan(p_t) else max(p_t, p_w)
+            p = p_t if p_w is None else p_w if math.isnan(p_t) else max(p_t, p_w)
             rows.append(
                 dict(user_level=user_level, epsilon=eps, rho=rho, metric=metric, pairs=len(differences))
                 | dict(mean=float(differences.mean()), ci95=ci95, p_t=p_t, p_wilcoxon=p_w, p=p)

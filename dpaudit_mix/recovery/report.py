@@ -60,12 +60,17 @@ def _grid_table(
             c = group[group["rho"] == rho].iloc[0]
             mark = {m: "" if isinstance(eps, str) else marks[(float(eps), rho, m)] for m in SHOWN}
             row.append(
-                f"{c['cos_star']:.2f}±{c['cos_star_std']:.2f}{mark['cos_star']} / "
-                f"{c['l1']:.2f}±{c['l1_std']:.2f}{mark['l1']} / "
-                f"{c['alpha_1e3']:.1f}±{c['alpha_1e3_std']:.1f}{mark['alpha_1e3']}"
+                f"{pm(c['cos_star'], c['cos_star_std'], c['comparisons'])}{mark['cos_star']} / "
+                f"{pm(c['l1'], c['l1_std'], c['comparisons'])}{mark['l1']} / "
+                f"{pm(c['alpha_1e3'], c['alpha_1e3_std'], c['comparisons'], '.1f')}{mark['alpha_1e3']}"
             )
         rows.append(row)
     return rows
+
+
+def pm(mean: float, std: float, n: int, fmt: str = ".2f") -> str:
+    """ "mean±std", or the mean alone where one value has no spread to estimate."""
+    return f"{mean:{fmt}}±{std:{fmt}}" if n > 1 else f"{mean:{fmt}}"
 
 
 def _p(value: float | None) -> str:
@@ -96,7 +101,7 @@ def _task_table(cells: list[Cell], rhos: list[float]) -> list[list[str]]:
             row = [task, f"{eps:g}"]
             for rho in rhos:
                 score = at[(task, eps, rho)]
-                row += [f"{m.mean:.2f}±{m.std:.2f}" for m in (score.cos_star, score.l1)]
+                row += [pm(m.mean, m.std, len(m.runs)) for m in (score.cos_star, score.l1)]
             rows.append(row)
     return rows
 
@@ -109,8 +114,8 @@ def _k_table(k_scaling: dict[str, Any]) -> list[list[str]]:
         at_k = cells[cells["k"] == avg["k"]].set_index("task")
         rows.append(
             [str(avg["k"])]
-            + [f"{at_k.loc[t, 'alpha_1e3']['mean']:.1f}±{at_k.loc[t, 'alpha_1e3']['std']:.1f}" for t in tasks]
-            + [f"{avg['alpha_1e3_mean']:.1f}±{avg['alpha_1e3_std_across_tasks']:.1f}"]
+            + [pm(a["mean"], a["std"], len(a["runs"]), ".1f") for a in (at_k.loc[t, "alpha_1e3"] for t in tasks)]
+            + [pm(avg["alpha_1e3_mean"], avg["alpha_1e3_std_across_tasks"], len(tasks), ".1f")]
         )
     return rows
 
@@ -215,7 +220,9 @@ def _method(seeds: int, comparisons: list[Comparison]) -> list[Block]:
         sum(1 for d in comparisons if (d.user_level, d.metric) == (c.user_level, c.metric)) for c in comparisons
     )
     floor = min(1.0, 2 * 0.5**pairs * family)
-    if pairs < SMALL and floor >= ALPHA:
+    if pairs < 2:
+        warnings.append("With one run per cell no test can run, so no value is marked.")
+    elif pairs < SMALL and floor >= ALPHA:
         warnings.append(
             f"At {pairs} pairs and {family} cells, no Holm-adjusted p can fall below {floor:.2g}, so no cell "
             "of the smallest size can earn a mark."
@@ -263,11 +270,12 @@ def write_recovery_report(result: RecoveryResult, out: Path) -> None:
         out: the folder the report is written into.
     """
     spec = result.spec
+    runs = f"{spec['seeds']} DP run{'s' if spec['seeds'] != 1 else ''}"
     blocks: list[Block] = [
         (
             "p",
             f"Problem {spec['problem']}; δ = {spec['delta']:g}, T = {spec['steps']}, C = {spec['clip']:g}, "
-            f"q = {spec['sample_rate']:g}, η = {spec['learning_rate']:g}; {spec['seeds']} DP runs per cell, σ "
+            f"q = {spec['sample_rate']:g}, η = {spec['learning_rate']:g}; {runs} per cell, σ "
             f"calibrated to each ε by the {DEFAULT_ACCOUNTANT} accountant. λ★ is MixMin on the full mixing "
             "data; DP-MixMin sees a fraction ρ of it.",
         )

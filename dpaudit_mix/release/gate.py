@@ -251,6 +251,7 @@ def release(
     """
     spec_path = Path(spec_path)
     where = ledger.location(ledger_path)
+    require(not out.is_symlink(), f"--out {out} is a symbolic link; a release folder is written only where it is named")
     check_output(out, folder=True)
     if out.exists():
         _published_already(out, where)
