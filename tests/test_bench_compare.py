@@ -18,16 +18,23 @@ def _results(speedup: float, roofline: float) -> str:
     )
 
 
-def test_compare_lists_every_ratio_worse_by_more_than_the_tolerance(tmp_path: Path) -> None:
+def _committed(tmp_path: Path, text: str) -> tuple[Path, list[str]]:
+    """A repository of its own holding bench/record.py, bench/compare.py and one results file
+    ``text``, committed: the file's path and the git command line for the repository."""
     (tmp_path / "bench" / "results").mkdir(parents=True)
     for name in ("record.py", "compare.py"):
         shutil.copy(ROOT / "bench" / name, tmp_path / "bench" / name)
     results = tmp_path / "bench" / "results" / "x.md"
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
     subprocess.run([*git, "init", "-q"], check=True)
-    results.write_text(_results(5.0, 1.40))
+    results.write_text(text)
     subprocess.run([*git, "add", "."], check=True)
     subprocess.run([*git, "commit", "-qm", "before"], check=True)
+    return results, git
+
+
+def test_compare_lists_every_ratio_worse_by_more_than_the_tolerance(tmp_path: Path) -> None:
+    results, git = _committed(tmp_path, _results(5.0, 1.40))
 
     def compare() -> str:
         done = subprocess.run([sys.executable, str(tmp_path / "bench" / "compare.py")], capture_output=True, text=True)
@@ -47,15 +54,7 @@ def test_compare_lists_every_ratio_worse_by_more_than_the_tolerance(tmp_path: Pa
 def test_compare_says_what_it_cannot_compare_and_never_hides_a_slip(tmp_path: Path) -> None:
     """Found by an outside test: a NaN, a changed direction, a dropped row and a zero before were
     each read as 'no ratio worse'; a bad revision passed as '0 compared'."""
-    (tmp_path / "bench" / "results").mkdir(parents=True)
-    for name in ("record.py", "compare.py"):
-        shutil.copy(ROOT / "bench" / name, tmp_path / "bench" / name)
-    results = tmp_path / "bench" / "results" / "x.md"
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
-    subprocess.run([*git, "init", "-q"], check=True)
-    results.write_text(_results(5.0, 0))
-    subprocess.run([*git, "add", "."], check=True)
-    subprocess.run([*git, "commit", "-qm", "before"], check=True)
+    results, _ = _committed(tmp_path, _results(5.0, 0))
 
     def compare(*argv: str) -> tuple[int, str]:
         done = subprocess.run(
